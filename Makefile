@@ -1,0 +1,74 @@
+# runwatch — the two commands a new user needs are `make demo` and `make test`.
+# Every target installs what it needs on a fresh machine (venv, Python deps,
+# Kafka broker jars via Maven, Debian packages via apt-get).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+RW := $(BIN)/runwatch
+KAFKA_LIB := infra/kafka/lib
+APT_PACKAGES := prometheus-alertmanager kcat
+PYTEST_ARGS ?=
+
+.PHONY: deps venv jars apt up down status test unit lint demo bench clean
+
+deps: venv jars apt
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+jars: $(KAFKA_LIB)/.resolved
+
+$(KAFKA_LIB)/.resolved: infra/kafka/pom.xml
+	mvn -q -B -f infra/kafka/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIB)
+	touch $@
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	    dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+up: deps
+	$(RW) stack up
+
+down:
+	@if [ -x $(RW) ]; then $(RW) stack down; else echo "nothing to stop (no venv)"; fi
+
+status: venv
+	$(RW) stack status
+
+lint: venv
+	$(BIN)/ruff check services tests benchmarks
+	$(BIN)/mypy
+
+# The README's test command: lint, schema compatibility, then every test tier.
+# Integration and e2e tests start the local stack through session fixtures
+# (or use a running one) and fail, not skip, when it cannot start.
+test: deps lint
+	$(RW) schemas check
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/pytest tests/unit tests/contract $(PYTEST_ARGS)
+
+demo: deps
+	$(RW) stack up
+	$(RW) demo
+
+bench: deps
+	$(BIN)/runwatch bench nab --data ../shared/nab
+
+clean: down
+	rm -rf $(VENV) $(KAFKA_LIB) .runwatch

@@ -1,0 +1,110 @@
+"""Connection settings shared by every service.
+
+Each service builds one pydantic-settings class in its ``__main__`` and passes
+it down. These classes hold the connection parts they all share: where Kafka
+and ClickHouse are and how to authenticate. Secrets come from the environment
+or from files named by ``*_FILE`` variables, never from code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+
+
+def read_secret(value: SecretStr | None, file: Path | None) -> str | None:
+    """Return a secret given inline or in a file (the file wins).
+
+    Args:
+        value: The secret given directly (for example from an env variable).
+        file: A file whose stripped content is the secret.
+
+    Returns:
+        The secret, or None when neither is set.
+    """
+    if file is not None:
+        return file.read_text(encoding="utf-8").strip()
+    return value.get_secret_value() if value is not None else None
+
+
+class KafkaSettings(BaseSettings):
+    """Where Kafka is and how to talk to it (env prefix ``KAFKA_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="KAFKA_", extra="ignore")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    sasl_password_file: Path | None = None
+    ssl_ca_location: Path | None = None
+    ssl_certificate_location: Path | None = None
+    ssl_key_location: Path | None = None
+    schema_registry_url: str | None = None
+
+    def client_config(self) -> dict[str, str]:
+        """Return the librdkafka configuration for these settings.
+
+        Returns:
+            A dict ready for confluent_kafka Producer/Consumer/AdminClient.
+        """
+        conf: dict[str, str] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        password = read_secret(self.sasl_password, self.sasl_password_file)
+        if password:
+            conf["sasl.password"] = password
+        for key, path in (
+            ("ssl.ca.location", self.ssl_ca_location),
+            ("ssl.certificate.location", self.ssl_certificate_location),
+            ("ssl.key.location", self.ssl_key_location),
+        ):
+            if path is not None:
+                conf[key] = str(path)
+        return conf
+
+
+class ClickHouseSettings(BaseSettings):
+    """Where ClickHouse is and who we are (env prefix ``CLICKHOUSE_``).
+
+    ``CLICKHOUSE_URL`` points at the embedded store by default and at a real
+    ClickHouse server or cluster in production.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CLICKHOUSE_", extra="ignore")
+
+    url: str = "http://127.0.0.1:8123"
+    database: str = "runwatch"
+    user: str = "runwatch"
+    password: SecretStr | None = Field(default=SecretStr("runwatch"))
+    password_file: Path | None = None
+    readonly_user: str = "analyst"
+    readonly_password: SecretStr | None = Field(default=SecretStr("analyst"))
+    readonly_password_file: Path | None = None
+    verify_tls: bool = True
+    ca_cert: Path | None = None
+
+    def password_value(self, *, readonly: bool = False) -> str:
+        """Return the password of the pipeline user, or of the readonly user.
+
+        Args:
+            readonly: Return the readonly (ad hoc SQL) user's password.
+
+        Returns:
+            The password, empty when none is configured.
+        """
+        if readonly:
+            return read_secret(self.readonly_password, self.readonly_password_file) or ""
+        return read_secret(self.password, self.password_file) or ""

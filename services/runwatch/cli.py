@@ -1,0 +1,69 @@
+"""The ``runwatch`` command line.
+
+Every module in :mod:`runwatch.commands` contributes one command group through
+a ``register(subparsers)`` function that adds its sub-parsers and sets
+``func`` (taking the parsed namespace, returning an exit code) on each. Modules
+are found by listing the package, so adding a command is adding a module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from runwatch import __version__, commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full argument parser from every command module.
+
+    Returns:
+        The top-level parser.
+    """
+    parser = argparse.ArgumentParser(
+        prog="runwatch",
+        description="Monitor ML training pipelines: telemetry, detectors, storage, paging.",
+    )
+    parser.add_argument("--version", action="version", version=f"runwatch {__version__}")
+    parser.add_argument(
+        "--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ERROR)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
+
+    Returns:
+        The process exit code.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
