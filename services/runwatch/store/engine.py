@@ -1,0 +1,293 @@
+"""The chDB engine behind the store: one data directory, many connection handles.
+
+chDB hosts one engine per process; ``chdb.connect(path)`` opens another handle to
+it in a fraction of a millisecond. Handles run queries concurrently (a single
+handle serializes), and each keeps its own ``SET``/``USE`` state. The store opens
+a fresh handle for every sessionless request, so per-query settings cannot leak,
+and keeps one handle per HTTP session (``session_id``), like ClickHouse keeps a
+session context.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import chdb
+
+from runwatch.store.errors import StoreError, from_engine
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a statement produced: the output bytes and the summary figures."""
+
+    data: bytes | memoryview
+    read_rows: int = 0
+    read_bytes: int = 0
+    written_rows: int = 0
+    written_bytes: int = 0
+    elapsed_s: float = 0.0
+    keep: Any = None  # the engine result owning ``data``'s memory
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class Handle:
+    """One chDB connection handle; not for concurrent use by several threads."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def run(
+        self, sql: str, fmt: str = "TabSeparated", params: Mapping[str, str] | None = None
+    ) -> Outcome:
+        """Run one statement and return its output in ``fmt``.
+
+        Args:
+            sql: The statement (its own FORMAT clause, if any, wins).
+            fmt: The output format.
+            params: Values for ``{name:Type}`` placeholders.
+
+        Returns:
+            The outcome.
+
+        Raises:
+            StoreError: With the engine's code and message.
+
+        """
+        try:
+            result = self._conn.query(sql, fmt, params=dict(params or {}))
+        except Exception as exc:  # chDB raises RuntimeError subclasses with the message
+            raise from_engine(str(exc)) from None
+        return Outcome(
+            data=result.get_memview().view() if result.size() else b"",
+            read_rows=result.rows_read(),
+            read_bytes=result.bytes_read(),
+            written_rows=result.rows_written(),
+            written_bytes=result.bytes_written(),
+            elapsed_s=result.elapsed(),
+            keep=result,
+        )
+
+    def value(self, sql: str, params: Mapping[str, str] | None = None) -> str:
+        """Return the first field of a one-row statement as text.
+
+        Args:
+            sql: The statement.
+            params: Values for ``{name:Type}`` placeholders.
+
+        Returns:
+            The value, without the trailing newline.
+
+        """
+        return bytes(self.run(sql, "TabSeparatedRaw", params).data).decode("utf-8").rstrip("\n")
+
+    def insert(self, statement: str, fmt: str, chunks: Iterable[bytes]) -> Outcome:
+        """Stream data in ``fmt`` into an ``INSERT`` statement, chunk by chunk.
+
+        Args:
+            statement: ``INSERT INTO t [(cols)] [SETTINGS ...]`` without FORMAT.
+            fmt: The input format of the chunks (Native, Arrow, RowBinary, ...).
+            chunks: The data.
+
+        Returns:
+            The outcome with the rows and bytes written.
+
+        Raises:
+            StoreError: With the engine's code and message; nothing is committed.
+
+        """
+        try:
+            inserter = self._conn.send_insert(statement, fmt)
+        except Exception as exc:
+            raise from_engine(str(exc)) from None
+        committed = False
+        try:
+            for chunk in chunks:
+                if chunk:
+                    inserter.append(chunk)
+            result = inserter.finish()
+            committed = True
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise from_engine(str(exc)) from None
+        finally:
+            if not committed:
+                try:
+                    inserter.cancel()
+                except Exception:  # already failed; keep the first error
+                    logger.debug("cancel after a failed insert failed", exc_info=True)
+        return Outcome(
+            data=b"",
+            written_rows=result.rows_written,
+            written_bytes=result.bytes_written,
+            elapsed_s=result.elapsed,
+        )
+
+    def apply(self, settings: Mapping[str, str]) -> None:
+        """``SET`` each setting on this handle.
+
+        Args:
+            settings: Setting names (validated identifiers) and values.
+
+        """
+        for name, value in settings.items():
+            self.run(f"SET {name} = {_quote(value)}")
+
+    @contextmanager
+    def scoped(self, database: str | None, settings: Mapping[str, str]) -> Iterator[None]:
+        """Apply a database and settings for one query, then put the old ones back.
+
+        Args:
+            database: The database to use, or None.
+            settings: The per-query settings.
+
+        Yields:
+            Nothing; the handle is configured inside the block.
+
+        """
+        saved_db = self.value("SELECT currentDatabase()") if database else None
+        saved: dict[str, tuple[str, bool]] = {}
+        if settings:
+            names = "[" + ", ".join(_quote(n) for n in settings) + "]"
+            rows = self.value(
+                "SELECT arrayStringConcat(groupArray(concat(name, '\\t', value, '\\t', "
+                "toString(changed))), '\\n') FROM system.settings "
+                "WHERE has({names:Array(String)}, name)",
+                {"names": names},
+            )
+            for line in rows.split("\n"):
+                if line:
+                    name, value, flag = line.split("\t")
+                    saved[name] = (value, flag == "1")
+        try:
+            if database:
+                self.run(f"USE `{database.replace('`', '``')}`")
+            self.apply(settings)
+            yield
+        finally:
+            for name, (value, changed) in saved.items():
+                try:
+                    self.run(f"SET {name} = {_quote(value) if changed else 'DEFAULT'}")
+                except StoreError:
+                    logger.warning("could not restore setting %s on a session handle", name)
+            if saved_db is not None:
+                self.run(f"USE `{saved_db.replace('`', '``')}`")
+
+    def close(self) -> None:
+        """Close the handle."""
+        try:
+            self._conn.close()
+        except Exception:
+            logger.debug("closing a chDB handle failed", exc_info=True)
+
+
+@dataclass(slots=True)
+class _Session:
+    handle: Handle
+    lock: threading.Lock
+    timeout_s: float
+    last_used: float
+
+
+class Engine:
+    """The process's chDB engine on one data directory, with its HTTP sessions."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self._path = str(path.resolve())
+        self._root = Handle(chdb.connect(self._path))
+        self.version = self._root.value("SELECT version()")
+        self.timezone = self._root.value("SELECT timezone()")
+        self._sessions: dict[tuple[str, str], _Session] = {}
+        self._sessions_lock = threading.Lock()
+        self._closed = False
+
+    def open(self, readonly: int = 0) -> Handle:
+        """Open a fresh handle with the given readonly level.
+
+        Args:
+            readonly: 0 (read-write), 1 (readonly) or 2 (readonly, settings may change).
+
+        Returns:
+            The handle; close it when done.
+
+        """
+        if self._closed:
+            err = StoreError.named("CANNOT_SCHEDULE_TASK", "The store is shutting down")
+            raise err
+        handle = Handle(chdb.connect(self._path))
+        if readonly:
+            handle.apply({"readonly": str(readonly)})
+        return handle
+
+    @contextmanager
+    def session(
+        self, user: str, session_id: str, *, readonly: int, timeout_s: float, check: bool
+    ) -> Iterator[Handle]:
+        """Hold the handle of an HTTP session for one request.
+
+        Args:
+            user: The authenticated user (sessions are per user).
+            session_id: The client's session id.
+            readonly: The user's readonly level, applied when the session is created.
+            timeout_s: Idle seconds after which the session is dropped.
+            check: Refuse with ``SESSION_NOT_FOUND`` instead of creating a session.
+
+        Yields:
+            The session's handle, locked for this request.
+
+        Raises:
+            StoreError: ``SESSION_IS_LOCKED`` when another request holds it.
+
+        """
+        now = time.monotonic()
+        key = (user, session_id)
+        with self._sessions_lock:
+            self._expire(now)
+            session = self._sessions.get(key)
+            if session is None:
+                if check:
+                    err = StoreError.named("SESSION_NOT_FOUND", f"Session {session_id} not found")
+                    raise err
+                session = _Session(self.open(readonly), threading.Lock(), timeout_s, now)
+                self._sessions[key] = session
+            if not session.lock.acquire(blocking=False):
+                err = StoreError.named(
+                    "SESSION_IS_LOCKED", f"Session {session_id} is locked by a concurrent client"
+                )
+                raise err
+        try:
+            yield session.handle
+        finally:
+            session.timeout_s = timeout_s
+            session.last_used = time.monotonic()
+            session.lock.release()
+
+    def _expire(self, now: float) -> None:
+        for key, session in list(self._sessions.items()):
+            if now - session.last_used > session.timeout_s and session.lock.acquire(blocking=False):
+                del self._sessions[key]
+                session.handle.close()
+                session.lock.release()
+
+    def close(self) -> None:
+        """Close every session handle and the engine."""
+        self._closed = True
+        with self._sessions_lock:
+            for session in self._sessions.values():
+                session.handle.close()
+            self._sessions.clear()
+        self._root.close()
