@@ -1,0 +1,62 @@
+"""``runwatch schemas``: list the wire schemas and check their compatibility."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from runwatch.core.codec.compat import check_schema_set
+from runwatch.core.codec.schemas import SchemaLoadError, load_schema_set
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``schemas`` command group.
+
+    Args:
+        sub: The top-level sub-parsers.
+
+    """
+    parser = sub.add_parser("schemas", help="Avro wire schemas: list, check compatibility")
+    group = parser.add_subparsers(dest="schemas_command", metavar="SUBCOMMAND", required=True)
+    for name, func, text in (
+        ("check", _check, "verify FULL_TRANSITIVE compatibility of every schema version"),
+        ("list", _list, "list records, versions and fingerprints"),
+    ):
+        p = group.add_parser(name, help=text)
+        p.add_argument(
+            "--schema-dir",
+            type=Path,
+            default=None,
+            help="directory of .avsc files (default $RUNWATCH_SCHEMA_DIR or schemas/avro)",
+        )
+        p.set_defaults(func=func)
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        schemas = load_schema_set(args.schema_dir)
+    except SchemaLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    violations = check_schema_set(schemas)
+    for v in violations:
+        print(f"INCOMPATIBLE {v}", file=sys.stderr)
+    versions = sum(len(schemas.versions(n)) for n in schemas.current)
+    if violations:
+        print(f"{len(violations)} compatibility violation(s)", file=sys.stderr)
+        return 1
+    print(f"ok: {len(schemas.current)} records, {versions} versions, FULL_TRANSITIVE")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    try:
+        schemas = load_schema_set(args.schema_dir)
+    except SchemaLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for sv in schemas.all_versions():
+        mark = "current" if sv.current else "history"
+        print(f"{sv.name}\tv{sv.version}\t{mark}\t{sv.fingerprint.hex()}\t{sv.path.name}")
+    return 0

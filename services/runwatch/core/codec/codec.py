@@ -1,0 +1,425 @@
+"""Avro single-object encoding of runwatch records.
+
+Wire format (Avro spec, "Single-object encoding"): ``0xC3 0x01``, the 8-byte
+little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical
+Form, then the schemaless Avro body. The decoder looks the writer schema up by
+fingerprint among every known version and resolves it to the current schema,
+so old and new producers can share a topic. Decoding raises :class:`DecodeError`
+and nothing else, whatever the bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import to_parsing_canonical_form
+
+from runwatch.core.codec.crc64 import fingerprint_bytes
+from runwatch.core.codec.errors import DecodeError, EncodeError
+from runwatch.core.codec.schemas import SchemaSet, SchemaVersion, load_schema_set
+from runwatch.core.records import RECORD_TYPES
+
+MAGIC = b"\xc3\x01"
+HEADER_LEN = 10
+REGISTRY_MAGIC = 0
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WriterEntry:
+    """How to decode bodies written with one schema version.
+
+    Attributes:
+        name: Avro full name of the record.
+        writer: Parsed writer schema.
+        reader: Parsed current (reader) schema, or None when writer is current.
+        cls: Dataclass the record decodes into.
+        version: The writer's schema version.
+
+    """
+
+    name: str
+    writer: Any
+    reader: Any
+    cls: type[Any]
+    version: int
+
+
+class Codec:
+    """Encode and decode runwatch records in Avro single-object encoding."""
+
+    def __init__(
+        self,
+        schemas: SchemaSet,
+        types: Mapping[str, type[Any]] | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        """Build a codec over a schema set.
+
+        Args:
+            schemas: Every known schema version (see :func:`load_schema_set`).
+            types: Avro full name -> dataclass; default the runwatch records.
+            max_record_bytes: Inputs longer than this are rejected on decode.
+
+        Raises:
+            ValueError: A current schema has no dataclass.
+
+        """
+        types = dict(RECORD_TYPES if types is None else types)
+        self.schemas = schemas
+        self.max_record_bytes = max_record_bytes
+        self._writers: dict[str, tuple[bytes, Any]] = {}
+        self._by_class: dict[type[Any], tuple[bytes, Any]] = {}
+        self._entries: dict[bytes, WriterEntry] = {}
+        for name, cur in schemas.current.items():
+            cls = types.get(name)
+            if cls is None:
+                msg = f"no record class for schema {name}"
+                raise ValueError(msg)
+            pair = (MAGIC + cur.fingerprint, cur.parsed)
+            self._writers[name] = pair
+            self._by_class[cls] = pair
+            for sv in schemas.versions(name):
+                self._entries[sv.fingerprint] = WriterEntry(
+                    name=name,
+                    writer=sv.parsed,
+                    reader=None if sv.fingerprint == cur.fingerprint else cur.parsed,
+                    cls=cls,
+                    version=sv.version,
+                )
+
+    # ----------------------------------------------------------------- encode
+    def encode(self, record: Any) -> bytes:
+        """Encode one record (a runwatch dataclass).
+
+        Args:
+            record: An instance of a class in :data:`runwatch.core.records.RECORD_TYPES`.
+
+        Returns:
+            The single-object encoding.
+
+        Raises:
+            EncodeError: The type is unknown or a field does not fit its schema.
+
+        """
+        pair = self._by_class.get(type(record))
+        if pair is None:
+            msg = f"no schema for {type(record).__name__}"
+            raise EncodeError(msg)
+        return self._write(pair, record.to_dict())
+
+    def encode_dict(self, name: str, datum: Mapping[str, Any]) -> bytes:
+        """Encode a plain dict as the current version of record ``name``.
+
+        Args:
+            name: Avro full name, e.g. ``runwatch.v1.NodeSample``.
+            datum: The record as fastavro expects it (nested records as dicts).
+
+        Returns:
+            The single-object encoding.
+
+        Raises:
+            EncodeError: Unknown name or a field does not fit its schema.
+
+        """
+        pair = self._writers.get(name)
+        if pair is None:
+            msg = f"unknown record name {name!r}"
+            raise EncodeError(msg)
+        return self._write(pair, datum)
+
+    def encode_many(self, records: Iterable[Any]) -> list[bytes]:
+        """Encode a batch of records.
+
+        Args:
+            records: Runwatch dataclass instances (any mix of types).
+
+        Returns:
+            One encoding per record, in order.
+
+        Raises:
+            EncodeError: On the first record that cannot be encoded.
+
+        """
+        by_class = self._by_class
+        buf = io.BytesIO()
+        out: list[bytes] = []
+        for record in records:
+            pair = by_class.get(type(record))
+            if pair is None:
+                msg = f"no schema for {type(record).__name__}"
+                raise EncodeError(msg)
+            buf.seek(0)
+            buf.truncate()
+            buf.write(pair[0])
+            try:
+                schemaless_writer(buf, pair[1], record.to_dict())
+            except Exception as exc:
+                msg = f"cannot encode {type(record).__name__}: {exc!r}"
+                raise EncodeError(msg) from exc
+            out.append(buf.getvalue())
+        return out
+
+    def _write(self, pair: tuple[bytes, Any], datum: Mapping[str, Any]) -> bytes:
+        buf = io.BytesIO()
+        buf.write(pair[0])
+        try:
+            schemaless_writer(buf, pair[1], datum)
+        except Exception as exc:
+            msg = f"cannot encode {pair[1].get('name')}: {exc!r}"
+            raise EncodeError(msg) from exc
+        return buf.getvalue()
+
+    # ----------------------------------------------------------------- decode
+    def entry_for(self, data: bytes) -> WriterEntry:
+        """Check the header of an encoding and find its writer schema.
+
+        Args:
+            data: A single-object encoding.
+
+        Returns:
+            How to decode its body.
+
+        Raises:
+            DecodeError: Not bytes, too short or too long, wrong magic, registry
+                framing, or unknown fingerprint.
+
+        """
+        if not isinstance(data, bytes | bytearray | memoryview):
+            msg = f"expected bytes, got {type(data).__name__}"
+            raise DecodeError(msg)
+        size = len(data)
+        if size > self.max_record_bytes:
+            msg = f"record of {size} bytes exceeds the {self.max_record_bytes}-byte limit"
+            raise DecodeError(msg)
+        if size == 0:
+            msg = "empty input"
+            raise DecodeError(msg)
+        if data[0] == REGISTRY_MAGIC:
+            msg = "schema registry framing but no registry configured"
+            raise DecodeError(msg)
+        if bytes(data[:2]) != MAGIC:
+            msg = f"wrong magic bytes {bytes(data[:2]).hex()} (expected c301)"
+            raise DecodeError(msg)
+        if size < HEADER_LEN:
+            msg = f"truncated header ({size} bytes)"
+            raise DecodeError(msg)
+        fp = bytes(data[2:HEADER_LEN])
+        entry = self._entries.get(fp)
+        if entry is None:
+            msg = f"unknown schema fingerprint {fp.hex()}"
+            raise DecodeError(msg)
+        return entry
+
+    def decode_body(self, entry: WriterEntry, data: bytes, offset: int) -> dict[str, Any]:
+        """Decode the Avro body starting at ``offset`` with a writer entry.
+
+        Args:
+            entry: Writer schema and reader schema to resolve to.
+            data: The whole input.
+            offset: Where the body starts.
+
+        Returns:
+            The record as a dict in the reader (current) schema.
+
+        Raises:
+            DecodeError: The body is malformed, truncated or has trailing bytes.
+
+        """
+        buf = io.BytesIO(data)
+        buf.seek(offset)
+        try:
+            datum = schemaless_reader(buf, entry.writer, entry.reader)
+        except Exception as exc:
+            msg = f"malformed {entry.name} body: {type(exc).__name__}: {exc}"
+            raise DecodeError(msg[:500]) from exc
+        if buf.tell() != len(data):
+            msg = f"{len(data) - buf.tell()} trailing bytes after {entry.name} body"
+            raise DecodeError(msg)
+        if not isinstance(datum, dict):
+            msg = f"{entry.name} body did not decode to a record"
+            raise DecodeError(msg)
+        return datum
+
+    def decode_dict(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        """Decode to a plain dict in the current schema (the fast path).
+
+        Args:
+            data: A single-object encoding.
+
+        Returns:
+            (Avro full name, record dict).
+
+        Raises:
+            DecodeError: For anything that is not a valid encoding.
+
+        """
+        entry = self._lookup(data)
+        return entry.name, self.decode_body(entry, data, HEADER_LEN)
+
+    def decode(self, data: bytes) -> Any:
+        """Decode to a runwatch dataclass.
+
+        Args:
+            data: A single-object encoding.
+
+        Returns:
+            The record, resolved to the current schema.
+
+        Raises:
+            DecodeError: For anything that is not a valid encoding; never
+                another exception.
+
+        """
+        return self.decode_with(self._lookup(data), data, HEADER_LEN)
+
+    def _lookup(self, data: bytes) -> WriterEntry:
+        """Find the writer entry: a fast path for well-formed bytes, else full checks."""
+        if type(data) is bytes and data[:2] == MAGIC and len(data) <= self.max_record_bytes:
+            entry = self._entries.get(data[2:HEADER_LEN])
+            if entry is not None:
+                return entry
+        return self.entry_for(data)
+
+    def decode_with(self, entry: WriterEntry, data: bytes, offset: int) -> Any:
+        """Decode the body at ``offset`` into a dataclass with a known writer entry.
+
+        Args:
+            entry: Writer schema and reader schema to resolve to.
+            data: The whole input.
+            offset: Where the body starts.
+
+        Returns:
+            The record.
+
+        Raises:
+            DecodeError: The body is malformed or does not build the record.
+
+        """
+        datum = self.decode_body(entry, data, offset)
+        try:
+            return entry.cls.from_dict(datum)
+        except Exception as exc:
+            msg = f"cannot build {entry.name}: {type(exc).__name__}: {exc}"
+            raise DecodeError(msg[:500]) from exc
+
+    def entry_for_schema(self, schema: Mapping[str, Any]) -> WriterEntry:
+        """Return a writer entry for a schema obtained elsewhere (e.g. a registry).
+
+        Args:
+            schema: A record schema in JSON form.
+
+        Returns:
+            The known entry when its fingerprint is known, else a new entry that
+            resolves it to the current schema of the same name.
+
+        Raises:
+            DecodeError: The schema does not parse or names no known record.
+
+        """
+        try:
+            canonical = to_parsing_canonical_form(dict(schema))
+            known = self._entries.get(fingerprint_bytes(canonical))
+            if known is not None:
+                return known
+            parsed: Any = parse_schema(dict(schema), named_schemas={})
+        except Exception as exc:
+            msg = f"unusable writer schema: {type(exc).__name__}: {exc}"
+            raise DecodeError(msg[:500]) from exc
+        name = str(parsed.get("name")) if isinstance(parsed, dict) else ""
+        cur = self.schemas.current.get(name)
+        if cur is None:
+            msg = f"writer schema names unknown record {name!r}"
+            raise DecodeError(msg)
+        cls = self._entries[cur.fingerprint].cls
+        return WriterEntry(name=name, writer=parsed, reader=cur.parsed, cls=cls, version=0)
+
+    def decode_many(self, items: Sequence[bytes]) -> list[Any]:
+        """Decode a batch; failures come back in place as :class:`DecodeError`.
+
+        Args:
+            items: Single-object encodings.
+
+        Returns:
+            One record or :class:`DecodeError` per input, in order.
+
+        """
+        out: list[Any] = []
+        for data in items:
+            try:
+                out.append(self.decode(data))
+            except DecodeError as err:
+                out.append(err)
+        return out
+
+    def decode_many_dicts(
+        self, items: Sequence[bytes]
+    ) -> list[tuple[str, dict[str, Any]] | DecodeError]:
+        """Decode a batch to dicts; failures come back in place as :class:`DecodeError`.
+
+        Args:
+            items: Single-object encodings.
+
+        Returns:
+            One (name, dict) or :class:`DecodeError` per input, in order.
+
+        """
+        out: list[tuple[str, dict[str, Any]] | DecodeError] = []
+        for data in items:
+            try:
+                out.append(self.decode_dict(data))
+            except DecodeError as err:
+                out.append(err)
+        return out
+
+    # ------------------------------------------------------------------ info
+    def header(self, name: str) -> bytes:
+        """Return the 10-byte header of the current version of ``name``.
+
+        Args:
+            name: Avro full name.
+
+        Returns:
+            ``0xC3 0x01`` + fingerprint.
+
+        """
+        return self._writers[name][0]
+
+    def current(self, name: str) -> SchemaVersion:
+        """Return the current schema version of ``name``.
+
+        Args:
+            name: Avro full name.
+
+        Returns:
+            The schema version.
+
+        """
+        return self.schemas.current[name]
+
+
+@lru_cache(maxsize=8)
+def _cached(schema_dir: Path) -> Codec:
+    return Codec(load_schema_set(schema_dir))
+
+
+def load_codec(schema_dir: Path | None = None) -> Codec:
+    """Return a (cached) codec over a schema directory.
+
+    Args:
+        schema_dir: Directory with the ``.avsc`` files; default
+            ``$RUNWATCH_SCHEMA_DIR`` or ``schemas/avro`` at the repository root.
+
+    Returns:
+        The codec, shared between callers with the same directory.
+
+    """
+    from runwatch.core.codec.schemas import default_schema_dir
+
+    return _cached((schema_dir or default_schema_dir()).resolve())

@@ -1,0 +1,141 @@
+"""The topic map (``schemas/topics.yaml``): key, records, partitions, retention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+Cleanup = Literal["delete", "compact"]
+
+
+class TopicMapError(Exception):
+    """The topic map is missing or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One topic of the map.
+
+    Attributes:
+        name: Topic name.
+        key: Record field used as the message key; None for unkeyed topics.
+        records: Avro full names of the records the topic carries.
+        partitions: Partition count (run-keyed topics share ``run_partitions``).
+        cleanup: ``delete`` (retention) or ``compact``.
+        retention_ms: Retention in milliseconds; None for compacted topics.
+        writer: Components that write the topic.
+        readers: Components that read it.
+        internal: True for processor-internal re-key topics.
+        description: What the topic holds.
+
+    """
+
+    name: str
+    key: str | None
+    records: tuple[str, ...]
+    partitions: int
+    cleanup: Cleanup
+    retention_ms: int | None
+    writer: tuple[str, ...]
+    readers: tuple[str, ...]
+    internal: bool = False
+    description: str = ""
+
+    def topic_config(self) -> dict[str, str]:
+        """Return Kafka topic configs for creating the topic.
+
+        Returns:
+            ``cleanup.policy`` and, when set, ``retention.ms``.
+
+        """
+        conf: dict[str, str] = {"cleanup.policy": self.cleanup}
+        if self.retention_ms is not None:
+            conf["retention.ms"] = str(self.retention_ms)
+        return conf
+
+
+def default_topics_path() -> Path:
+    """Return ``schemas/topics.yaml`` at the repository root.
+
+    Returns:
+        The path.
+
+    """
+    return Path(__file__).resolve().parents[3] / "schemas" / "topics.yaml"
+
+
+def parse_topics(doc: Any) -> dict[str, TopicSpec]:
+    """Build topic specs from the parsed YAML document.
+
+    Args:
+        doc: The YAML document as loaded.
+
+    Returns:
+        Topic name -> spec, in file order.
+
+    Raises:
+        TopicMapError: A required entry is missing or has the wrong type.
+
+    """
+    if not isinstance(doc, dict) or not isinstance(doc.get("topics"), dict):
+        msg = "topic map needs a 'topics' mapping"
+        raise TopicMapError(msg)
+    run_partitions = doc.get("run_partitions")
+    out: dict[str, TopicSpec] = {}
+    for name, raw in doc["topics"].items():
+        try:
+            partitions = raw["partitions"]
+            if partitions == "run":
+                partitions = run_partitions
+            if not isinstance(partitions, int) or partitions < 1:
+                msg = f"partitions must be a positive int or 'run', got {partitions!r}"
+                raise TopicMapError(msg)
+            cleanup = raw.get("cleanup", "delete")
+            if cleanup not in ("delete", "compact"):
+                msg = f"cleanup must be delete or compact, got {cleanup!r}"
+                raise TopicMapError(msg)
+            retention = raw.get("retention_ms")
+            out[str(name)] = TopicSpec(
+                name=str(name),
+                key=None if raw["key"] is None else str(raw["key"]),
+                records=tuple(str(r) for r in raw["records"]),
+                partitions=partitions,
+                cleanup=cleanup,
+                retention_ms=None if retention is None else int(retention),
+                writer=tuple(str(w) for w in raw.get("writer", ())),
+                readers=tuple(str(r) for r in raw.get("readers", ())),
+                internal=bool(raw.get("internal", False)),
+                description=str(raw.get("description", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"topic {name}: bad entry: {exc!r}"
+            raise TopicMapError(msg) from exc
+        except TopicMapError as exc:
+            msg = f"topic {name}: {exc}"
+            raise TopicMapError(msg) from exc
+    return out
+
+
+def load_topics(path: Path | None = None) -> dict[str, TopicSpec]:
+    """Read the topic map.
+
+    Args:
+        path: YAML file; default ``schemas/topics.yaml`` at the repository root.
+
+    Returns:
+        Topic name -> spec.
+
+    Raises:
+        TopicMapError: The file is missing or malformed.
+
+    """
+    target = path if path is not None else default_topics_path()
+    try:
+        doc = yaml.safe_load(target.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        msg = f"cannot read topic map {target}: {exc}"
+        raise TopicMapError(msg) from exc
+    return parse_topics(doc)
