@@ -1,0 +1,337 @@
+"""Request bodies for each receiver kind, built from an ``Alert`` record (pure).
+
+Shapes follow the public API documentation of each system:
+
+- Alertmanager API v2 ``POST /api/v2/alerts``: a list of
+  ``{labels, annotations, startsAt, endsAt, generatorURL}``.
+- PagerDuty Events API v2 ``POST /v2/enqueue``: ``{routing_key, event_action,
+  dedup_key, payload: {summary, source, severity, timestamp, component, group,
+  class, custom_details}, links, client, client_url}``; a resolve carries only
+  ``routing_key``, ``event_action`` and ``dedup_key``.
+- Opsgenie Alert API: create ``POST /v2/alerts`` with ``{message, alias,
+  description, tags, details, entity, source, priority}``; close
+  ``POST /v2/alerts/{alias}/close?identifierType=alias`` with ``{source, note}``.
+- Slack incoming webhook: ``{text, blocks}``.
+- Generic webhook: ``{version, status, alert}``; the signature is added by the sender.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+ALERT_FIELDS = (
+    "alert_id", "dedup_key", "status", "severity", "detector", "indicator", "observed",
+    "expected", "score", "probable_cause", "evidence", "title", "summary", "team",
+    "experiment_family", "node", "labels", "first_seen_ms", "last_seen_ms", "event_id",
+    "run_id", "emitted_at_ms", "source", "seq",
+)
+_PD_SEVERITY = {"critical": "critical", "warning": "warning", "info": "info", "error": "error"}
+_OG_PRIORITY = {"critical": "P1", "error": "P2", "warning": "P3", "info": "P5"}
+_SLACK_EMOJI = {
+    "critical": ":red_circle:", "warning": ":large_orange_circle:", "info": ":information_source:"
+}
+
+
+def iso_ms(ms: int) -> str:
+    """Format UTC epoch milliseconds as RFC 3339 with a ``Z``.
+
+    Args:
+        ms: UTC epoch milliseconds.
+
+    Returns:
+        e.g. ``2024-05-01T12:00:00.123Z``.
+
+    """
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z"
+    )
+
+
+def alert_dict(alert: object) -> dict[str, Any]:
+    """Turn an alert record into plain JSON-ready data.
+
+    Args:
+        alert: An ``Alert`` dataclass (or any object with its fields).
+
+    Returns:
+        Field name → value; evidence becomes a list of dicts.
+
+    """
+    if dataclasses.is_dataclass(alert) and not isinstance(alert, type):
+        data = dataclasses.asdict(alert)
+    else:
+        data = {name: getattr(alert, name, None) for name in ALERT_FIELDS}
+        data["evidence"] = [
+            dataclasses.asdict(e) if dataclasses.is_dataclass(e) and not isinstance(e, type)
+            else dict(vars(e))
+            for e in (data.get("evidence") or [])
+        ]
+    for key, value in list(data.items()):
+        if isinstance(value, bytes):
+            data[key] = value.hex()
+    return data
+
+
+def investigation_query(run_id: str, database: str = "runwatch") -> str:
+    """Return the SQL that starts an investigation of a run.
+
+    Args:
+        run_id: The run.
+        database: The ClickHouse database.
+
+    Returns:
+        A SQL query over the run's alerts, newest first.
+
+    """
+    safe = run_id.replace("\\", "\\\\").replace("'", "\\'")
+    return (
+        f"SELECT * FROM {database}.alerts WHERE run_id = '{safe}' "  # noqa: S608 - escaped
+        "ORDER BY emitted_at_ms DESC LIMIT 100"
+    )
+
+
+def investigation_url(template: str, run_id: str, database: str = "runwatch") -> str:
+    """Fill the investigation URL template for a run.
+
+    The template may use ``{run_id}``, ``{query}`` (URL-encoded SQL) and
+    ``{query_b64}`` (base64 SQL, as ClickHouse's ``/play`` page reads after ``#``).
+
+    Args:
+        template: e.g. ``http://127.0.0.1:8123/play?user=analyst#{query_b64}``.
+        run_id: The run.
+        database: The ClickHouse database.
+
+    Returns:
+        The URL.
+
+    """
+    sql = investigation_query(run_id, database)
+    return template.format(
+        run_id=quote(run_id, safe=""),
+        query=quote(sql, safe=""),
+        query_b64=base64.b64encode(sql.encode()).decode(),
+    )
+
+
+def _evidence_lines(alert: Mapping[str, Any], limit: int = 5) -> list[str]:
+    lines = []
+    for ev in (alert.get("evidence") or [])[:limit]:
+        line = (
+            f"{ev.get('signal', '?')}/{ev.get('indicator', '?')}: observed {ev.get('observed')} "
+            f"vs expected {ev.get('expected')} at {iso_ms(int(ev.get('at_ms') or 0))}"
+        )
+        if ev.get("detail"):
+            line += f" ({ev['detail']})"
+        lines.append(line)
+    return lines
+
+
+def alertmanager_alert(
+    alert: object, now_ms: int, generator_url: str, ttl_ms: int
+) -> dict[str, Any]:
+    """Build one Alertmanager v2 alert.
+
+    A firing alert gets ``endsAt = now + ttl`` so that Alertmanager keeps it
+    active until the next repeat; a resolve sets ``endsAt = now``.
+
+    Args:
+        alert: The Alert record.
+        now_ms: Current time.
+        generator_url: Link to the investigation query.
+        ttl_ms: How long a firing alert stays active without a resend.
+
+    Returns:
+        The alert object (post a list of these).
+
+    """
+    a = alert_dict(alert)
+    labels: dict[str, str] = {
+        str(k): str(v) for k, v in (a.get("labels") or {}).items() if v not in (None, "")
+    }
+    for key in ("severity", "run_id", "probable_cause", "team", "experiment_family", "node",
+                "detector", "indicator", "dedup_key"):
+        if a.get(key) not in (None, ""):
+            labels[key] = str(a[key])
+    labels["alertname"] = str(a.get("detector") or a.get("indicator") or "runwatch")
+    resolved = a.get("status") == "resolved"
+    return {
+        "labels": labels,
+        "annotations": {
+            "summary": str(a.get("title") or a.get("summary") or ""),
+            "description": str(a.get("summary") or ""),
+            "evidence": "\n".join(_evidence_lines(a)),
+            "observed": str(a.get("observed")),
+            "expected": str(a.get("expected")),
+        },
+        "startsAt": iso_ms(int(a.get("first_seen_ms") or now_ms)),
+        "endsAt": iso_ms(now_ms if resolved else now_ms + ttl_ms),
+        "generatorURL": generator_url,
+    }
+
+
+def pagerduty_event(alert: object, routing_key: str, now_ms: int, link: str) -> dict[str, Any]:
+    """Build a PagerDuty Events API v2 event (trigger or resolve).
+
+    Args:
+        alert: The Alert record.
+        routing_key: The integration's routing key.
+        now_ms: Current time.
+        link: Link to the investigation query.
+
+    Returns:
+        The event body.
+
+    """
+    a = alert_dict(alert)
+    if a.get("status") == "resolved":
+        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": a["dedup_key"]}
+    return {
+        "routing_key": routing_key,
+        "event_action": "trigger",
+        "dedup_key": str(a["dedup_key"])[:255],
+        "payload": {
+            "summary": str(a.get("title") or a.get("summary") or a["dedup_key"])[:1024],
+            "source": str(a.get("node") or a.get("run_id") or "runwatch"),
+            "severity": _PD_SEVERITY.get(str(a.get("severity")), "warning"),
+            "timestamp": iso_ms(int(a.get("last_seen_ms") or now_ms)),
+            "component": str(a.get("detector") or ""),
+            "group": str(a.get("team") or ""),
+            "class": str(a.get("probable_cause") or ""),
+            "custom_details": {
+                "run_id": a.get("run_id"),
+                "probable_cause": a.get("probable_cause"),
+                "indicator": a.get("indicator"),
+                "observed": a.get("observed"),
+                "expected": a.get("expected"),
+                "score": a.get("score"),
+                "summary": a.get("summary"),
+                "evidence": _evidence_lines(a),
+                "experiment_family": a.get("experiment_family"),
+                "labels": a.get("labels") or {},
+            },
+        },
+        "links": [{"href": link, "text": "Investigate the run"}],
+        "client": "runwatch",
+        "client_url": link,
+    }
+
+
+def opsgenie_create(alert: object) -> dict[str, Any]:
+    """Build an Opsgenie create-alert body (alias = dedup key).
+
+    Args:
+        alert: The Alert record.
+
+    Returns:
+        The body for ``POST /v2/alerts``.
+
+    """
+    a = alert_dict(alert)
+    tags = [f"{k}:{a[k]}" for k in ("severity", "probable_cause", "team") if a.get(k)]
+    details = {
+        k: str(a[k]) for k in ("run_id", "indicator", "detector", "observed", "expected",
+                               "score", "experiment_family", "node") if a.get(k) is not None
+    }
+    details.update({f"label.{k}": str(v) for k, v in (a.get("labels") or {}).items()})
+    description = "\n".join([str(a.get("summary") or ""), "", *_evidence_lines(a)])
+    return {
+        "message": str(a.get("title") or a.get("summary") or a["dedup_key"])[:130],
+        "alias": str(a["dedup_key"])[:512],
+        "description": description[:15000],
+        "tags": tags[:20],
+        "details": details,
+        "entity": str(a.get("run_id") or ""),
+        "source": "runwatch",
+        "priority": _OG_PRIORITY.get(str(a.get("severity")), "P3"),
+    }
+
+
+def opsgenie_close_path(alias: str) -> str:
+    """Return the close path for an alias (query string included).
+
+    Args:
+        alias: The alert alias (the dedup key).
+
+    Returns:
+        ``/v2/alerts/<alias>/close?identifierType=alias`` with the alias escaped.
+
+    """
+    return f"/v2/alerts/{quote(alias, safe='')}/close?identifierType=alias"
+
+
+def opsgenie_close(alert: object) -> dict[str, Any]:
+    """Build an Opsgenie close body.
+
+    Args:
+        alert: The Alert record.
+
+    Returns:
+        The body for the close request.
+
+    """
+    a = alert_dict(alert)
+    return {"source": "runwatch", "note": f"resolved: {a.get('summary') or a.get('title') or ''}"}
+
+
+def slack_message(alert: object, link: str) -> dict[str, Any]:
+    """Build a Slack incoming-webhook message (text fallback plus blocks).
+
+    Args:
+        alert: The Alert record.
+        link: Link to the investigation query.
+
+    Returns:
+        The message body.
+
+    """
+    a = alert_dict(alert)
+    resolved = a.get("status") == "resolved"
+    icon = ":white_check_mark:" if resolved else _SLACK_EMOJI.get(str(a.get("severity")), "")
+    state = "RESOLVED" if resolved else str(a.get("severity") or "").upper()
+    title = str(a.get("title") or a.get("dedup_key"))
+    text = (
+        f"{icon} [{state}] {title} (run {a.get('run_id')}, "
+        f"probable cause: {a.get('probable_cause')})"
+    )
+    evidence = _evidence_lines(a) or ["(no evidence attached)"]
+    fields = [
+        {"type": "mrkdwn", "text": f"*Probable cause*\n{a.get('probable_cause')}"},
+        {"type": "mrkdwn", "text": f"*Run*\n`{a.get('run_id')}`"},
+        {"type": "mrkdwn", "text": f"*Team*\n{a.get('team') or '-'}"},
+        {"type": "mrkdwn", "text": f"*Indicator*\n{a.get('indicator')} "
+                                   f"({a.get('observed')} vs {a.get('expected')})"},
+    ]
+    return {
+        "text": text,
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": f"[{state}] {title}"[:150]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": str(a.get("summary") or "")
+                                         or title}, "fields": fields},
+            {"type": "section", "text": {"type": "mrkdwn",
+                                         "text": "*Evidence*\n" + "\n".join(
+                                             f"• {line}" for line in evidence)}},
+            {"type": "context", "elements": [
+                {"type": "mrkdwn", "text": f"<{link}|Investigate the run> · "
+                                           f"`runwatch alerts tail --run {a.get('run_id')}`"},
+            ]},
+        ],
+    }
+
+
+def webhook_body(alert: object) -> dict[str, Any]:
+    """Build the generic webhook body.
+
+    Args:
+        alert: The Alert record.
+
+    Returns:
+        ``{"version": 1, "status": ..., "alert": {...}}``.
+
+    """
+    a = alert_dict(alert)
+    return {"version": 1, "status": a.get("status"), "alert": a}

@@ -1,0 +1,295 @@
+"""The pager service: rw.alerts → routing → silences → receivers; failures → rw.dlq.
+
+One message at a time: decode, route, check silences, deliver to each
+receiver (dedup, retries, breaker), dead-letter what cannot be delivered, then
+commit the offset. A crash before the commit replays the message on restart;
+receivers already notified are skipped thanks to the durable notification log,
+so nothing is lost and nothing pages twice within the repeat interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runwatch import __version__
+from runwatch.adapters.kafka import BatchConsumer, KafkaTransport, ProducerSettings
+from runwatch.adapters.receivers import (
+    HttpReceiver,
+    ReceiverOptions,
+    build_client,
+    build_receivers,
+)
+from runwatch.adapters.settings import KafkaSettings
+from runwatch.core.delivery import BreakerPolicy, RetryPolicy, find_silence
+from runwatch.core.routing import Rules, alert_attributes, parse_rules, receivers_for
+from runwatch.pager.deliver import Deliverer, Interrupted
+from runwatch.pager.state import NotificationLog, SilenceStore, default_state_dir
+
+log = logging.getLogger(__name__)
+
+
+class PagerSettings(BaseSettings):
+    """Pager settings (env prefix ``RUNWATCH_PAGER_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_PAGER_", extra="ignore")
+
+    rules_file: Path = Path("infra/pager/routes.yaml")
+    state_dir: Path = default_state_dir()
+    alerts_topic: str = "rw.alerts"
+    dlq_topic: str = "rw.dlq"
+    group_id: str = "runwatch-pager"
+    max_attempts: int = 6
+    backoff_base_ms: int = 500
+    backoff_cap_ms: int = 60_000
+    max_retry_after_ms: int = 300_000
+    breaker_failures: int = 5
+    breaker_open_ms: int = 30_000
+    delivery_deadline_ms: int = 600_000
+    http_timeout_s: float = 10.0
+    tls_verify: bool = True
+    ca_bundle: Path | None = None
+    investigate_url_template: str = "http://127.0.0.1:8123/play?user=analyst#{query_b64}"
+    clickhouse_database: str = "runwatch"
+    dlq_flush_timeout_s: float = 30.0
+
+
+def load_rules(path: Path) -> Rules:
+    """Read and validate a rules file.
+
+    Args:
+        path: The YAML file.
+
+    Returns:
+        The rules.
+
+    Raises:
+        RulesError: With the file and line of the problem.
+        OSError: When the file cannot be read.
+
+    """
+    return parse_rules(path.read_text(encoding="utf-8"), str(path))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Pager:
+    """Wires the consumer, receivers, deliverer and dead-letter producer."""
+
+    def __init__(
+        self,
+        settings: PagerSettings,
+        kafka: KafkaSettings,
+        *,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """Load rules, resolve receivers and open the state (no Kafka yet).
+
+        Args:
+            settings: Pager settings.
+            kafka: Kafka settings.
+            stop: Set it to stop the loop.
+
+        """
+        from runwatch.core.codec import load_codec
+
+        self.settings = settings
+        self.kafka = kafka
+        self.stop = stop or threading.Event()
+        self.rules = load_rules(settings.rules_file)
+        verify: bool | str = str(settings.ca_bundle) if settings.ca_bundle else settings.tls_verify
+        self.http = build_client(settings.http_timeout_s, verify)
+        self.receivers: dict[str, HttpReceiver] = build_receivers(
+            self.rules.receivers,
+            self.http,
+            ReceiverOptions(settings.investigate_url_template, settings.clickhouse_database),
+        )
+        self.codec = load_codec()
+        self.notifications = NotificationLog(settings.state_dir)
+        self.silences = SilenceStore(settings.state_dir)
+        self.deliverer = Deliverer(
+            self.notifications,
+            RetryPolicy(
+                settings.max_attempts, settings.backoff_base_ms, settings.backoff_cap_ms,
+                settings.max_retry_after_ms,
+            ),
+            BreakerPolicy(settings.breaker_failures, settings.breaker_open_ms),
+            settings.delivery_deadline_ms,
+            self.stop,
+        )
+        self._seq = 0
+        self._host = socket.gethostname()
+        self.dlq: KafkaTransport | None = None
+        self.counters = {"received": 0, "sent": 0, "skipped": 0, "silenced": 0, "dead": 0}
+
+    def run(self) -> int:
+        """Consume until stopped.
+
+        Returns:
+            The exit code: 0 on a clean stop.
+
+        """
+        s = self.settings
+        poll_ms = s.delivery_deadline_ms + 120_000
+        consumer = BatchConsumer(
+            self.kafka, s.group_id, [s.alerts_topic],
+            extra={"max.poll.interval.ms": poll_ms},
+        )
+        self.dlq = KafkaTransport(
+            self.kafka,
+            ProducerSettings(spool_dir=s.state_dir / "spool", spool_fsync="always"),
+            name="pager-dlq",
+        )
+        log.info(
+            "pager consuming %s (group %s), %d receivers, state in %s",
+            s.alerts_topic, s.group_id, len(self.receivers), s.state_dir,
+        )
+        try:
+            while not self.stop.is_set():
+                for msg in consumer.poll_batch(max_records=1, timeout=0.5):
+                    try:
+                        self.handle(
+                            str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0),
+                            msg.key(), msg.value(),
+                        )
+                    except Interrupted:
+                        log.info("stopping mid-delivery; offset %d not committed", msg.offset())
+                        return 0
+                    consumer.commit([msg])
+        finally:
+            consumer.close()
+            self.close()
+        return 0
+
+    def handle(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+    ) -> None:
+        """Process one rw.alerts message fully (the caller commits afterwards).
+
+        Args:
+            topic: Source topic.
+            partition: Source partition.
+            offset: Source offset.
+            key: Message key.
+            value: Message value (encoded Alert).
+
+        Raises:
+            Interrupted: When stopping mid-delivery (do not commit).
+
+        """
+        from runwatch.core.codec import DecodeError
+        from runwatch.core.records import Alert
+
+        self.counters["received"] += 1
+        raw = value or b""
+        try:
+            alert = self.codec.decode(raw)
+        except DecodeError as exc:
+            self.dead_letter(topic, partition, offset, key, raw, f"undecodable alert: {exc}", None)
+            return
+        if not isinstance(alert, Alert):
+            reason = f"not an Alert record on {topic}: {type(alert).__name__}"
+            self.dead_letter(topic, partition, offset, key, raw, reason, None)
+            return
+        now = _now_ms()
+        attrs = alert_attributes(alert)
+        silence = find_silence(self.silences.current(), attrs, now)
+        if silence is not None and alert.status == "firing":
+            self.counters["silenced"] += 1
+            log.info(
+                "alert %s silenced by %s (%s)", alert.dedup_key, silence.silence_id,
+                silence.reason,
+            )
+            return
+        for spec in receivers_for(self.rules, attrs):
+            outcome = self.deliverer.deliver(alert, self.receivers[spec.name])
+            if outcome.result == "dead":
+                self.dead_letter(
+                    topic, partition, offset, key, raw, outcome.reason, alert.run_id
+                )
+            else:
+                self.counters[outcome.result] += 1
+
+    def dead_letter(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        raw: bytes,
+        reason: str,
+        run_id: str | None,
+    ) -> None:
+        """Publish a DeadLetter to rw.dlq and wait until Kafka has it.
+
+        Args:
+            topic: Source topic.
+            partition: Source partition.
+            offset: Source offset.
+            key: Source key.
+            raw: Original bytes.
+            reason: Why.
+            run_id: The run, when known.
+
+        Raises:
+            RuntimeError: When the dead letter cannot be confirmed (the offset
+                must then stay uncommitted).
+
+        """
+        from runwatch.core.records import DeadLetter, Source
+
+        self.counters["dead"] += 1
+        self._seq += 1
+        now = _now_ms()
+        record = DeadLetter(
+            event_id=str(uuid.uuid4()), run_id=run_id, emitted_at_ms=now,
+            source=Source(kind="pager", host=self._host, runwatch_version=__version__),
+            seq=self._seq, topic=topic, partition=partition, offset=offset, reason=reason,
+            original=raw, key=key, failed_at_ms=now,
+        )
+        log.error("dead-lettering %s[%d]@%d: %s", topic, partition, offset, reason[:500])
+        if self.dlq is None:
+            msg = "dead-letter producer not started"
+            raise RuntimeError(msg)
+        self.dlq.produce(self.settings.dlq_topic, key, self.codec.encode(record))
+        left = self.dlq.flush(self.settings.dlq_flush_timeout_s)
+        if left:
+            msg = f"dead letter not confirmed by Kafka within {self.settings.dlq_flush_timeout_s}s"
+            raise RuntimeError(msg)
+
+    def close(self) -> None:
+        """Close the producer, HTTP client and log."""
+        if self.dlq is not None:
+            self.dlq.close()
+            self.dlq = None
+        self.http.close()
+        self.notifications.close()
+        log.info("pager stopped: %s", self.counters)
+
+
+def describe(settings: PagerSettings) -> dict[str, Any]:
+    """Return a summary of the configuration (no secrets) for ``pager check``.
+
+    Args:
+        settings: Pager settings.
+
+    Returns:
+        Receivers and their kinds and repeat intervals.
+
+    """
+    rules = load_rules(settings.rules_file)
+    return {
+        name: {"kind": spec.kind, "repeat_interval_ms": spec.repeat_interval_ms,
+               "settings": {k: f"{r.kind}:{r.value}" if r.kind != "literal" else r.value
+                            for k, r in spec.settings.items()}}
+        for name, spec in rules.receivers.items()
+    }

@@ -1,0 +1,289 @@
+"""Durable pager state in the state directory: notification log and silences.
+
+- ``notifications.jsonl``: one JSON line per notification sent (receiver,
+  dedup key, status, time), appended and fsynced right after a receiver
+  accepted it, so the log survives ``kill -9``. On start the last line per
+  (receiver, dedup key) wins; the file is compacted (rewritten atomically)
+  when it grows past a multiple of its live entries. A torn last line (crash
+  mid-write) is skipped with a warning.
+- ``silences.json``: the whole silence list, rewritten atomically (temp file,
+  fsync, rename). The pager reloads it when its modification time changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+from runwatch.core.delivery import Matcher, Notification, Silence, parse_matcher
+
+log = logging.getLogger(__name__)
+
+NOTIFICATIONS_FILE = "notifications.jsonl"
+SILENCES_FILE = "silences.json"
+
+
+def default_state_dir() -> Path:
+    """Return the default state directory (``$XDG_STATE_HOME/runwatch/pager``).
+
+    Returns:
+        The path (not created).
+
+    """
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "runwatch" / "pager"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class NotificationLog:
+    """What was sent to whom, durable across crashes."""
+
+    def __init__(self, state_dir: Path, compact_factor: int = 4) -> None:
+        """Open (and load) the log in a state directory.
+
+        Args:
+            state_dir: The pager's state directory (created when missing).
+            compact_factor: Rewrite the file when it holds this many times
+                more lines than live entries.
+
+        """
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / NOTIFICATIONS_FILE
+        self._compact_factor = compact_factor
+        self._entries: dict[tuple[str, str], Notification] = {}
+        self._lines = 0
+        self._load()
+        self._fh = self.path.open("ab")
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                try:
+                    d = json.loads(raw)
+                    entry = Notification(
+                        d["receiver"], d["dedup_key"], d["status"], int(d["sent_at_ms"]),
+                        d.get("alert_id", ""),
+                    )
+                except (ValueError, KeyError, TypeError):
+                    log.warning("%s:%d: unreadable line skipped (torn write?)", self.path, number)
+                    continue
+                self._entries[(entry.receiver, entry.dedup_key)] = entry
+                self._lines += 1
+
+    def last(self, receiver: str, dedup_key: str) -> Notification | None:
+        """Return the last notification for a receiver and dedup key.
+
+        Args:
+            receiver: Receiver name.
+            dedup_key: The alert's dedup key.
+
+        Returns:
+            The entry, or None.
+
+        """
+        return self._entries.get((receiver, dedup_key))
+
+    def record(self, entry: Notification) -> None:
+        """Append a notification and fsync before returning.
+
+        Args:
+            entry: What was sent.
+
+        """
+        line = json.dumps(
+            {"receiver": entry.receiver, "dedup_key": entry.dedup_key, "status": entry.status,
+             "sent_at_ms": entry.sent_at_ms, "alert_id": entry.alert_id},
+            separators=(",", ":"),
+        ).encode() + b"\n"
+        self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._entries[(entry.receiver, entry.dedup_key)] = entry
+        self._lines += 1
+        if self._lines > self._compact_factor * max(64, len(self._entries)):
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the file with one line per (receiver, dedup key)."""
+        data = b"".join(
+            json.dumps(
+                {"receiver": e.receiver, "dedup_key": e.dedup_key, "status": e.status,
+                 "sent_at_ms": e.sent_at_ms, "alert_id": e.alert_id},
+                separators=(",", ":"),
+            ).encode() + b"\n"
+            for e in self._entries.values()
+        )
+        self._fh.close()
+        _atomic_write(self.path, data)
+        self._fh = self.path.open("ab")
+        self._lines = len(self._entries)
+
+    def entries(self) -> Iterator[Notification]:
+        """Iterate over the live entries.
+
+        Yields:
+            One notification per (receiver, dedup key).
+
+        """
+        yield from self._entries.values()
+
+    def close(self) -> None:
+        """Close the file."""
+        with contextlib.suppress(OSError):
+            self._fh.close()
+
+
+def _silence_to_json(s: Silence) -> dict[str, object]:
+    return {
+        "id": s.silence_id, "matchers": [str(m) for m in s.matchers],
+        "starts_at_ms": s.starts_at_ms, "ends_at_ms": s.ends_at_ms,
+        "reason": s.reason, "created_by": s.created_by,
+    }
+
+
+def _silence_from_json(d: dict[str, object]) -> Silence:
+    matchers: tuple[Matcher, ...] = tuple(
+        parse_matcher(str(m)) for m in d["matchers"]  # type: ignore[attr-defined]
+    )
+    return Silence(
+        str(d["id"]), matchers, int(d["starts_at_ms"]),  # type: ignore[call-overload]
+        int(d["ends_at_ms"]), str(d.get("reason", "")),  # type: ignore[call-overload]
+        str(d.get("created_by", "")),
+    )
+
+
+class SilenceStore:
+    """Silences kept in ``silences.json`` in the state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        """Point at a state directory.
+
+        Args:
+            state_dir: The pager's state directory.
+
+        """
+        self.path = state_dir / SILENCES_FILE
+        self._mtime_ns: int | None = None
+        self._cache: list[Silence] = []
+
+    def load(self) -> list[Silence]:
+        """Read every silence (including expired ones).
+
+        Returns:
+            The silences, oldest first.
+
+        Raises:
+            ValueError: When the file is corrupt.
+
+        """
+        if not self.path.exists():
+            return []
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            return [_silence_from_json(d) for d in raw["silences"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            msg = f"{self.path}: corrupt silence file: {exc}"
+            raise ValueError(msg) from exc
+
+    def current(self) -> list[Silence]:
+        """Return the silences, re-reading the file only when it changed.
+
+        Returns:
+            The silences.
+
+        """
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            self._mtime_ns, self._cache = None, []
+            return []
+        if mtime != self._mtime_ns:
+            self._cache = self.load()
+            self._mtime_ns = mtime
+        return self._cache
+
+    def save(self, silences: list[Silence]) -> None:
+        """Write every silence atomically.
+
+        Args:
+            silences: The full list.
+
+        """
+        data = json.dumps(
+            {"silences": [_silence_to_json(s) for s in silences]}, indent=2
+        ).encode()
+        _atomic_write(self.path, data)
+
+    def add(
+        self, matchers: tuple[Matcher, ...], now_ms: int, duration_ms: int, reason: str,
+        created_by: str = "",
+    ) -> Silence:
+        """Create a silence starting now.
+
+        Args:
+            matchers: What it mutes (all must match).
+            now_ms: Current time.
+            duration_ms: How long it lasts.
+            reason: Why (required by the CLI).
+            created_by: Who.
+
+        Returns:
+            The new silence.
+
+        """
+        silence = Silence(
+            secrets.token_hex(6), matchers, now_ms, now_ms + duration_ms, reason, created_by
+        )
+        self.save([*self.load(), silence])
+        return silence
+
+    def expire(self, silence_id: str, now_ms: int) -> Silence:
+        """End a silence now.
+
+        Args:
+            silence_id: The silence's id (a unique prefix is enough).
+            now_ms: Current time.
+
+        Returns:
+            The expired silence.
+
+        Raises:
+            KeyError: When no silence (or more than one) has that id prefix.
+
+        """
+        silences = self.load()
+        hits = [i for i, s in enumerate(silences) if s.silence_id.startswith(silence_id)]
+        if len(hits) != 1:
+            msg = f"no silence with id {silence_id!r}" if not hits else (
+                f"id prefix {silence_id!r} is ambiguous"
+            )
+            raise KeyError(msg)
+        i = hits[0]
+        s = silences[i]
+        silences[i] = Silence(
+            s.silence_id, s.matchers, s.starts_at_ms, min(s.ends_at_ms, now_ms), s.reason,
+            s.created_by,
+        )
+        self.save(silences)
+        return silences[i]
