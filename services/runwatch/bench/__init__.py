@@ -1,0 +1,1 @@
+"""Benchmarks of runwatch's detectors on public labeled data (NAB)."""
