@@ -1,0 +1,93 @@
+"""``runwatch stack up|down|status``: the local Kafka, ClickHouse store and Alertmanager."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.table import Table
+
+from runwatch.stack.manager import Stack
+from runwatch.stack.services import SERVICES, StackError
+from runwatch.stack.settings import StackSettings
+
+_STYLE = {"healthy": "green", "running": "yellow", "stopped": "red"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``stack`` command group."""
+    parser = sub.add_parser("stack", help="start, stop and report the local stack")
+    parser.add_argument("--state-dir", help="state directory (default: .runwatch in the checkout)")
+    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
+    actions = parser.add_subparsers(dest="stack_command", metavar="ACTION")
+
+    up = actions.add_parser("up", help="start Kafka, the ClickHouse store and Alertmanager")
+    up.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
+                    help=f"services to start (default: all of {', '.join(SERVICES)})")
+    up.set_defaults(func=_up)
+
+    down = actions.add_parser("down", help="stop the processes the stack started")
+    down.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
+                      help="services to stop (default: all)")
+    down.set_defaults(func=_down)
+
+    status = actions.add_parser("status", help="report each service")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.set_defaults(func=_status)
+
+
+def _service(value: str) -> str:
+    if value not in SERVICES:
+        msg = f"unknown service {value!r} (choose from {', '.join(SERVICES)})"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _stack(args: argparse.Namespace) -> Stack:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    overrides = {"state_dir": args.state_dir} if args.state_dir else {}
+    return Stack(StackSettings(**overrides))
+
+
+def _up(args: argparse.Namespace) -> int:
+    console = Console(stderr=True, highlight=False)
+    try:
+        result = _stack(args).up(console.print, args.services or SERVICES)
+    except StackError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 1
+    for name, why in result.failed.items():
+        console.print(f"[red]{name} failed:[/red]", end=" ")
+        console.print(why, markup=False)
+    return 0 if result.ok else 1
+
+
+def _down(args: argparse.Namespace) -> int:
+    console = Console(stderr=True, highlight=False)
+    outcome = _stack(args).down(console.print, args.services or SERVICES)
+    if all(v == "not running" for v in outcome.values()):
+        console.print("nothing to stop")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    stack = _stack(args)
+    rows = stack.status()
+    if args.json:
+        payload = {"state_dir": str(stack.settings.state), "services": [asdict(r) for r in rows]}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        table = Table(title=f"runwatch stack ({stack.settings.state})")
+        for col in ("service", "state", "pid", "port", "address"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("detail", overflow="fold")
+        for r in rows:
+            style = _STYLE[r.state]
+            table.add_row(r.name, f"[{style}]{r.state}[/{style}]", str(r.pid or "-"),
+                          str(r.port), r.url, r.detail)
+        Console().print(table)
+    return 0 if all(r.state == "healthy" for r in rows) else 3

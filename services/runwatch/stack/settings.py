@@ -1,0 +1,93 @@
+"""Settings of the local stack (env prefix ``RUNWATCH_STACK_``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def find_checkout_root(start: Path | None = None) -> Path:
+    """Find the checkout holding ``infra/kafka/pom.xml``.
+
+    Looks upwards from ``start`` (default: the working directory), then from
+    this package's own location (an editable install lives in the checkout).
+
+    Args:
+        start: Where to begin looking.
+
+    Returns:
+        The checkout root, or the working directory when none is found.
+
+    """
+    candidates = [(start or Path.cwd()).resolve(), Path(__file__).resolve()]
+    for origin in candidates:
+        for directory in (origin, *origin.parents):
+            if (directory / "infra" / "kafka" / "pom.xml").is_file():
+                return directory
+    return Path.cwd().resolve()
+
+
+class StackSettings(BaseSettings):
+    """Where the local stack keeps its state and which ports it binds.
+
+    Every field can be set from the environment, e.g.
+    ``RUNWATCH_STACK_STATE_DIR=/tmp/rw RUNWATCH_STACK_KAFKA_PORT=19092``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_STACK_", extra="ignore")
+
+    root: Path = Field(default_factory=find_checkout_root)
+    state_dir: Path | None = None
+    host: str = "127.0.0.1"
+    kafka_port: int = Field(default=9092, ge=1, le=65535)
+    controller_port: int = Field(default=9094, ge=1, le=65535)
+    store_port: int = Field(default=8123, ge=1, le=65535)
+    alertmanager_port: int = Field(default=9093, ge=1, le=65535)
+    kafka_lib: Path | None = None
+    kafka_heap: str = "512m"
+    kafka_partitions: int = Field(default=1, ge=1)
+    java: str = "java"
+    python: str = sys.executable
+    alertmanager_bin: str = "prometheus-alertmanager"
+    alertmanager_config: Path | None = None
+    start_timeout_s: float = Field(default=120.0, gt=0)
+    stop_timeout_s: float = Field(default=30.0, gt=0)
+
+    @property
+    def state(self) -> Path:
+        """The state directory (default ``<checkout>/.runwatch``)."""
+        return (self.state_dir or self.root / ".runwatch").resolve()
+
+    @property
+    def logs(self) -> Path:
+        """Where every service writes its logs."""
+        return self.state / "logs"
+
+    @property
+    def lib(self) -> Path:
+        """The broker classpath folder filled by ``make jars``."""
+        return (self.kafka_lib or self.root / "infra" / "kafka" / "lib").resolve()
+
+    @property
+    def am_config(self) -> Path:
+        """The Alertmanager configuration file."""
+        default = self.root / "infra" / "alertmanager" / "alertmanager.yml"
+        return (self.alertmanager_config or default).resolve()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Kafka bootstrap servers of this stack."""
+        return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def clickhouse_url(self) -> str:
+        """HTTP URL of the ClickHouse store."""
+        return f"http://{self.host}:{self.store_port}"
+
+    @property
+    def alertmanager_url(self) -> str:
+        """HTTP URL of Alertmanager."""
+        return f"http://{self.host}:{self.alertmanager_port}"

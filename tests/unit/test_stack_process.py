@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runwatch.stack import process
+
+SLEEPER = (sys.executable, "-c", "import time; time.sleep(60)")
+STUBBORN = (sys.executable, "-c",
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('armed' + '-ok', flush=True); time.sleep(60)")
+
+
+@pytest.fixture
+def spawned(tmp_path: Path):
+    records: list[process.ProcessRecord] = []
+
+    def start(argv=SLEEPER) -> process.ProcessRecord:
+        rec = process.spawn("svc", argv, tmp_path / "svc.log", tmp_path)
+        records.append(rec)
+        return rec
+
+    yield start
+    for rec in records:
+        process.stop(rec, timeout_s=1)
+
+
+def test_spawn_runs_in_its_own_session(spawned) -> None:
+    rec = spawned()
+    assert os.getsid(rec.pid) == rec.pid != os.getsid(0)
+    assert process.owned_process(rec) is not None
+
+
+@pytest.mark.parametrize(
+    ("change", "ours"),
+    [
+        ({}, True),
+        ({"argv": ("sleep", "60")}, False),  # another command on that pid
+        ({"create_time": 1.0}, False),  # pid reused by a later process
+        ({"pid": 2**22 + 7}, False),  # no such process
+    ],
+)
+def test_owned_process_checks_pid_start_time_and_cmdline(spawned, change, ours) -> None:
+    rec = replace(spawned(), **change)
+    assert (process.owned_process(rec) is not None) is ours
+
+
+def test_stop_not_ours_signals_nothing(spawned) -> None:
+    rec = spawned()
+    assert process.stop(replace(rec, argv=("other",)), timeout_s=1) == "not running"
+    assert process.owned_process(rec) is not None
+
+
+@pytest.mark.parametrize(("argv", "outcome"), [(SLEEPER, "stopped"), (STUBBORN, "killed")])
+def test_stop_terms_then_kills(spawned, tmp_path: Path, argv, outcome) -> None:
+    rec = spawned(argv)
+    deadline = time.monotonic() + 10
+    while argv is STUBBORN and "armed-ok" not in (tmp_path / "svc.log").read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert process.stop(rec, timeout_s=1) == outcome
+    assert process.owned_process(rec) is None
+    assert process.stop(rec, timeout_s=1) == "not running"
+
+
+def test_previous_log_is_kept(spawned, tmp_path: Path) -> None:
+    spawned((sys.executable, "-c", "print('first run')"))
+    time.sleep(0.5)
+    spawned((sys.executable, "-c", "print('second')"))
+    assert "first run" in (tmp_path / "svc.log.prev").read_text()
+    assert "first run" not in (tmp_path / "svc.log").read_text()
+
+
+def test_port_holder_names_the_process() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        holder = process.port_holder("127.0.0.1", port)
+        assert holder is not None and holder.pid == os.getpid()
+        assert holder.describe().startswith(f"port {port} is already in use by pid {os.getpid()}")
+    assert process.port_holder("127.0.0.1", port) is None
+
+
+def test_registry_roundtrip(tmp_path: Path) -> None:
+    reg = process.Registry(tmp_path / "stack.json")
+    assert reg.load() == {}
+    rec = process.ProcessRecord("kafka", 123, ("java", "kafka.Kafka"), 1.5, "/x.log", 7)
+    reg.put(rec)
+    reg.put(replace(rec, service="store", pid=124))
+    assert reg.load()["kafka"] == rec
+    reg.drop("kafka")
+    assert list(reg.load()) == ["store"]
+    (tmp_path / "stack.json").write_text("{not json")
+    assert reg.load() == {}
+
+
+def test_tail_reads_the_last_lines(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert process.tail(log, 3) == "line 97\nline 98\nline 99"
+    assert process.tail(tmp_path / "missing.log") == ""
