@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
+from runwatch.adapters.probes import http_ready, kafka_ready
 from runwatch.stack.manager import Stack
-from runwatch.stack.services import SERVICES, ServiceName, StackError, http_ready, kafka_ready
+from runwatch.stack.services import SERVICES, ServiceName, StackError
 from runwatch.stack.settings import StackSettings
 
 KAFKA_IMAGE = "apache/kafka:4.1.1"

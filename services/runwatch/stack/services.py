@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import base64
 import logging
-import socket
 import subprocess
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import httpx
-
+from runwatch.adapters.probes import http_ready, kafka_ready
 from runwatch.stack.settings import StackSettings
 
 logger = logging.getLogger(__name__)
@@ -129,8 +127,10 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
 
     """
     if not any(settings.lib.glob("kafka_2.13-*.jar")):
-        msg = (f"Kafka broker jars not found in {settings.lib}; run `make jars` "
-               "(mvn dependency:copy-dependencies on infra/kafka/pom.xml)")
+        msg = (
+            f"Kafka broker jars not found in {settings.lib}; run `make jars` "
+            "(mvn dependency:copy-dependencies on infra/kafka/pom.xml)"
+        )
         raise StackError(msg)
     kdir = settings.state / "kafka"
     (kdir / "data").mkdir(parents=True, exist_ok=True)
@@ -143,8 +143,16 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
     cluster_id = id_file.read_text().strip() if id_file.is_file() else new_cluster_id()
     id_file.write_text(cluster_id + "\n")
     report(f"formatting KRaft storage (cluster id {cluster_id})")
-    argv = _java_argv(settings, "kafka.tools.StorageTool", "format", "--standalone",
-                      "-t", cluster_id, "-c", str(props))
+    argv = _java_argv(
+        settings,
+        "kafka.tools.StorageTool",
+        "format",
+        "--standalone",
+        "-t",
+        cluster_id,
+        "-c",
+        str(props),
+    )
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     with (settings.logs / "kafka-format.log").open("a") as log:
         log.write(result.stdout + result.stderr)
@@ -152,61 +160,6 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
         msg = f"KRaft storage format failed ({result.returncode}): {result.stderr[-2000:]}"
         raise StackError(msg)
     return props
-
-
-def _tcp_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def kafka_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """Return whether the broker answers a metadata request with a live broker.
-
-    Args:
-        bootstrap: ``host:port`` of the broker.
-        timeout_s: Metadata request timeout.
-
-    Returns:
-        True when metadata lists at least one broker.
-
-    """
-    host, _, port = bootstrap.rpartition(":")
-    if not _tcp_open(host, int(port)):
-        return False
-    from confluent_kafka.admin import AdminClient
-
-    conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "log_level": 0,
-        "error_cb": lambda _err: None,
-    }
-    admin = AdminClient(conf)
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - any failure means not ready
-        return False
-    return bool(meta.brokers)
-
-
-def http_ready(url: str, expect: str | None = None) -> bool:
-    """Return whether ``GET url`` answers 200 (and contains ``expect``).
-
-    Args:
-        url: The health URL.
-        expect: Text the body must contain, if given.
-
-    Returns:
-        True when healthy.
-
-    """
-    try:
-        resp = httpx.get(url, timeout=2.0)
-    except httpx.HTTPError:
-        return False
-    return resp.status_code == 200 and (expect is None or expect in resp.text)
 
 
 def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
@@ -234,8 +187,18 @@ def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
     )
     store = ServiceSpec(
         name="store",
-        argv=(settings.python, "-m", "runwatch", "store", "--host", host,
-              "--port", str(settings.store_port), "--path", str(settings.state / "clickhouse")),
+        argv=(
+            settings.python,
+            "-m",
+            "runwatch",
+            "store",
+            "--host",
+            host,
+            "--port",
+            str(settings.store_port),
+            "--path",
+            str(settings.state / "clickhouse"),
+        ),
         ports=(settings.store_port,),
         log=logs / "store.log",
         extra_logs=(),
@@ -244,10 +207,14 @@ def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
     )
     alertmanager = ServiceSpec(
         name="alertmanager",
-        argv=(settings.alertmanager_bin, f"--config.file={settings.am_config}",
-              f"--storage.path={settings.state / 'alertmanager'}",
-              f"--web.listen-address={host}:{settings.alertmanager_port}",
-              "--cluster.listen-address=", "--log.level=info"),
+        argv=(
+            settings.alertmanager_bin,
+            f"--config.file={settings.am_config}",
+            f"--storage.path={settings.state / 'alertmanager'}",
+            f"--web.listen-address={host}:{settings.alertmanager_port}",
+            "--cluster.listen-address=",
+            "--log.level=info",
+        ),
         ports=(settings.alertmanager_port,),
         log=logs / "alertmanager.log",
         extra_logs=(),
