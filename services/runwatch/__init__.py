@@ -4,3 +4,13 @@ The SDK entry point is :func:`runwatch.init` (see ``runwatch.client``).
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """Load ``runwatch.init`` lazily so importing runwatch stays cheap."""
+    if name == "init":
+        from runwatch.client import init
+
+        return init
+    msg = f"module 'runwatch' has no attribute {name!r}"
+    raise AttributeError(msg)

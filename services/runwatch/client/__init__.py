@@ -1,0 +1,126 @@
+"""The runwatch SDK for training jobs and data pipelines.
+
+``run = runwatch.init(...)`` starts a :class:`~runwatch.client.run.Run`; see
+``runwatch.client.data`` for data-quality reports and
+``runwatch.client.callbacks`` for framework callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NullRun", "init", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """Generate a run id: ``run-<UTC yyyymmdd-HHMMSS>-<8 hex>``."""
+    return "run-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+class NullRun:
+    """Stand-in returned when the SDK cannot start (``strict`` off): every call is a no-op."""
+
+    run_id = ""
+    counters: dict[str, int] = {}  # noqa: RUF012
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "data_wait":
+            import contextlib
+
+            return contextlib.nullcontext
+        return lambda *a, **k: {}
+
+
+def init(
+    project: str | None = None,
+    *,
+    experiment_family: str | None = None,
+    team: str | None = None,
+    config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    datasets: Sequence[Any] = (),
+    run_id: str | None = None,
+    strict: bool = False,
+    seed_policy: str | None = None,
+    resumed_from: str | None = None,
+    parent_run_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    topics: Mapping[str, str] | None = None,
+    transport: Any = None,
+    kafka: Any = None,
+    producer: Any = None,
+    capture_lineage: bool = True,
+    install_hooks: bool = True,
+    queue_max: int = 100_000,
+) -> Any:
+    """Start a run and publish its RunManifest and JobEvent(running).
+
+    ``RUNWATCH_RUN_ID`` (set by the scheduler hook) wins over ``run_id``.
+
+    Args:
+        project: Experiment family (alias of ``experiment_family``).
+        experiment_family: Experiment family.
+        team: Owning team.
+        config: Config mapping or config file path (hashed and recorded).
+        datasets: DatasetRef objects or URIs.
+        run_id: Run id when the environment gives none; generated otherwise.
+        strict: Raise on misuse instead of counting and logging.
+        seed_policy: How seeds are chosen (e.g. ``fixed:42``).
+        resumed_from: Checkpoint this run resumes from.
+        parent_run_id: Run this one derives from.
+        labels: Free labels.
+        topics: Topic overrides (logical name -> topic).
+        transport: A ready transport (tests); built from settings otherwise.
+        kafka: KafkaSettings (env ``KAFKA_*`` by default).
+        producer: ProducerSettings (env ``RUNWATCH_PRODUCER_*`` by default).
+        capture_lineage: Run git/NVML/version probes.
+        install_hooks: Chain sys.excepthook, SIGTERM and atexit.
+        queue_max: Bound of the in-memory event queue.
+
+    Returns:
+        The :class:`~runwatch.client.run.Run` (a :class:`NullRun` if it cannot start).
+
+    """
+    try:
+        from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+        from runwatch.adapters.settings import KafkaSettings
+        from runwatch.client.publisher import Publisher
+        from runwatch.client.run import Run
+
+        rid = os.environ.get("RUNWATCH_RUN_ID") or run_id or new_run_id()
+        rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
+        if transport is None:
+            transport = KafkaTransport(
+                kafka or KafkaSettings(), producer or ProducerSettings(), name=f"sdk-{rid}-r{rank}"
+            )
+        attempt = int(
+            os.environ.get("RUNWATCH_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT") or 0
+        )
+        return Run(
+            Publisher(transport, kind="sdk", topics=topics),
+            run_id=rid,
+            experiment_family=experiment_family or project,
+            team=team,
+            config=config,
+            datasets=datasets,
+            seed_policy=seed_policy,
+            resumed_from=resumed_from,
+            parent_run_id=parent_run_id,
+            labels=labels,
+            attempt=attempt,
+            strict=strict,
+            queue_max=queue_max,
+            capture_lineage=capture_lineage,
+            install_hooks=install_hooks,
+        )
+    except Exception:
+        if strict:
+            raise
+        logger.exception("runwatch.init failed; telemetry is off for this process")
+        return NullRun()

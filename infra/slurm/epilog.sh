@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Slurm epilog (runs as root on each node after the job ends): publishes the
+# final job state when the SDK could not (killed job, node failure) and drops
+# the job's entries from the agent's allocation file. The processor keeps the
+# SDK's own final JobEvent when both arrive (same run, later state wins).
+set -u
+[ -r /etc/default/runwatch ] && . /etc/default/runwatch
+RUNWATCH=${RUNWATCH:-/opt/runwatch/bin/runwatch}
+RUN_ID="${RUNWATCH_RUN_ID:-slurm-${SLURM_CLUSTER_NAME:-cluster}-${SLURM_JOB_ID}}"
+ALLOC_DIR=${RUNWATCH_ALLOC_DIR:-/run/runwatch}
+
+# SLURM_JOB_EXIT_CODE2 is "exit:signal" in recent Slurm versions
+STATE=succeeded
+REASON="exit ${SLURM_JOB_EXIT_CODE2:-${SLURM_JOB_EXIT_CODE:-0}}"
+case "${SLURM_JOB_EXIT_CODE2:-0:0}" in
+  0:0) STATE=succeeded ;;
+  *:9|*:15) STATE=cancelled ;;
+  *) STATE=failed ;;
+esac
+
+"$RUNWATCH" emit job-state --run-id "$RUN_ID" --state "$STATE" --reason "$REASON" \
+  --attempt "${SLURM_RESTART_COUNT:-0}" \
+  --event-id "$RUN_ID-end-${SLURM_RESTART_COUNT:-0}-$(hostname -s)" \
+  --timeout 5 >/dev/null 2>&1 || true
+
+rm -f "$ALLOC_DIR/slurm-$SLURM_JOB_ID.json"
+python3 - "$ALLOC_DIR" <<'PY'
+import glob, json, os, sys
+d = sys.argv[1]
+entries = [e for f in sorted(glob.glob(os.path.join(d, "slurm-*.json"))) for e in json.load(open(f))]
+tmp = os.path.join(d, "allocation.json.tmp")
+json.dump(entries, open(tmp, "w")); os.replace(tmp, os.path.join(d, "allocation.json"))
+PY
+exit 0

@@ -1,0 +1,543 @@
+"""Kafka transport shared by every producer, and a small manual-commit consumer.
+
+Producer side (:class:`KafkaTransport`): confluent-kafka with compression, a
+small linger, ``acks=all`` and idempotence. :meth:`KafkaTransport.produce`
+never blocks and never raises.
+
+How records reach the spool (the design choice):
+
+* In *direct* mode every record is handed to librdkafka and remembered, with a
+  transport sequence number, until its delivery report arrives.
+* The transport *trips* into *spool* mode when the local queue is full
+  (``BufferError``), when librdkafka reports that all brokers are down, when a
+  delivery fails with a retriable error (after ``message.timeout.ms``, kept
+  short) or on a fatal producer error. Tripping moves every record still
+  awaiting its report into the durable spool in sequence order and purges
+  librdkafka's queue, so the spool holds one ordered tail of everything not
+  known to be delivered; every later ``produce`` appends behind it.
+* A record that was already on the wire when the transport tripped may still
+  be delivered; its success report then counts it as a ``duplicate`` (it is
+  also replayed). Consumers deduplicate by ``event_id``. So every record is
+  delivered at least once, and every extra copy is counted.
+* A background thread serves delivery reports, probes the broker while in
+  spool mode, and replays the spool in order (after every earlier record has
+  been resolved) in batches; a batch commits only its delivered prefix.
+  When the spool is empty again the transport returns to direct mode.
+
+Consumer side (:class:`BatchConsumer`): subscribe, poll batches, commit the
+offsets you processed explicitly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runwatch.adapters.settings import KafkaSettings
+from runwatch.adapters.spool import FsyncPolicy, Spool, SpoolRecord
+
+logger = logging.getLogger(__name__)
+
+Compression = Literal["lz4", "zstd", "gzip", "snappy", "none"]
+
+_NON_RETRIABLE = {
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError._INVALID_ARG,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+}
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+
+
+class ProducerSettings(BaseSettings):
+    """Producer transport settings (env prefix ``RUNWATCH_PRODUCER_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_PRODUCER_", extra="ignore")
+
+    spool_dir: Path | None = Path.home() / ".cache" / "runwatch" / "spool"
+    spool_max_bytes: int = 512 * 1024 * 1024
+    spool_segment_bytes: int = 8 * 1024 * 1024
+    spool_fsync: FsyncPolicy = "batch"
+    compression: Compression = "lz4"
+    linger_ms: int = 5
+    message_timeout_ms: int = 10_000
+    queue_max_messages: int = 100_000
+    replay_batch: int = 1000
+    probe_timeout_s: float = 1.0
+
+
+@dataclasses.dataclass(slots=True)
+class TransportCounters:
+    """What happened to the records handed to a transport.
+
+    Attributes:
+        sent: Delivered directly.
+        spooled: Written to the spool (disk or memory).
+        replayed: Delivered from the spool.
+        evicted: Dropped from a full spool (oldest first).
+        failed: Rejected for good (non-retriable error) or lost from memory at close.
+        duplicates: Delivered more than once (in flight when the transport tripped,
+            or delivered after an earlier record of a replay batch failed).
+        in_spool: Still in the spool now.
+
+    """
+
+    sent: int = 0
+    spooled: int = 0
+    replayed: int = 0
+    evicted: int = 0
+    failed: int = 0
+    duplicates: int = 0
+    in_spool: int = 0
+
+
+ProducerFactory = Callable[[dict[str, Any]], Any]
+
+
+class KafkaTransport:
+    """Non-blocking, spool-backed Kafka producer shared by every producer."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings | None = None,
+        settings: ProducerSettings | None = None,
+        *,
+        name: str = "producer",
+        producer_factory: ProducerFactory | None = None,
+        start: bool = True,
+    ) -> None:
+        """Create the transport and start its background thread.
+
+        Args:
+            kafka: Where Kafka is.
+            settings: Spool and producer tuning.
+            name: A name for logs and the spool sub-directory.
+            producer_factory: Builds the producer from a config (tests).
+            start: Start the background thread now.
+
+        """
+        self.kafka = kafka or KafkaSettings()
+        self.settings = settings or ProducerSettings()
+        self.name = name
+        self._factory: ProducerFactory = producer_factory or Producer
+        self._lock = threading.RLock()
+        s = self.settings
+        spool_dir = s.spool_dir / name if s.spool_dir is not None else None
+        self._spool = Spool(
+            spool_dir,
+            max_bytes=s.spool_max_bytes,
+            segment_bytes=s.spool_segment_bytes,
+            fsync=s.spool_fsync,
+        )
+        self._c = TransportCounters()
+        self._unacked: dict[int, SpoolRecord] = {}
+        self._seq = 0
+        self._mode: Literal["direct", "spool"] = "spool" if len(self._spool) else "direct"
+        self._purge_pending = False
+        self._recreate_pending = False
+        self._backoff_s = 0.0
+        self._next_try = 0.0
+        self._last_sync = time.monotonic()
+        self._stop = threading.Event()
+        self._closed = False
+        self._producer = self._new_producer()
+        self._thread = threading.Thread(target=self._loop, name=f"runwatch-{name}", daemon=True)
+        if start:
+            self._thread.start()
+
+    # ---------------------------------------------------------------- public
+    def produce(self, topic: str, key: bytes | str | None, value: bytes) -> None:
+        """Hand a record over; never blocks, never raises.
+
+        Args:
+            topic: Kafka topic.
+            key: Partitioning key.
+            value: Encoded record.
+
+        """
+        kb = key.encode("utf-8") if isinstance(key, str) else key
+        rec = SpoolRecord(topic, kb, value)
+        with self._lock:
+            if self._closed:
+                self._c.failed += 1
+                if self._c.failed == 1:
+                    logger.error("transport %s is closed: record to %s dropped", self.name, topic)
+                return
+            if self._mode == "spool":
+                self._to_spool(rec)
+                return
+            self._seq += 1
+            seq = self._seq
+            self._unacked[seq] = rec
+            try:
+                self._producer.produce(
+                    topic, value, kb, on_delivery=functools.partial(self._on_direct, seq)
+                )
+            except BufferError:
+                self._unacked.pop(seq, None)
+                self._trip("local producer queue is full")
+                self._to_spool(rec)
+            except (KafkaException, RuntimeError) as exc:
+                self._unacked.pop(seq, None)
+                self._trip(f"produce failed: {exc}")
+                self._to_spool(rec)
+
+    @property
+    def mode(self) -> str:
+        """``direct`` or ``spool``."""
+        return self._mode
+
+    def counters(self) -> TransportCounters:
+        """Return a snapshot of the counters."""
+        with self._lock:
+            self._c.evicted = self._spool.evicted
+            self._c.in_spool = len(self._spool)
+            return dataclasses.replace(self._c)
+
+    def flush(self, timeout: float = 10.0) -> int:
+        """Wait until everything handed over is delivered, or the timeout.
+
+        Args:
+            timeout: Seconds to wait at most.
+
+        Returns:
+            How many records are not yet delivered (awaiting a report or spooled).
+
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = len(self._unacked) + len(self._spool)
+            if pending == 0 or time.monotonic() >= deadline:
+                return pending
+            if not self._thread.is_alive():
+                self._serve(0.05)
+            else:
+                time.sleep(0.02)
+
+    def close(self, timeout: float = 10.0) -> TransportCounters:
+        """Flush with a timeout, stop the thread and log the counters.
+
+        Records still on disk stay in the spool for the next start.
+
+        Args:
+            timeout: Seconds to wait for delivery.
+
+        Returns:
+            The final counters.
+
+        """
+        left = self.flush(timeout)
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+        with self._lock:
+            if self._unacked:
+                # never confirmed: keep them for the next start
+                for _, rec in sorted(self._unacked.items()):
+                    self._to_spool(rec)
+                self._unacked.clear()
+            self._spool.sync()
+            self._c.failed += self._spool.close()
+            with contextlib.suppress(Exception):
+                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+                self._producer.flush(0)
+            self._producer = _Closed()
+            self._closed = True
+        c = self.counters()
+        level = logging.WARNING if left or c.failed or c.evicted else logging.INFO
+        logger.log(
+            level,
+            "transport %s closed: sent=%d spooled=%d replayed=%d evicted=%d failed=%d "
+            "duplicates=%d left_in_spool=%d",
+            self.name,
+            c.sent,
+            c.spooled,
+            c.replayed,
+            c.evicted,
+            c.failed,
+            c.duplicates,
+            c.in_spool,
+        )
+        return c
+
+    # -------------------------------------------------------------- internal
+    def _new_producer(self) -> Any:
+        s = self.settings
+        conf: dict[str, Any] = dict(self.kafka.client_config())
+        conf.update(
+            {
+                "acks": "all",
+                "enable.idempotence": True,
+                "compression.type": s.compression,
+                "linger.ms": s.linger_ms,
+                "message.timeout.ms": s.message_timeout_ms,
+                "queue.buffering.max.messages": s.queue_max_messages,
+                "error_cb": self._on_error,
+                "logger": _LibrdkafkaLog(),
+                "client.id": f"runwatch-{self.name}",
+            }
+        )
+        return self._factory(conf)
+
+    def _to_spool(self, rec: SpoolRecord) -> None:
+        self._spool.append(rec)
+        self._c.spooled += 1
+        if self._spool.fsync == "batch" and time.monotonic() - self._last_sync > 1.0:
+            self._spool.sync()
+            self._last_sync = time.monotonic()
+
+    def _trip(self, reason: str) -> None:
+        """Move everything unconfirmed to the spool, in order (lock held)."""
+        if self._mode == "direct":
+            logger.warning("transport %s spooling locally: %s", self.name, reason)
+        self._mode = "spool"
+        for _, rec in sorted(self._unacked.items()):
+            self._to_spool(rec)
+        self._unacked.clear()
+        self._purge_pending = True
+        self._backoff_s = max(self._backoff_s, 0.5)
+        self._next_try = time.monotonic() + self._backoff_s
+
+    def _on_direct(self, seq: int, err: KafkaError | None, msg: Message) -> None:
+        with self._lock:
+            rec = self._unacked.pop(seq, None)
+            if err is None:
+                if rec is None:
+                    self._c.duplicates += 1
+                else:
+                    self._c.sent += 1
+                return
+            if rec is None or err.code() in _PURGED:
+                return
+            if err.code() in _NON_RETRIABLE:
+                self._c.failed += 1
+                logger.error("record to %s rejected for good: %s", rec.topic, err)
+                return
+            self._unacked[seq] = rec
+            self._trip(f"delivery failed: {err}")
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            logger.error("transport %s fatal producer error: %s", self.name, err)
+            with self._lock:
+                self._trip(f"fatal producer error: {err}")
+                self._recreate_pending = True
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN:
+            with self._lock:
+                self._trip("all brokers are down")
+        else:
+            logger.debug("transport %s: %s", self.name, err)
+
+    def _serve(self, timeout: float) -> None:
+        self._producer.poll(timeout)
+        if self._purge_pending:
+            self._purge_pending = False
+            with contextlib.suppress(KafkaException, NotImplementedError):
+                self._producer.purge(in_queue=True, in_flight=False, blocking=True)
+            self._producer.poll(0)
+        if self._recreate_pending:
+            self._recreate_pending = False
+            with contextlib.suppress(Exception):
+                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+                self._producer.flush(0)
+            self._producer = self._new_producer()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._serve(0.05)
+                if self._mode == "spool":
+                    self._maybe_replay()
+                    if self._spool.fsync == "batch" and time.monotonic() - self._last_sync > 1:
+                        with self._lock:
+                            self._spool.sync()
+                        self._last_sync = time.monotonic()
+            except Exception:  # never let the thread die
+                logger.exception("transport %s background error", self.name)
+                time.sleep(0.5)
+
+    def _maybe_replay(self) -> None:
+        if time.monotonic() < self._next_try or len(self._producer) > 0:
+            return
+        try:
+            self._producer.list_topics(timeout=self.settings.probe_timeout_s)
+        except KafkaException:
+            self._bump_backoff()
+            return
+        with self._lock:
+            batch = self._spool.peek(self.settings.replay_batch)
+            if not batch:
+                self._mode = "direct"
+                self._backoff_s = 0.0
+                logger.warning("transport %s: spool drained, back to direct delivery", self.name)
+                return
+        results: list[KafkaError | None | bool] = [False] * len(batch)
+
+        def done(i: int, err: KafkaError | None, msg: Message) -> None:
+            results[i] = err
+
+        sent = 0
+        for i, rec in enumerate(batch):
+            try:
+                self._producer.produce(
+                    rec.topic, rec.value, rec.key, on_delivery=functools.partial(done, i)
+                )
+            except (BufferError, KafkaException):
+                break
+            sent += 1
+        deadline = time.monotonic() + self.settings.message_timeout_ms / 1000 + 5
+        while time.monotonic() < deadline and any(r is False for r in results[:sent]):
+            self._producer.poll(0.05)
+        ok = 0
+        failed_for_good = 0
+        for r in results[:sent]:
+            if r is None:
+                ok += 1
+            elif isinstance(r, KafkaError) and r.code() in _NON_RETRIABLE:
+                failed_for_good += 1
+                ok += 1
+            else:
+                break
+        later = sum(1 for r in results[ok:sent] if r is None)
+        with self._lock:
+            self._spool.ack(ok)
+            self._c.replayed += ok - failed_for_good
+            self._c.failed += failed_for_good
+            self._c.duplicates += later
+            if ok < sent or sent == 0:
+                self._bump_backoff()
+            else:
+                self._backoff_s = 0.0
+                if len(self._spool) == 0:
+                    self._mode = "direct"
+                    logger.warning(
+                        "transport %s: spool drained, back to direct delivery", self.name
+                    )
+
+    def _bump_backoff(self) -> None:
+        self._backoff_s = min(max(self._backoff_s * 2, 0.5), 5.0)
+        self._next_try = time.monotonic() + self._backoff_s
+
+
+class _LibrdkafkaLog:
+    """Routes librdkafka's own log lines to DEBUG (the transport logs state changes itself)."""
+
+    _log = logging.getLogger("runwatch.librdkafka")
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        self._log.debug(msg, *args)
+
+
+class _Closed:
+    """Stands in for the producer after close: every produce fails over to the spool."""
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        msg = "transport is closed"
+        raise RuntimeError(msg)
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return 0
+
+
+class BatchConsumer:
+    """A generic Kafka consumer with explicit commits.
+
+    ``enable.auto.commit`` is off: call :meth:`commit` with the messages you
+    have processed (their offsets + 1 are committed per partition).
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        group_id: str,
+        topics: Sequence[str],
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Create the consumer and subscribe.
+
+        Args:
+            kafka: Where Kafka is.
+            group_id: Consumer group.
+            topics: Topics to subscribe to.
+            extra: More librdkafka settings (override the defaults).
+
+        """
+        conf: dict[str, Any] = dict(kafka.client_config())
+        conf.update(
+            {
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": False,
+            }
+        )
+        conf.update(extra or {})
+        self._consumer = Consumer(conf)
+        self._consumer.subscribe(list(topics))
+
+    def poll_batch(self, max_records: int = 500, timeout: float = 1.0) -> list[Message]:
+        """Return up to ``max_records`` messages (errors are logged and skipped).
+
+        Args:
+            max_records: Batch size bound.
+            timeout: Seconds to wait for the first message.
+
+        Returns:
+            The messages, possibly none.
+
+        """
+        msgs = self._consumer.consume(num_messages=max_records, timeout=timeout)
+        out = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.fatal():
+                    msg = f"fatal consumer error: {err}"
+                    raise KafkaException(err) from RuntimeError(msg)
+                logger.warning("consumer error: %s", err)
+                continue
+            out.append(m)
+        return out
+
+    def commit(self, messages: Iterable[Message], *, asynchronous: bool = False) -> None:
+        """Commit the offsets following the given messages.
+
+        Args:
+            messages: Processed messages.
+            asynchronous: Do not wait for the broker's answer.
+
+        """
+        best: dict[tuple[str, int], int] = {}
+        for m in messages:
+            topic, part, off = m.topic(), m.partition(), m.offset()
+            if topic is None or part is None or off is None:
+                continue
+            best[(topic, part)] = max(best.get((topic, part), -1), off)
+        if not best:
+            return
+        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in best.items()]
+        consumer: Any = self._consumer
+        consumer.commit(offsets=offsets, asynchronous=asynchronous)
+
+    def close(self) -> None:
+        """Leave the group and close."""
+        self._consumer.close()

@@ -1,0 +1,174 @@
+# ruff: noqa: D102  (methods mirror a framework/pynvml API documented upstream)
+"""FakeNvml8: a TEST DOUBLE of ``pynvml`` describing a node with 8 GPUs.
+
+This is not a GPU driver. It stands in for ``pynvml`` at the function level
+(same function names, arguments, return shapes and error class) so the agent,
+its tests and its benchmark run on machines without GPUs. Figures move
+deterministically with each call; processes are whatever the caller attaches
+with :meth:`FakeNvml8.attach_process` (for example the pid of a real process
+whose environment carries ``RUNWATCH_RUN_ID``).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+
+class NVMLError(Exception):
+    """Mirror of pynvml.NVMLError."""
+
+
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+nvmlEventTypeXidCriticalError = 8  # noqa: N816 (pynvml's name)
+NVML_ERROR_TIMEOUT = 10
+
+GIB = 1024**3
+
+
+class FakeNvml8:
+    """Module-like pynvml test double for 8 H100-like GPUs."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, gpus: int = 8, name: str = "NVIDIA H100 80GB HBM3 (test double)") -> None:
+        """Create the double.
+
+        Args:
+            gpus: How many GPUs to describe.
+            name: Model name reported.
+
+        """
+        self.gpus = gpus
+        self.name = name
+        self.initialised = False
+        self.tick = 0
+        self.calls = 0
+        self.processes: dict[int, list[tuple[int, int]]] = {i: [] for i in range(gpus)}
+        self.pending_xids: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+        for k, v in globals().items():
+            if k.startswith(("NVML_", "nvmlEvent")):
+                setattr(self, k, v)
+
+    # test controls -------------------------------------------------------
+    def attach_process(self, gpu: int, pid: int, used_bytes: int = 10 * GIB) -> None:
+        """Report ``pid`` as a compute process on ``gpu``."""
+        self.processes[gpu].append((pid, used_bytes))
+
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        """Queue an XID critical-error event on ``gpu``."""
+        self.pending_xids.append((gpu, xid))
+
+    # pynvml surface --------------------------------------------------------
+    def _h(self, h: Any) -> int:
+        self.calls += 1
+        if not self.initialised:
+            msg = "Uninitialized"
+            raise NVMLError(msg)
+        return int(h.index)
+
+    def nvmlInit(self) -> None:  # noqa: N802
+        self.initialised = True
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.initialised = False
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return self.gpus
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:  # noqa: N802
+        if not 0 <= i < self.gpus:
+            msg = "Invalid Argument"
+            raise NVMLError(msg)
+        return SimpleNamespace(index=i)
+
+    def nvmlDeviceGetName(self, h: Any) -> str:  # noqa: N802
+        self._h(h)
+        return self.name
+
+    def nvmlDeviceGetUUID(self, h: Any) -> str:  # noqa: N802
+        return f"GPU-00000000-fake-0000-0000-{self._h(h):012d}"
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:  # noqa: N802
+        i = self._h(h)
+        with self._lock:
+            self.tick += 1
+        busy = 90 if self.processes[i] else 0
+        return SimpleNamespace(gpu=busy + (self.tick + i) % 7, memory=busy // 2)
+
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:  # noqa: N802
+        i = self._h(h)
+        used = sum(b for _, b in self.processes[i]) + 512 * 1024**2
+        return SimpleNamespace(used=used, total=80 * GIB, free=80 * GIB - used)
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:  # noqa: N802
+        i = self._h(h)
+        return 300_000 + 10_000 * i if self.processes[i] else 70_000
+
+    def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:  # noqa: N802
+        return 40 + self._h(h)
+
+    def nvmlDeviceGetClockInfo(self, h: Any, kind: int) -> int:  # noqa: N802
+        self._h(h)
+        return 1980 if kind == NVML_CLOCK_SM else 2619
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:  # noqa: N802
+        return 0x4 if self._h(h) == 7 else 0  # GPU 7: SW power cap
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Any, kind: int, counter: int) -> int:  # noqa: N802
+        i = self._h(h)
+        return 3 if (i == 5 and kind == NVML_MEMORY_ERROR_TYPE_CORRECTED) else 0
+
+    def nvmlDeviceGetPcieThroughput(self, h: Any, counter: int) -> int:  # noqa: N802
+        return 1000 * (self._h(h) + 1)  # KB/s
+
+    def nvmlDeviceGetFieldValues(self, h: Any, ids: list[int]) -> list[Any]:  # noqa: N802
+        self._h(h)
+        return [
+            SimpleNamespace(fieldId=f, nvmlReturn=0, value=SimpleNamespace(ullVal=self.tick * 100))
+            for f in ids
+        ]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:  # noqa: N802
+        i = self._h(h)
+        return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in self.processes[i]]
+
+    def nvmlEventSetCreate(self) -> Any:  # noqa: N802
+        return SimpleNamespace(kind="eventset")
+
+    def nvmlDeviceRegisterEvents(self, h: Any, types: int, es: Any) -> None:  # noqa: N802
+        self._h(h)
+
+    def nvmlEventSetWait_v2(self, es: Any, timeout_ms: int) -> Any:  # noqa: N802
+        if not self.pending_xids:
+            msg = "Timeout"
+            raise NVMLError(msg)
+        gpu, xid = self.pending_xids.pop(0)
+        return SimpleNamespace(device=self._handle_eq(gpu), eventData=xid, eventType=8)
+
+    def _handle_eq(self, gpu: int) -> Any:
+        return _Handle(gpu)
+
+    def nvmlEventSetFree(self, es: Any) -> None:  # noqa: N802
+        return None
+
+
+class _Handle(SimpleNamespace):
+    def __init__(self, index: int) -> None:
+        super().__init__(index=index)
+
+    def __eq__(self, other: object) -> bool:
+        return getattr(other, "index", None) == self.index
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,288 @@
+"""The node agent: one NodeSample per tick with every GPU and host figures.
+
+GPU processes are attributed to runs through ``RUNWATCH_RUN_ID`` in
+``/proc/<pid>/environ`` or, failing that, a scheduler allocation file (JSON,
+either ``{"<gpu index>": "<run id>"}`` or
+``[{"run_id": "...", "gpus": [0, 1]}, ...]``), written for example by the Slurm
+prolog in ``infra/slurm/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runwatch.adapters.host import HostSampler
+from runwatch.adapters.nvml import GpuReading, Nvml
+from runwatch.client.publisher import Publisher
+from runwatch.core.records import GpuProcess, GpuSample, NodeSample
+
+logger = logging.getLogger(__name__)
+
+
+class AgentSettings(BaseSettings):
+    """Agent settings (env prefix ``RUNWATCH_AGENT_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_AGENT_", extra="ignore")
+
+    interval_s: float = 1.0
+    node: str = ""
+    allocation_file: Path | None = None
+    nvml_double: bool = False
+    proc_root: Path = Path("/proc")
+
+
+class RunAttributor:
+    """Maps pids and GPU indices to run ids."""
+
+    def __init__(self, proc_root: Path = Path("/proc"), allocation_file: Path | None = None):
+        """Create the attributor.
+
+        Args:
+            proc_root: Where /proc is (tests may point elsewhere).
+            allocation_file: Scheduler allocation file, optional.
+
+        """
+        self.proc_root = proc_root
+        self.allocation_file = allocation_file
+        self._cache: dict[tuple[int, str], str | None] = {}
+        self._alloc: dict[int, str] = {}
+        self._alloc_mtime = -1.0
+
+    def run_of_pid(self, pid: int) -> str | None:
+        """Return RUNWATCH_RUN_ID from a process's environment, if readable.
+
+        Args:
+            pid: Process id.
+
+        Returns:
+            The run id or None.
+
+        """
+        base = self.proc_root / str(pid)
+        try:
+            start = (base / "stat").read_text().rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
+            start = ""
+        key = (pid, start)
+        if key in self._cache:
+            return self._cache[key]
+        run: str | None = None
+        try:
+            for item in (base / "environ").read_bytes().split(b"\0"):
+                if item.startswith(b"RUNWATCH_RUN_ID="):
+                    run = item.split(b"=", 1)[1].decode("utf-8", "replace") or None
+                    break
+        except OSError:
+            run = None
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[key] = run
+        return run
+
+    def run_of_gpu(self, index: int) -> str | None:
+        """Return the run the allocation file gives a GPU.
+
+        Args:
+            index: GPU index.
+
+        Returns:
+            The run id or None.
+
+        """
+        path = self.allocation_file
+        if path is None:
+            return None
+        try:
+            mtime = path.stat().st_mtime
+            if mtime != self._alloc_mtime:
+                self._alloc = parse_allocation(json.loads(path.read_text()))
+                self._alloc_mtime = mtime
+        except (OSError, ValueError) as exc:
+            logger.debug("allocation file %s unreadable: %s", path, exc)
+            return None
+        return self._alloc.get(index)
+
+
+def parse_allocation(doc: Any) -> dict[int, str]:
+    """Parse an allocation document into GPU index -> run id.
+
+    Args:
+        doc: ``{"0": "run"}`` or ``[{"run_id": "run", "gpus": [0]}]``.
+
+    Returns:
+        The mapping.
+
+    """
+    out: dict[int, str] = {}
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out[int(k)] = str(v)
+    elif isinstance(doc, list):
+        for entry in doc:
+            for g in entry.get("gpus", []):
+                out[int(g)] = str(entry["run_id"])
+    return out
+
+
+class NodeAgent:
+    """Samples a node and publishes NodeSamples."""
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        node: str | None = None,
+        nvml: Nvml | None = None,
+        host: HostSampler | None = None,
+        attributor: RunAttributor | None = None,
+    ) -> None:
+        """Create the agent.
+
+        Args:
+            publisher: Where samples go.
+            node: Node name (host name by default).
+            nvml: NVML wrapper, or None for host figures only.
+            host: Host sampler.
+            attributor: pid/GPU -> run mapping.
+
+        """
+        self.publisher = publisher
+        self.node = node or socket.gethostname()
+        self.nvml = nvml
+        self.host = host or HostSampler()
+        self.attributor = attributor or RunAttributor()
+        self._nvlink_prev: dict[int, tuple[float, int | None, int | None]] = {}
+        self.ticks = 0
+        self.errors = 0
+
+    def _gpu(self, r: GpuReading, xid: int | None, now: float) -> GpuSample:
+        procs = []
+        for pid, used in r.processes:
+            run = self.attributor.run_of_pid(pid) or self.attributor.run_of_gpu(r.index)
+            procs.append(GpuProcess(pid=pid, run_id=run, used_mem_bytes=used))
+        prev = self._nvlink_prev.get(r.index)
+        self._nvlink_prev[r.index] = (now, r.nvlink_rx_bytes, r.nvlink_tx_bytes)
+        rx = tx = None
+        if prev is not None and now > prev[0]:
+            dt = now - prev[0]
+            if r.nvlink_rx_bytes is not None and prev[1] is not None:
+                rx = max(r.nvlink_rx_bytes - prev[1], 0) / dt
+            if r.nvlink_tx_bytes is not None and prev[2] is not None:
+                tx = max(r.nvlink_tx_bytes - prev[2], 0) / dt
+        return GpuSample(
+            index=r.index,
+            uuid=r.uuid,
+            util_pct=r.util_pct,
+            sm_active_pct=None,
+            mem_used_bytes=r.mem_used_bytes,
+            mem_total_bytes=r.mem_total_bytes,
+            power_w=r.power_w,
+            temp_c=r.temp_c,
+            sm_clock_mhz=r.sm_clock_mhz,
+            mem_clock_mhz=r.mem_clock_mhz,
+            throttle_reasons=r.throttle_reasons,
+            ecc_corrected=r.ecc_corrected,
+            ecc_uncorrected=r.ecc_uncorrected,
+            xid=xid,
+            pcie_rx_bps=r.pcie_rx_bps,
+            pcie_tx_bps=r.pcie_tx_bps,
+            nvlink_rx_bps=rx,
+            nvlink_tx_bps=tx,
+            processes=tuple(procs),
+        )
+
+    def sample(self, now_ms: int | None = None) -> NodeSample:
+        """Take one sample (no publishing).
+
+        Args:
+            now_ms: Sample time; the clock when None.
+
+        Returns:
+            The NodeSample.
+
+        """
+        h = self.host.read()
+        gpus: list[GpuSample] = []
+        if self.nvml is not None:
+            now = time.monotonic()
+            xids = self.nvml.xid_events(0)
+            for i in range(self.nvml.device_count()):
+                try:
+                    gpus.append(self._gpu(self.nvml.read(i), xids.get(i), now))
+                except Exception as exc:
+                    self.errors += 1
+                    logger.warning("GPU %d unreadable this tick: %s", i, exc)
+        runs = {p.run_id for g in gpus for p in g.processes if p.run_id}
+        return NodeSample(
+            **self.publisher.meta(now_ms),
+            run_id=next(iter(runs)) if len(runs) == 1 else None,
+            node=self.node,
+            cpu_pct=h.cpu_pct,
+            mem_used_bytes=h.mem_used_bytes,
+            mem_total_bytes=h.mem_total_bytes,
+            disk_read_bps=h.disk_read_bps,
+            disk_write_bps=h.disk_write_bps,
+            net_rx_bps=h.net_rx_bps,
+            net_tx_bps=h.net_tx_bps,
+            gpus=tuple(gpus),
+        )
+
+    def tick(self, now_ms: int | None = None) -> NodeSample:
+        """Sample and publish once.
+
+        Args:
+            now_ms: Sample time; the clock when None.
+
+        Returns:
+            The published sample.
+
+        """
+        s = self.sample(now_ms)
+        self.publisher.publish([s])
+        self.ticks += 1
+        return s
+
+    def run(self, stop: threading.Event, interval_s: float = 1.0, max_ticks: int = 0) -> int:
+        """Tick every ``interval_s`` until ``stop`` is set (or ``max_ticks``).
+
+        Args:
+            stop: Set to stop.
+            interval_s: Seconds between ticks.
+            max_ticks: Stop after this many ticks when > 0.
+
+        Returns:
+            Ticks done.
+
+        """
+        nxt = time.monotonic()
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                self.errors += 1
+                logger.exception("agent tick failed")
+            if max_ticks and self.ticks >= max_ticks:
+                break
+            nxt += interval_s
+            delay = nxt - time.monotonic()
+            if delay < 0:
+                nxt = time.monotonic()
+                delay = 0
+            stop.wait(delay)
+        return self.ticks
+
+
+def default_node() -> str:
+    """Node name: ``RUNWATCH_NODE``, ``SLURMD_NODENAME`` or the host name."""
+    return (
+        os.environ.get("RUNWATCH_NODE") or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    )

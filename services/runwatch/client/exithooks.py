@@ -1,0 +1,65 @@
+"""Exit hooks of a run: uncaught exceptions, SIGTERM and interpreter exit.
+
+Each hook publishes the run's final JobEvent and then chains to whatever was
+installed before (the previous excepthook or SIGTERM handler still runs).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+from types import TracebackType
+from typing import Any
+
+
+class ExitHooks:
+    """Mixin for :class:`runwatch.client.run.Run` (needs ``finish`` and ``finished``)."""
+
+    _prev_hook: Any = None
+    _prev_term: Any = None
+    finished: bool
+
+    def finish(
+        self, status: str = "succeeded", reason: str | None = None, timeout: float = 10.0
+    ) -> Any:
+        """Publish the final state (implemented by the run)."""
+        raise NotImplementedError
+
+    def _install_hooks(self) -> None:
+        self._prev_hook = sys.excepthook
+        sys.excepthook = self._excepthook
+        atexit.register(self._atexit)
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._prev_term = signal.signal(signal.SIGTERM, self._on_sigterm)
+            except (ValueError, OSError):
+                self._prev_term = None
+
+    def _uninstall_hooks(self) -> None:
+        if sys.excepthook == self._excepthook:
+            sys.excepthook = self._prev_hook or sys.__excepthook__
+        atexit.unregister(self._atexit)
+
+    def _excepthook(
+        self, et: type[BaseException], ev: BaseException, tb: TracebackType | None
+    ) -> None:
+        try:
+            self.finish("failed", reason=f"uncaught {et.__name__}: {ev}"[:1000])
+        finally:
+            (self._prev_hook or sys.__excepthook__)(et, ev, tb)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        prev = self._prev_term
+        self.finish("preempted", reason="SIGTERM received", timeout=5.0)
+        if callable(prev):
+            prev(signum, frame)
+        elif prev == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _atexit(self) -> None:
+        if not self.finished:
+            self.finish("succeeded", reason="process exited without run.finish()")

@@ -1,0 +1,41 @@
+"""Size and sha256 of local files (run on the SDK's worker thread)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def file_size(uri: str) -> int:
+    """Size of a local file, 0 for remote URIs."""
+    try:
+        return Path(uri).stat().st_size
+    except (OSError, ValueError):
+        return 0
+
+
+def file_digest(uri: str) -> tuple[int, str | None]:
+    """Size and sha256 of a local file (or directory tree); (0, None) otherwise.
+
+    Args:
+        uri: A local path (``file://`` allowed) or a remote URI.
+
+    Returns:
+        (size, hex digest or None).
+
+    """
+    path = Path(uri[7:] if uri.startswith("file://") else uri)
+    if "://" in uri and not uri.startswith("file://"):
+        return 0, None
+    try:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        h = hashlib.sha256()
+        size = 0
+        for f in files:
+            with f.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+        return size, h.hexdigest()
+    except OSError:
+        return 0, None

@@ -1,0 +1,155 @@
+"""Lineage capture for the RunManifest (runs on the SDK's worker thread)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+FRAMEWORKS = ("torch", "jax", "tensorflow", "numpy", "transformers", "lightning", "keras")
+
+
+def git_revision(cwd: str | None = None) -> tuple[str | None, bool]:
+    """Return (commit, dirty) of the git work tree around ``cwd``.
+
+    Args:
+        cwd: Directory; the current one when None.
+
+    Returns:
+        (None, False) outside a repository or without git.
+
+    """
+    git = shutil.which("git")
+    if git is None:
+        return None, False
+    try:
+        rev = subprocess.run(
+            [git, "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
+        if rev.returncode != 0:
+            return None, False
+        status = subprocess.run(
+            [git, "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return rev.stdout.strip() or None, bool(status.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+
+
+def config_hash(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> str | None:
+    """Hash a config dict (canonical JSON) or a config file's bytes.
+
+    Args:
+        config: A mapping, a path, or None.
+
+    Returns:
+        ``sha256:<hex>`` or None.
+
+    """
+    if config is None:
+        return None
+    if isinstance(config, Mapping):
+        data = json.dumps(config, sort_keys=True, default=str, separators=(",", ":")).encode()
+    else:
+        try:
+            data = Path(config).read_bytes()
+        except OSError as exc:
+            logger.warning("cannot read config file %s for hashing: %s", config, exc)
+            return None
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def flat_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> dict[str, str]:
+    """Flatten a config mapping to ``{"a.b": "value"}`` strings.
+
+    Args:
+        config: A mapping (nested allowed), or a path (recorded as ``path``).
+
+    Returns:
+        The flat string map.
+
+    """
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        return {"path": str(config)}
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, obj: Any) -> None:
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                walk(f"{prefix}{k}.", v)
+        else:
+            out[prefix[:-1]] = str(obj)
+
+    walk("", config)
+    return out
+
+
+def framework_versions(names: tuple[str, ...] = FRAMEWORKS) -> dict[str, str]:
+    """Versions of installed frameworks, read from metadata (nothing imported).
+
+    Args:
+        names: Distribution names.
+
+    Returns:
+        name -> version for those installed.
+
+    """
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def gpu_hardware() -> tuple[int, str | None]:
+    """GPU count and model via NVML; (0, None) without NVML.
+
+    Returns:
+        (count, model).
+
+    """
+    try:
+        from runwatch.adapters.nvml import Nvml
+
+        nv = Nvml.open(quiet=True)
+    except Exception:
+        return 0, None
+    if nv is None:
+        return 0, None
+    try:
+        count = nv.device_count()
+        model = nv.device_name(0) if count else None
+        return count, model
+    finally:
+        nv.close()
+
+
+def image_digest() -> str | None:
+    """Return the container image digest the launcher put in the environment, if any."""
+    for var in ("RUNWATCH_IMAGE_DIGEST", "IMAGE_DIGEST", "CONTAINER_IMAGE_DIGEST"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return None
+
+
+def hostname() -> str:
+    """Return this host's name."""
+    return socket.gethostname()

@@ -1,0 +1,214 @@
+"""Record publishing shared by the SDK, the agent and ``runwatch emit``.
+
+A :class:`Publisher` stamps records (event id, per-producer ``seq``, source),
+encodes them with the Avro codec and hands them to a transport with the right
+topic and key. It is used from one thread at a time (each producer's worker).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from runwatch import __version__
+from runwatch.core.records import Source
+
+logger = logging.getLogger(__name__)
+
+#: Record class name -> default topic (schemas/topics.yaml holds the same map).
+DEFAULT_TOPICS: dict[str, str] = {
+    "RunManifest": "rw.lineage",
+    "DataQualityReport": "rw.data",
+    "JobEvent": "rw.exec.job",
+    "StepTiming": "rw.exec.job",
+    "CheckpointEvent": "rw.exec.job",
+    "NodeSample": "rw.exec.node",
+    "LearningStep": "rw.learning",
+    "ValidationResult": "rw.learning",
+    "ArtifactEvent": "rw.artifact",
+    "GateDecision": "rw.artifact",
+}
+
+
+class Transport(Protocol):
+    """What a publisher needs from a transport."""
+
+    def produce(self, topic: str, key: bytes | str | None, value: bytes) -> None:
+        """Hand over one record."""
+
+    def flush(self, timeout: float = 10.0) -> int:
+        """Wait for delivery; return how many are pending."""
+
+    def close(self, timeout: float = 10.0) -> Any:
+        """Flush, stop and return counters."""
+
+
+def record_key(record: Any) -> str | None:
+    """Return the partitioning key of a record (run id, node or dataset).
+
+    Args:
+        record: A runwatch record.
+
+    Returns:
+        The key, or None.
+
+    """
+    name = type(record).__name__
+    if name == "NodeSample":
+        return str(record.node)
+    if name == "DataQualityReport":
+        return str(record.dataset_uri)
+    return record.run_id
+
+
+def _configured_topics() -> dict[str, str]:
+    """Logical topic name -> actual name from schemas/topics.yaml when available."""
+    try:
+        mod = importlib.import_module("runwatch.core.topics")
+        loaded = mod.load_topics()
+    except Exception:  # the loader is optional; defaults apply
+        return {}
+    out: dict[str, str] = {}
+    items = loaded.items() if isinstance(loaded, Mapping) else []
+    for logical, spec in items:
+        name = getattr(spec, "name", None) or (spec.get("name") if isinstance(spec, dict) else None)
+        if isinstance(name, str):
+            out[str(logical)] = name
+    return out
+
+
+def make_source(kind: str) -> Source:
+    """Build the Source of this process.
+
+    Args:
+        kind: sdk, agent, hook or cli.
+
+    Returns:
+        The Source record.
+
+    """
+    return Source(kind=kind, host=socket.gethostname(), runwatch_version=__version__)
+
+
+class Publisher:
+    """Stamps, encodes and hands records to a transport."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        kind: str,
+        topics: Mapping[str, str] | None = None,
+        codec: Any = None,
+    ) -> None:
+        """Create a publisher.
+
+        Args:
+            transport: Where encoded records go.
+            kind: Source kind (sdk, agent, hook, cli).
+            topics: Overrides: logical topic (``rw.learning``) -> actual topic.
+            codec: An Avro codec (default: :func:`runwatch.core.codec.load_codec`).
+
+        """
+        if codec is None:
+            from runwatch.core.codec import load_codec
+
+            codec = load_codec()
+        self.codec = codec
+        self.transport = transport
+        self.source = make_source(kind)
+        self._topics = {**_configured_topics(), **dict(topics or {})}
+        self._seq = itertools.count(1)
+        self.encode_errors = 0
+
+    def topic_for(self, record: Any) -> str:
+        """Return the actual topic of a record.
+
+        Args:
+            record: A runwatch record.
+
+        Returns:
+            The topic name.
+
+        """
+        logical = DEFAULT_TOPICS[type(record).__name__]
+        return self._topics.get(logical, logical)
+
+    def meta(self, now_ms: int | None = None, *, seq: int | None = None) -> dict[str, Any]:
+        """Return fresh stamp fields (event_id, seq, source, emitted_at_ms).
+
+        Args:
+            now_ms: Emission time; the clock when None.
+            seq: A fixed sequence number instead of the next one.
+
+        Returns:
+            Keyword arguments for a record constructor.
+
+        """
+        return {
+            "event_id": uuid.uuid4().hex,
+            "seq": next(self._seq) if seq is None else seq,
+            "source": self.source,
+            "emitted_at_ms": now_ms if now_ms is not None else int(time.time() * 1000),
+        }
+
+    def next_seq(self) -> int:
+        """Return the next per-producer sequence number."""
+        return next(self._seq)
+
+    def stamp(self, record: Any, now_ms: int | None = None) -> Any:
+        """Fill event_id, seq, source and emitted_at_ms of a record.
+
+        Args:
+            record: A record whose stamp fields are placeholders.
+            now_ms: Emission time; the clock when None.
+
+        Returns:
+            The stamped copy.
+
+        """
+        return dataclasses.replace(
+            record,
+            event_id=uuid.uuid4().hex,
+            seq=next(self._seq),
+            source=self.source,
+            emitted_at_ms=now_ms if now_ms is not None else int(time.time() * 1000),
+        )
+
+    def publish(self, records: Iterable[Any]) -> int:
+        """Encode and hand over records that are already stamped.
+
+        A batch that fails to encode is retried one record at a time so one bad
+        record costs only itself (counted in ``encode_errors`` and logged).
+
+        Args:
+            records: Stamped records.
+
+        Returns:
+            How many were handed to the transport.
+
+        """
+        batch = list(records)
+        if not batch:
+            return 0
+        try:
+            encoded = self.codec.encode_many(batch)
+            pairs = list(zip(batch, encoded, strict=True))
+        except Exception:
+            pairs = []
+            for rec in batch:
+                try:
+                    pairs.append((rec, self.codec.encode(rec)))
+                except Exception as exc:
+                    self.encode_errors += 1
+                    logger.error("cannot encode %s: %s", type(rec).__name__, exc)
+        for rec, value in pairs:
+            self.transport.produce(self.topic_for(rec), record_key(rec), value)
+        return len(pairs)

@@ -1,0 +1,543 @@
+"""The training-job SDK: :class:`Run`, created by :func:`runwatch.init`.
+
+The hot path (:meth:`Run.step`) checks types, reads a monotonic clock and
+appends one small tuple to a bounded deque; a background thread builds the
+records, encodes them in batches and hands them to the transport. No call
+raises into user code unless the run was created with ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runwatch.client import lineage
+from runwatch.client.exithooks import ExitHooks
+from runwatch.client.files import file_digest, file_size
+from runwatch.client.publisher import Publisher
+from runwatch.core.records import (
+    ArtifactEvent,
+    CheckpointEvent,
+    DatasetRef,
+    GateDecision,
+    Hardware,
+    JobEvent,
+    LearningStep,
+    RunManifest,
+    SliceResult,
+    StepTiming,
+    ValidationResult,
+)
+
+logger = logging.getLogger(__name__)
+
+_STEP, _REC, _FN = 0, 1, 2
+_NUM = (float, int)
+
+
+class _DataWait:
+    """Context manager timing data-loader waits (reusable, allocation free)."""
+
+    __slots__ = ("_run", "_t0")
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._t0 = 0
+
+    def __enter__(self) -> _DataWait:
+        self._t0 = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: object, tb: object) -> None:
+        self._run._wait_ns += time.perf_counter_ns() - self._t0
+
+
+class Run(ExitHooks):
+    """One training run publishing telemetry."""
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        run_id: str,
+        experiment_family: str | None = None,
+        team: str | None = None,
+        config: Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        datasets: Sequence[DatasetRef | str] = (),
+        seed_policy: str | None = None,
+        resumed_from: str | None = None,
+        parent_run_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        attempt: int = 0,
+        strict: bool = False,
+        queue_max: int = 100_000,
+        capture_lineage: bool = True,
+        install_hooks: bool = True,
+    ) -> None:
+        """Start a run (use :func:`runwatch.init`)."""
+        self.run_id = run_id
+        self.publisher = publisher
+        self.strict = strict
+        self.experiment_family = experiment_family
+        self.team = team
+        self.attempt = attempt
+        self.finished = False
+        self.counters: dict[str, int] = collections.defaultdict(int)
+        self._q: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._qmax = queue_max
+        self._warned: set[tuple[str, int]] = set()
+        self._wait_ns = 0
+        self._last_ns = time.perf_counter_ns()
+        self._dw = _DataWait(self)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._manifest_args: dict[str, Any] = dict(
+            config=config,
+            datasets=tuple(
+                d if isinstance(d, DatasetRef) else DatasetRef(uri=str(d)) for d in datasets
+            ),
+            seed_policy=seed_policy,
+            resumed_from=resumed_from,
+            parent_run_id=parent_run_id,
+            labels=dict(labels or {}),
+            capture=capture_lineage,
+        )
+        self._thread = threading.Thread(target=self._work, name="runwatch-sdk", daemon=True)
+        self._thread.start()
+        self._prev_hook: Any = None
+        self._prev_term: Any = None
+        if install_hooks:
+            self._install_hooks()
+
+    # ------------------------------------------------------------- hot path
+    def step(
+        self,
+        step: int,
+        loss: float | None = None,
+        metrics: Mapping[str, float] | None = None,
+        lr: float | None = None,
+        grad_norm: float | None = None,
+        samples: int = 0,
+        tokens: int | None = None,
+        epoch: int = 0,
+    ) -> None:
+        """Record one training step (cheap; never blocks).
+
+        Args:
+            step: Global step.
+            loss: Training loss.
+            metrics: Other scalar metrics.
+            lr: Learning rate.
+            grad_norm: Gradient norm.
+            samples: Samples in this step.
+            tokens: Tokens in this step.
+            epoch: Epoch.
+
+        """
+        now = time.perf_counter_ns()
+        if type(step) is not int or (loss is not None and type(loss) not in _NUM):
+            step, loss = self._fix_step(step, loss)
+            if step is None:
+                return
+        if metrics:
+            for v in metrics.values():
+                if type(v) not in _NUM:
+                    metrics = self._fix_metrics(metrics)
+                    break
+        if len(self._q) >= self._qmax:
+            self.counters["dropped_queue_full"] += 1
+            return
+        wait = self._wait_ns
+        self._wait_ns = 0
+        last = self._last_ns
+        self._last_ns = now
+        self._q.append(
+            (_STEP, step, loss, metrics, lr, grad_norm, samples, tokens, epoch, now - last, wait)
+        )
+
+    def data_wait(self) -> _DataWait:
+        """Context manager timing a data-loader wait, attributed to the next step.
+
+        Returns:
+            The (reusable) timer.
+
+        """
+        return self._dw
+
+    # ------------------------------------------------------- bad input paths
+    def _bad(self, what: str, value: object) -> None:
+        self.counters["dropped_wrong_type"] += 1
+        if self.strict:
+            msg = f"runwatch: {what} has wrong type {type(value).__name__}"
+            raise TypeError(msg)
+        f = sys._getframe(3)
+        site = (f.f_code.co_filename, f.f_lineno)
+        if site not in self._warned:
+            self._warned.add(site)
+            logger.warning(
+                "runwatch dropped %s of type %s at %s:%d (counted; logged once per call site)",
+                what,
+                type(value).__name__,
+                site[0],
+                site[1],
+            )
+
+    @staticmethod
+    def _num(v: object) -> float | None:
+        if isinstance(v, bool) or isinstance(v, str | bytes):
+            return None
+        try:
+            return float(v)  # type: ignore[arg-type]  # numpy scalars, 0-d tensors
+        except (TypeError, ValueError):
+            return None
+
+    def _fix_step(self, step: Any, loss: Any) -> tuple[Any, Any]:
+        if type(step) is not int:
+            try:
+                step = int(step) if not isinstance(step, str | float) else None
+            except (TypeError, ValueError):
+                step = None
+            if step is None:
+                self._bad("step", step)
+                return None, None
+        if loss is not None and type(loss) not in _NUM:
+            fixed = self._num(loss)
+            if fixed is None:
+                self._bad("loss", loss)
+            loss = fixed
+        return step, loss
+
+    def _fix_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for k, v in metrics.items():
+            if type(v) in _NUM:
+                out[k] = v
+                continue
+            fixed = self._num(v)
+            if fixed is None or not isinstance(k, str):
+                self._bad(f"metric {k!r}", v)
+            else:
+                out[k] = fixed
+        return out
+
+    # ------------------------------------------------------------ cold path
+    def _put(self, kind: int, *item: Any) -> None:
+        if self.finished:
+            return
+        self._q.append((kind, *item))
+
+    def validation(
+        self,
+        step: int,
+        metrics: Mapping[str, float],
+        *,
+        epoch: int = 0,
+        dataset: DatasetRef | str | None = None,
+        slice: str | None = None,  # noqa: A002
+    ) -> None:
+        """Record validation metrics.
+
+        Args:
+            step: Step evaluated.
+            metrics: Metric name -> value.
+            epoch: Epoch.
+            dataset: Validation dataset.
+            slice: Slice name, if any.
+
+        """
+        metrics = self._fix_metrics(metrics)
+        ds = DatasetRef(uri=dataset) if isinstance(dataset, str) else dataset
+        self._put(
+            _REC,
+            ValidationResult,
+            dict(step=step, epoch=epoch, metrics=metrics, dataset=ds, slice=slice),
+        )
+
+    def checkpoint(
+        self,
+        path_or_uri: str | os.PathLike[str],
+        *,
+        step: int = 0,
+        started_at_ms: int | None = None,
+        duration_ms: float | None = None,
+        expected_sha256: str | None = None,
+        outcome: str = "ok",
+    ) -> None:
+        """Record a checkpoint; size and sha256 of a local file are computed off-thread.
+
+        Args:
+            path_or_uri: Local path or remote URI.
+            step: Step of the checkpoint.
+            started_at_ms: When writing started (defaults to now - duration).
+            duration_ms: How long writing took.
+            expected_sha256: Checksum the writer expected, when known.
+            outcome: ok, failed, corrupt, timeout, unknown.
+
+        """
+        now_ms = int(time.time() * 1000)
+        dur = float(duration_ms or 0.0)
+        start = started_at_ms if started_at_ms is not None else now_ms - int(dur)
+        self._put(
+            _FN,
+            self._build_checkpoint,
+            (str(path_or_uri), step, start, now_ms, dur, expected_sha256, outcome),
+        )
+
+    def _build_checkpoint(self, args: tuple[Any, ...]) -> CheckpointEvent:
+        uri, step, start, end, dur, expected, outcome = args
+        size, digest = file_digest(uri)
+        if expected and digest and expected != digest and outcome == "ok":
+            outcome = "corrupt"
+        return CheckpointEvent(
+            **self._meta(),
+            step=step,
+            started_at_ms=start,
+            ended_at_ms=end,
+            duration_ms=dur,
+            size_bytes=size,
+            sha256=digest,
+            expected_sha256=expected,
+            uri=uri,
+            outcome=outcome,  # type: ignore[arg-type]
+            throughput_bps=(size / (dur / 1000.0)) if dur > 0 and size else None,
+        )
+
+    def artifact(
+        self,
+        uri: str | os.PathLike[str],
+        kind: str = "model",
+        *,
+        sha256: str | None = None,
+        serialization_ok: bool = True,
+        registry_status: str | None = None,
+    ) -> None:
+        """Record an artifact (size and sha256 of a local file computed off-thread).
+
+        Args:
+            uri: Local path or remote URI.
+            kind: model, dataset, report, ...
+            sha256: Known checksum (skips hashing).
+            serialization_ok: Whether it loaded back.
+            registry_status: Registry state, if any.
+
+        """
+
+        def build(a: tuple[str, str, str | None, bool, str | None]) -> ArtifactEvent:
+            u, k, sha, ok, reg = a
+            size, digest = file_digest(u) if sha is None else (file_size(u), sha)
+            return ArtifactEvent(
+                **self._meta(),
+                uri=u,
+                kind=k,
+                size_bytes=size,
+                sha256=digest,
+                serialization_ok=ok,
+                registry_status=reg,
+            )
+
+        self._put(_FN, build, (str(uri), kind, sha256, serialization_ok, registry_status))
+
+    def gate(
+        self,
+        gate: str,
+        decision: str,
+        *,
+        thresholds: Mapping[str, float] | None = None,
+        measured: Mapping[str, float] | None = None,
+        slices: Sequence[SliceResult] = (),
+        reasons: Sequence[str] = (),
+        evaluator: str = "sdk",
+    ) -> None:
+        """Record a release-gate decision.
+
+        Args:
+            gate: Gate name.
+            decision: pass, fail or review.
+            thresholds: Threshold per metric.
+            measured: Measured value per metric.
+            slices: Per-slice results.
+            reasons: Why.
+            evaluator: Who decided.
+
+        """
+        self._put(
+            _REC,
+            GateDecision,
+            dict(
+                gate=gate,
+                decision=decision,
+                thresholds=dict(thresholds or {}),
+                measured=dict(measured or {}),
+                slices=tuple(slices),
+                reasons=tuple(reasons),
+                evaluator=evaluator,
+            ),
+        )
+
+    def job_state(self, state: str, reason: str | None = None) -> None:
+        """Publish a job state transition.
+
+        Args:
+            state: A JobState.
+            reason: Why.
+
+        """
+        self._put(_REC, JobEvent, self._job_fields(state, reason))
+
+    def _job_fields(self, state: str, reason: str | None) -> dict[str, Any]:
+        return dict(
+            state=state,
+            attempt=self.attempt,
+            reason=reason,
+            team=self.team,
+            experiment_family=self.experiment_family,
+        )
+
+    def finish(
+        self, status: str = "succeeded", reason: str | None = None, timeout: float = 10.0
+    ) -> dict[str, int]:
+        """Publish the final JobEvent, drain, flush and close the transport.
+
+        Args:
+            status: Final JobState (succeeded, failed, cancelled, preempted).
+            reason: Why.
+            timeout: Seconds to wait for delivery.
+
+        Returns:
+            SDK and transport counters.
+
+        """
+        with self._lock:
+            if self.finished:
+                return dict(self.counters)
+            self._put(_REC, JobEvent, self._job_fields(status, reason))
+            self.finished = True
+        self._stop.set()
+        self._thread.join(timeout=max(timeout, 1.0))
+        try:
+            tc = self.publisher.transport.close(timeout)
+            for k in ("sent", "spooled", "replayed", "evicted", "failed", "duplicates", "in_spool"):
+                self.counters[f"transport_{k}"] = int(getattr(tc, k, 0))
+        except Exception:
+            logger.exception("runwatch transport close failed")
+        self._uninstall_hooks()
+        logger.info("runwatch run %s finished (%s): %s", self.run_id, status, dict(self.counters))
+        return dict(self.counters)
+
+    # ------------------------------------------------------------- worker
+    def _meta(self) -> dict[str, Any]:
+        m = self.publisher.meta()
+        m["run_id"] = self.run_id
+        return m
+
+    def _manifest(self) -> RunManifest:
+        a = self._manifest_args
+        rev, dirty = lineage.git_revision() if a["capture"] else (None, False)
+        count, model = lineage.gpu_hardware() if a["capture"] else (0, None)
+        return RunManifest(
+            **self._meta(),
+            datasets=a["datasets"],
+            code_revision=rev,
+            code_dirty=dirty,
+            image_digest=lineage.image_digest(),
+            config_hash=lineage.config_hash(a["config"]),
+            config=lineage.flat_config(a["config"]),
+            hardware=Hardware(nodes=(lineage.hostname(),), gpu_count=count, gpu_model=model),
+            seed_policy=a["seed_policy"],
+            framework_versions=lineage.framework_versions() if a["capture"] else {},
+            experiment_family=self.experiment_family,
+            team=self.team,
+            parent_run_id=a["parent_run_id"],
+            resumed_from_checkpoint=a["resumed_from"],
+            labels=a["labels"],
+        )
+
+    def _work(self) -> None:
+        try:
+            first = [
+                self._manifest(),
+                JobEvent(**self._meta(), **self._job_fields("running", None)),
+            ]
+            self.publisher.publish(first)
+        except Exception:
+            logger.exception("runwatch could not publish the run manifest")
+        q = self._q
+        while True:
+            stopping = self._stop.is_set()
+            if not q:
+                if stopping:
+                    return
+                self._stop.wait(0.02)
+                continue
+            batch: list[Any] = []
+            while q and len(batch) < 512:
+                try:
+                    batch.extend(self._build(q.popleft()))
+                except Exception as exc:
+                    self.counters["build_errors"] += 1
+                    logger.warning("runwatch could not build a record: %s", exc)
+            try:
+                self.publisher.publish(batch)
+                self.counters["published"] += len(batch)
+            except Exception:
+                self.counters["publish_errors"] += 1
+                logger.exception("runwatch publish failed")
+
+    def _build(self, item: tuple[Any, ...]) -> list[Any]:
+        kind = item[0]
+        if kind == _STEP:
+            _, step, loss, metrics, lr, gn, samples, tokens, epoch, dt_ns, wait_ns = item
+            bad = 0
+            for v in (loss, lr, gn):
+                if v is not None and not math.isfinite(v):
+                    bad += 1
+            mets = {k: float(v) for k, v in metrics.items()} if metrics else {}
+            for v in mets.values():
+                if not math.isfinite(v):
+                    bad += 1
+            if bad:
+                self.counters["nonfinite"] += bad
+            step_ms = dt_ns / 1e6
+            wait_ms = wait_ns / 1e6
+            return [
+                LearningStep(
+                    **self._meta(),
+                    step=step,
+                    epoch=epoch,
+                    loss=float(loss) if loss is not None else math.nan,
+                    metrics=mets,
+                    lr=float(lr) if lr is not None else None,
+                    grad_norm=float(gn) if gn is not None else None,
+                    nonfinite_count=bad,
+                ),
+                StepTiming(
+                    **self._meta(),
+                    step=step,
+                    loader_wait_ms=wait_ms,
+                    compute_ms=max(step_ms - wait_ms, 0.0),
+                    step_ms=step_ms,
+                    samples=int(samples or 0),
+                    tokens=tokens,
+                ),
+            ]
+        if kind == _REC:
+            return [item[1](**self._meta(), **item[2])]
+        return [item[1](item[2])]
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: object
+    ) -> None:
+        if et is None:
+            self.finish("succeeded")
+        else:
+            self.finish("failed", reason=f"{et.__name__}: {ev}"[:1000])

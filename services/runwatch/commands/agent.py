@@ -1,0 +1,87 @@
+"""``runwatch agent``: the GPU/host node agent."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``agent`` command.
+
+    Args:
+        sub: The top-level sub-parsers.
+
+    """
+    p = sub.add_parser("agent", help="sample GPUs (NVML) and host figures; publish NodeSamples")
+    p.add_argument("--interval", type=float, default=None, help="seconds between samples (1.0)")
+    p.add_argument("--node", default=None, help="node name (default: RUNWATCH_NODE or host name)")
+    p.add_argument(
+        "--nvml-double",
+        action="store_true",
+        help="use the FakeNvml8 TEST DOUBLE (8 fake GPUs) instead of the NVML driver",
+    )
+    p.add_argument("--allocation-file", type=Path, default=None, help="GPU -> run id JSON file")
+    p.add_argument(
+        "--count", type=int, default=0, help="stop after N samples (0: run until signalled)"
+    )
+    p.add_argument("--topic", default=None, help="override the node topic (default rw.exec.node)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the agent until SIGTERM/SIGINT.
+
+    Args:
+        args: Parsed arguments.
+
+    Returns:
+        Exit code.
+
+    """
+    from runwatch.adapters.host import HostSampler
+    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+    from runwatch.adapters.nvml import Nvml
+    from runwatch.adapters.settings import KafkaSettings
+    from runwatch.agent.service import AgentSettings, NodeAgent, RunAttributor, default_node
+    from runwatch.client.publisher import Publisher
+
+    settings = AgentSettings()
+    interval = args.interval if args.interval is not None else settings.interval_s
+    node = args.node or settings.node or default_node()
+    module: Any = None
+    if args.nvml_double or settings.nvml_double:
+        from runwatch.agent.nvml_double import FakeNvml8
+
+        module = FakeNvml8()
+        logger.warning("using the FakeNvml8 TEST DOUBLE: GPU figures are not real")
+    nvml = Nvml.open(module)
+    transport = KafkaTransport(KafkaSettings(), ProducerSettings(), name=f"agent-{node}")
+    topics = {"rw.exec.node": args.topic} if args.topic else None
+    publisher = Publisher(transport, kind="agent", topics=topics)
+    agent = NodeAgent(
+        publisher,
+        node=node,
+        nvml=nvml,
+        host=HostSampler(),
+        attributor=RunAttributor(
+            settings.proc_root, args.allocation_file or settings.allocation_file
+        ),
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    gpus = nvml.device_count() if nvml else 0
+    logger.info("agent on %s: %d GPUs, every %.2fs", node, gpus, interval)
+    agent.run(stop, interval, max_ticks=args.count)
+    if nvml is not None:
+        nvml.close()
+    c = transport.close(10.0)
+    logger.info("agent stopped after %d samples", agent.ticks)
+    return 0 if c.failed == 0 else 1

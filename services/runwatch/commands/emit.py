@@ -1,0 +1,138 @@
+"""``runwatch emit``: publish records from scheduler hooks and scripts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``emit`` command.
+
+    Args:
+        sub: The top-level sub-parsers.
+
+    """
+    p = sub.add_parser(
+        "emit",
+        help="publish job states (scheduler hooks) or JSON-lines records",
+        description='Publish a job state, or JSON lines from stdin ({"type": "JobEvent", ...}).',
+    )
+    p.add_argument("--stdin", action="store_true", help="read JSON lines from stdin")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for delivery")
+    p.add_argument("--topic-prefix", default="", help="prefix added to every topic name")
+    p.set_defaults(func=run_stdin)
+    kinds = p.add_subparsers(dest="kind", metavar="KIND")
+    js = kinds.add_parser("job-state", help="one job state transition")
+    js.add_argument("--run-id", required=True)
+    js.add_argument(
+        "--state",
+        required=True,
+        choices=[
+            "queued",
+            "scheduled",
+            "running",
+            "preempted",
+            "retrying",
+            "failed",
+            "succeeded",
+            "cancelled",
+        ],
+    )
+    js.add_argument("--queue", default=None)
+    js.add_argument("--attempt", type=int, default=0)
+    js.add_argument("--reason", default=None)
+    js.add_argument("--priority-class", default=None)
+    js.add_argument("--nodes", default="", help="comma-separated node names")
+    js.add_argument("--gpus", default="", help="comma-separated GPU indices")
+    js.add_argument("--gpu-model", default=None)
+    js.add_argument("--deadline-ms", type=int, default=None)
+    js.add_argument("--team", default=None)
+    js.add_argument("--experiment-family", default=None)
+    js.add_argument("--event-id", default=None, help="fixed event id (idempotent re-runs)")
+    js.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for delivery")
+    js.add_argument("--topic-prefix", default="", help="prefix added to every topic name")
+    js.set_defaults(func=run_job_state)
+
+
+def _publisher(args: argparse.Namespace) -> Any:
+    from runwatch.adapters.kafka import KafkaTransport
+    from runwatch.client.publisher import DEFAULT_TOPICS, Publisher
+
+    topics = (
+        {t: args.topic_prefix + t for t in set(DEFAULT_TOPICS.values())}
+        if args.topic_prefix
+        else None
+    )
+    return Publisher(KafkaTransport(name="emit"), kind="hook", topics=topics)
+
+
+def _finish(pub: Any, errors: list[str], timeout: float) -> int:
+    for e in errors:
+        print(e, file=sys.stderr)
+    c = pub.transport.close(timeout)
+    left = c.in_spool
+    if left:
+        print(f"{left} record(s) spooled locally; they are sent on the next emit", file=sys.stderr)
+    return 1 if errors or c.failed else 0
+
+
+def run_job_state(args: argparse.Namespace) -> int:
+    """Publish one JobEvent.
+
+    Args:
+        args: Parsed arguments.
+
+    Returns:
+        Exit code.
+
+    """
+    from runwatch.client.emit import emit_records
+
+    alloc = None
+    if args.nodes or args.gpus or args.gpu_model:
+        alloc = {
+            "nodes": [n for n in args.nodes.split(",") if n],
+            "gpu_indices": [int(g) for g in args.gpus.split(",") if g],
+            "gpu_model": args.gpu_model,
+        }
+    obj = {
+        "type": "JobEvent",
+        "run_id": args.run_id,
+        "state": args.state,
+        "attempt": args.attempt,
+        "reason": args.reason,
+        "queue": args.queue,
+        "priority_class": args.priority_class,
+        "allocation": alloc,
+        "deadline_ms": args.deadline_ms,
+        "team": args.team,
+        "experiment_family": args.experiment_family,
+    }
+    if args.event_id:
+        obj["event_id"] = args.event_id
+    pub = _publisher(args)
+    res = emit_records(pub, [obj])
+    return _finish(pub, res.errors, args.timeout)
+
+
+def run_stdin(args: argparse.Namespace) -> int:
+    """Publish JSON lines from stdin.
+
+    Args:
+        args: Parsed arguments.
+
+    Returns:
+        Exit code (1 when any line was rejected).
+
+    """
+    if not args.stdin:
+        print("runwatch emit: give a KIND (job-state) or --stdin", file=sys.stderr)
+        return 2
+    from runwatch.client.emit import emit_lines
+
+    pub = _publisher(args)
+    res = emit_lines(pub, sys.stdin)
+    print(f"published {res.published}, rejected {len(res.errors)}", file=sys.stderr)
+    return _finish(pub, res.errors, args.timeout)

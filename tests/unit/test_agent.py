@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runwatch.adapters.nvml import Nvml
+from runwatch.agent.nvml_double import FakeNvml8
+from runwatch.agent.service import NodeAgent, RunAttributor, parse_allocation
+from runwatch.client.publisher import Publisher
+from runwatch.core.codec import load_codec
+
+
+class ListTransport:
+    def __init__(self):
+        self.out = []
+
+    def produce(self, topic, key, value):
+        self.out.append((topic, key, value))
+
+
+@pytest.fixture
+def child_with_run():
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        env=dict(os.environ, RUNWATCH_RUN_ID="run-from-env"),
+    )
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+def make_agent(fake=None, **kw):
+    t = ListTransport()
+    nv = Nvml.open(fake) if fake is not None else None
+    return NodeAgent(Publisher(t, kind="agent"), node="n1", nvml=nv, **kw), t
+
+
+def test_double_describes_8_gpus_with_every_figure() -> None:
+    agent, t = make_agent(FakeNvml8())
+    agent.tick()
+    s = agent.tick()
+    assert len(s.gpus) == 8 and [g.index for g in s.gpus] == list(range(8))
+    g = s.gpus[7]
+    assert g.mem_total_bytes == 80 * 1024**3 and g.power_w > 0 and g.temp_c == 47
+    assert g.sm_clock_mhz == 1980 and g.throttle_reasons == 0x4
+    assert s.gpus[5].ecc_corrected == 3
+    assert g.pcie_rx_bps == 8 * 1000 * 1024 and g.nvlink_rx_bps is not None and g.nvlink_rx_bps > 0
+    assert len({x.uuid for x in s.gpus}) == 8
+    topic, key, value = t.out[-1]
+    assert topic == "rw.exec.node" and key == "n1" and load_codec().decode(value) == s
+
+
+def test_process_attribution_from_environ(child_with_run) -> None:
+    fake = FakeNvml8()
+    fake.attach_process(0, child_with_run)
+    fake.attach_process(1, 999_999_999)  # gone: no run
+    agent, _ = make_agent(fake)
+    s = agent.sample()
+    assert s.gpus[0].processes[0].run_id == "run-from-env"
+    assert s.gpus[1].processes[0].run_id is None
+    assert s.run_id == "run-from-env"
+    assert s.gpus[0].util_pct >= 90 and s.gpus[2].util_pct < 10
+
+
+@pytest.mark.parametrize(
+    "doc,expect",
+    [
+        ({"0": "r1", "3": "r2"}, {0: "r1", 3: "r2"}),
+        (
+            [{"run_id": "r1", "gpus": [0, 1]}, {"run_id": "r2", "gpus": [2]}],
+            {0: "r1", 1: "r1", 2: "r2"},
+        ),
+        ({}, {}),
+    ],
+)
+def test_parse_allocation(doc, expect) -> None:
+    assert parse_allocation(doc) == expect
+
+
+def test_attribution_from_allocation_file(tmp_path: Path) -> None:
+    alloc = tmp_path / "alloc.json"
+    alloc.write_text(json.dumps([{"run_id": "slurm-77", "gpus": [4, 5]}]))
+    fake = FakeNvml8()
+    fake.attach_process(4, 999_999_998)
+    agent, _ = make_agent(fake, attributor=RunAttributor(allocation_file=alloc))
+    s = agent.sample()
+    assert s.gpus[4].processes[0].run_id == "slurm-77" and s.run_id == "slurm-77"
+
+
+def test_xid_events_land_on_their_gpu() -> None:
+    fake = FakeNvml8()
+    agent, _ = make_agent(fake)
+    agent.sample()
+    fake.inject_xid(6, 79)
+    s = agent.sample()
+    assert [g.xid for g in s.gpus] == [None] * 6 + [79, None]
+    assert all(g.xid is None for g in agent.sample().gpus)
+
+
+def test_no_nvml_logs_once_and_host_figures_continue(caplog) -> None:
+    nv = Nvml.open()  # no driver on this machine (or a real one: then it is not None)
+    if nv is not None:
+        nv.close()
+        pytest.fail("this test expects a machine without an NVIDIA driver")
+    assert "NVML unavailable" in caplog.text
+    agent, t = make_agent(None)
+    s = agent.tick()
+    assert s.gpus == () and s.mem_total_bytes > 0 and 0 <= s.cpu_pct <= 100 * os.cpu_count()
+
+
+def test_unreadable_gpu_is_skipped_not_fatal() -> None:
+    fake = FakeNvml8()
+    agent, _ = make_agent(fake)
+
+    def broken(h):
+        raise RuntimeError("GPU fell off the bus")
+
+    fake.nvmlDeviceGetName = broken  # type: ignore[method-assign]
+    s = agent.sample()
+    assert s.gpus == () and agent.errors == 8
+
+
+def test_cli_agent_with_double_runs(tmp_path: Path) -> None:
+    # no broker on this port: samples are spooled, the agent still exits cleanly
+    env = dict(
+        os.environ,
+        KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1",
+        RUNWATCH_PRODUCER_SPOOL_DIR=str(tmp_path),
+        RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS="1000",
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runwatch",
+            "agent",
+            "--nvml-double",
+            "--interval",
+            "0.1",
+            "--count",
+            "3",
+            "--node",
+            "cli-node",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "TEST DOUBLE" in p.stderr and "8 GPUs" in p.stderr
+    assert "left_in_spool=3" in p.stderr, p.stderr[-2000:]

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runwatch.client.data import load_baseline, report, to_columns
+from runwatch.client.publisher import Publisher
+from runwatch.core import dataquality as dq
+from runwatch.core.codec import load_codec
+
+
+class ListTransport:
+    def __init__(self):
+        self.out = []
+
+    def produce(self, topic, key, value):
+        self.out.append((topic, key, value))
+
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize(
+    "shift,drifted",
+    [(0.0, False), (0.05, False), (1.0, True), (3.0, True)],
+)
+def test_psi_and_ks_detect_shift(shift, drifted) -> None:
+    ref = RNG.normal(size=5000)
+    base = dq.make_baseline({"x": ref.tolist()})
+    cur = RNG.normal(loc=shift, size=5000)
+    st = dq.compute({"x": cur.tolist()}, now_ms=0, baseline=base)
+    assert (st.drifted == ("x",)) is drifted
+    assert (st.max_psi > dq.PSI_THRESHOLD) is drifted
+
+
+@pytest.mark.parametrize("n", [50, 500])
+def test_ks_matches_definition(n) -> None:
+    a = np.sort(RNG.normal(size=n))
+    b = RNG.normal(loc=0.5, size=n)
+    # brute force sup |F_a - F_b| over every observed point
+    pts = np.concatenate([a, b])
+    expect = max(abs((a <= p).mean() - (b <= p).mean()) for p in pts)
+    assert dq.ks(a, b) == pytest.approx(expect)
+
+
+def test_psi_zero_on_identical_distribution() -> None:
+    ref = RNG.uniform(size=10000)
+    base = dq.make_baseline({"x": ref.tolist()})["columns"]["x"]
+    assert dq.psi(base["props"], base["edges"], ref) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "cols,schema,failures",
+    [
+        ({"a": [1.0, 2.0, None], "b": ["x", "y", "z"]}, {"a": "float", "b": "str"}, 1),
+        ({"a": [1.0, 2.0, None], "b": ["x", "y", "z"]}, {"a": "float?", "b": "str"}, 0),
+        ({"a": [1, "2", 3]}, {"a": "int"}, 1),
+        ({"a": [True, 1, 0]}, {"a": "int"}, 1),
+        ({"a": [1, 2]}, {"a": "int", "missing": "str"}, 2),
+    ],
+)
+def test_schema_conformance(cols, schema, failures) -> None:
+    assert dq.compute(cols, now_ms=0, schema=schema).schema_failures == failures
+
+
+def test_unknown_schema_type_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown schema type"):
+        dq.compute({"a": [1]}, now_ms=0, schema={"a": "decimal"})
+
+
+def test_nulls_duplicates_ranges_labels_freshness() -> None:
+    cols = {
+        "x": [1.0, 2.0, math.nan, 4.0, 1.0],
+        "y": ["a", "b", "a", None, "a"],
+        "ts": [1000, 2000, 3000, 4000, 1000],
+    }
+    st = dq.compute(cols, now_ms=10_000, label="y", timestamp="ts")
+    x = next(c for c in st.columns if c.name == "x")
+    assert x.null_pct == pytest.approx(20.0) and x.min == 1.0 and x.max == 4.0
+    assert x.mean == pytest.approx(2.0)
+    assert st.duplicate_rows == 1  # rows 0 and 4 are equal
+    assert st.label_distribution == {"a": 0.6, "b": 0.2, "null": 0.2}
+    assert st.freshness_lag_ms == 6000
+    dup = dq.compute({"a": [1, 1, 2, 1], "b": ["x", "x", "y", "x"]}, now_ms=0)
+    assert dup.duplicate_rows == 2
+
+
+def test_unequal_columns_rejected() -> None:
+    with pytest.raises(ValueError, match="different lengths"):
+        dq.compute({"a": [1, 2], "b": [1]}, now_ms=0)
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"x": [1.0, 2.0], "y": ["a", "b"]},
+        [{"x": 1.0, "y": "a"}, {"x": 2.0, "y": "b"}],
+    ],
+)
+def test_table_shapes(table) -> None:
+    assert to_columns(table) == {"x": [1.0, 2.0], "y": ["a", "b"]}
+
+
+def test_pandas_and_arrow_tables() -> None:
+    pd = pytest.importorskip("pandas")
+    pa = pytest.importorskip("pyarrow")
+    df = pd.DataFrame({"x": [1.0, 2.0], "y": ["a", "b"]})
+    assert to_columns(df) == {"x": [1.0, 2.0], "y": ["a", "b"]}
+    assert to_columns(pa.table({"x": [1.0, 2.0], "y": ["a", "b"]})) == {
+        "x": [1.0, 2.0],
+        "y": ["a", "b"],
+    }
+
+
+def test_report_stores_baseline_then_measures_drift(tmp_path: Path) -> None:
+    t = ListTransport()
+    pub = Publisher(t, kind="sdk")
+    ref = {"f": RNG.normal(size=2000).tolist(), "label": (["cat", "dog"] * 1000)}
+    r1 = report(
+        "s3://ds",
+        "v1",
+        "d=1",
+        ref,
+        baseline="ref",
+        label="label",
+        baseline_directory=tmp_path,
+        publisher=pub,
+    )
+    assert load_baseline("s3://ds", "ref", tmp_path) is not None
+    assert r1.drift is not None and r1.drift.drifted_features == ()
+    cur = {"f": (RNG.normal(size=2000) * 3).tolist(), "label": ["cat"] * 2000}
+    r2 = report(
+        "s3://ds",
+        "v1",
+        "d=2",
+        cur,
+        baseline="ref",
+        label="label",
+        baseline_directory=tmp_path,
+        publisher=pub,
+        schema={"f": "float", "label": "str"},
+        rejected_samples=4,
+        run_id="run-1",
+    )
+    assert r2.drift.drifted_features == ("f",) and r2.label_distribution == {"cat": 1.0}
+    assert r2.rejected_samples == 4 and r2.run_id == "run-1" and r2.baseline == "ref"
+    topic, key, value = t.out[-1]
+    assert topic == "rw.data" and key == "s3://ds"
+    assert load_codec().decode(value) == r2

@@ -1,0 +1,209 @@
+"""Transport behaviour against a producer test double (no broker)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+
+
+class _Msg:
+    def __init__(self, topic, value, key):
+        self._t, self._v, self._k = topic, value, key
+
+    def topic(self):
+        return self._t
+
+    def value(self):
+        return self._v
+
+
+class FakeProducer:
+    """Producer test double: a queue, a broker switch, delivery on poll."""
+
+    def __init__(self, conf, broker):
+        self.conf = conf
+        self.broker = broker
+        self.queue: list = []
+
+    def produce(self, topic, value, key=None, on_delivery=None):
+        if len(self.queue) >= self.broker.capacity:
+            raise BufferError("full")
+        self.queue.append((_Msg(topic, value, key), on_delivery))
+
+    def poll(self, timeout=0):
+        if self.broker.up:
+            q, self.queue = self.queue, []
+            for m, cb in q:
+                if m.value() in self.broker.reject:
+                    cb(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), m)
+                    continue
+                self.broker.log.append(m.value())
+                cb(None, m)
+        elif self.broker.fail_now:
+            q, self.queue = self.queue, []
+            for m, cb in q:
+                cb(KafkaError(KafkaError._MSG_TIMED_OUT), m)
+        else:
+            time.sleep(min(timeout, 0.01))
+        return 0
+
+    def flush(self, timeout=0):
+        self.poll(0)
+        return len(self.queue)
+
+    def purge(self, in_queue=True, in_flight=True, blocking=True):
+        q, self.queue = self.queue, []
+        for m, cb in q:
+            cb(KafkaError(KafkaError._PURGE_QUEUE), m)
+
+    def list_topics(self, timeout=None):
+        if not self.broker.up:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        return {}
+
+    def __len__(self):
+        return len(self.queue)
+
+
+class Broker:
+    def __init__(self, up=True, capacity=10_000):
+        self.up = up
+        self.fail_now = False
+        self.capacity = capacity
+        self.log: list[bytes] = []
+        self.reject: set[bytes] = set()
+
+
+def make(tmp_path: Path, broker: Broker, **kw) -> KafkaTransport:
+    s = ProducerSettings(spool_dir=tmp_path, replay_batch=7, **kw)
+    t = KafkaTransport(
+        settings=s, name="t", producer_factory=lambda conf: FakeProducer(conf, broker)
+    )
+    t._next_try = 0
+    return t
+
+
+def vals(n, start=0):
+    return [f"{i:06d}".encode() for i in range(start, start + n)]
+
+
+def test_config_is_safe(tmp_path: Path) -> None:
+    b = Broker()
+    t = make(tmp_path, b, compression="zstd")
+    conf = t._producer.conf
+    assert conf["acks"] == "all" and conf["enable.idempotence"] is True
+    assert conf["compression.type"] == "zstd" and conf["linger.ms"] <= 10
+    t.close(1)
+
+
+@pytest.mark.parametrize("outage", ["delivery_timeout", "all_brokers_down", "queue_full"])
+def test_outage_spools_then_replays_in_order(tmp_path: Path, outage) -> None:
+    b = Broker(capacity=5 if outage == "queue_full" else 10_000)
+    t = make(tmp_path, b)
+    sent = vals(300)
+    for v in sent[:50]:
+        t.produce("rw.x", "k", v)
+    assert t.flush(5) == 0
+    b.up = False
+    for v in sent[50:120]:
+        t.produce("rw.x", "k", v)
+    if outage == "delivery_timeout":
+        b.fail_now = True
+    elif outage == "all_brokers_down":
+        t._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    deadline = time.time() + 5
+    while t.mode != "spool" and time.time() < deadline:
+        time.sleep(0.01)
+    assert t.mode == "spool"
+    for v in sent[120:200]:
+        t.produce("rw.x", "k", v)
+    b.fail_now = False
+    b.up = True
+    t._next_try = 0
+    for v in sent[200:]:
+        t.produce("rw.x", "k", v)
+    assert t.flush(10) == 0
+    c = t.close(1)
+    # every record delivered, in order, duplicates only if counted
+    assert sorted(set(b.log)) == sent
+    assert len(b.log) - len(sent) == c.duplicates
+    firsts = list(dict.fromkeys(b.log))
+    assert firsts == sent
+    assert c.spooled > 0 and c.replayed > 0
+    assert c.sent + c.replayed == len(sent)
+    assert c.failed == 0 and c.evicted == 0 and c.in_spool == 0
+
+
+def test_spool_survives_process_restart(tmp_path: Path) -> None:
+    b = Broker(up=False)
+    t = make(tmp_path, b)
+    t._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    for v in vals(40):
+        t.produce("rw.x", None, v)
+    c = t.close(0.2)
+    assert c.in_spool == 40 and c.failed == 0
+    b.up = True
+    t2 = make(tmp_path, b)
+    assert t2.mode == "spool"
+    assert t2.flush(10) == 0
+    c2 = t2.close(1)
+    assert b.log == vals(40) and c2.replayed == 40
+
+
+@pytest.mark.parametrize("bad", [[b"000003"], [b"000000", b"000009"], []])
+def test_non_retriable_is_failed_not_spooled(tmp_path: Path, bad) -> None:
+    b = Broker()
+    b.reject = set(bad)
+    t = make(tmp_path, b)
+    for v in vals(10):
+        t.produce("rw.x", None, v)
+    assert t.flush(5) == 0
+    c = t.close(1)
+    assert c.failed == len(bad) and c.spooled == 0 and c.sent == 10 - len(bad)
+    assert b.log == [v for v in vals(10) if v not in bad]
+
+
+def test_duplicate_from_inflight_is_counted(tmp_path: Path) -> None:
+    b = Broker(up=False)
+    t = make(tmp_path, b)
+    t.produce("rw.x", None, b"a")
+    prod = t._producer
+    inflight = prod.queue.pop()  # on the wire: survives the purge
+    t._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    b.up = True
+    inflight[1](None, inflight[0])  # the broker did get it
+    b.log.append(b"a")
+    t._next_try = 0
+    assert t.flush(5) == 0
+    c = t.close(1)
+    assert b.log == [b"a", b"a"] and c.duplicates == 1 and c.replayed == 1
+
+
+def test_full_spool_evicts_and_reports(tmp_path: Path) -> None:
+    b = Broker(up=False)
+    t = make(tmp_path, b, spool_max_bytes=2000, spool_segment_bytes=300)
+    t._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    for v in vals(500):
+        t.produce("rw.x", None, v)
+    c = t.close(0.1)
+    assert c.evicted > 0 and c.evicted + c.in_spool == 500
+
+
+def test_unwritable_spool_dir_degrades_never_crashes(tmp_path: Path, caplog) -> None:
+    f = tmp_path / "f"
+    f.write_text("x")
+    b = Broker(up=False)
+    t = make(f, b)
+    t._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    for v in vals(10):
+        t.produce("rw.x", None, v)
+    b.up = True
+    t._next_try = 0
+    assert t.flush(5) == 0
+    c = t.close(1)
+    assert "DEGRADED" in caplog.text and b.log == vals(10) and c.replayed == 10
