@@ -11,7 +11,7 @@ KAFKA_LIB := infra/kafka/lib
 APT_PACKAGES := prometheus-alertmanager kcat
 PYTEST_ARGS ?=
 
-.PHONY: deps venv jars apt up down status test unit lint demo bench clean
+.PHONY: deps venv jars apt up down status test unit lint demo bench bench-all clean
 
 deps: venv jars apt
 
@@ -68,6 +68,22 @@ demo: deps
 	$(RW) demo
 
 bench: deps
+	$(BIN)/runwatch bench nab --data ../shared/nab
+
+# Comparison SDKs live in their own venv so they never touch runwatch's pins.
+BENCH_VENV := .runwatch/bench-venv
+$(BENCH_VENV)/.installed:
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet mlflow-skinny==3.17.2 wandb==0.31.0 numpy
+	touch $@
+
+# Every benchmark in benchmarks/, each printing figures and ratios against a
+# baseline measured in the same run. Some need the stack (`make up`).
+bench-all: deps $(BENCH_VENV)/.installed
+	$(BIN)/python benchmarks/codec.py
+	$(BIN)/python benchmarks/store_insert.py
+	$(BIN)/python benchmarks/sdk_overhead.py --compare-python $(BENCH_VENV)/bin/python
+	$(BIN)/python benchmarks/agent_overhead.py
 	$(BIN)/runwatch bench nab --data ../shared/nab
 
 clean: down
