@@ -31,7 +31,12 @@ FORBIDDEN = {
     "runwatch.client",
 }
 # The clock must be passed in: core functions take now_ms.
-FORBIDDEN_CALLS = {("time", "time"), ("time", "time_ns"), ("datetime", "now"), ("datetime", "utcnow")}
+FORBIDDEN_CALLS = {
+    ("time", "time"),
+    ("time", "time_ns"),
+    ("datetime", "now"),
+    ("datetime", "utcnow"),
+}
 
 
 def _imports(tree: ast.AST) -> list[str]:
