@@ -1,0 +1,312 @@
+"""Drivers: turn planned actions into calls on the real producers.
+
+Telemetry leaves through the same code as in production: the SDK's
+:class:`~runwatch.client.run.Run` (manifest, steps, validation, checkpoints
+with real file digests, gates, finish), ``runwatch.client.data`` (reports from
+:func:`runwatch.core.dataquality.compute`), ``runwatch.client.emit`` (scheduler
+hook job events) and the node agent over the NVML test double. Two thin
+adaptations make that code follow the virtual clock: :class:`SimPublisher`
+stamps emission times from it, and :class:`SimRun` feeds the planned step and
+loader durations to the SDK's timers and stamps checkpoint times from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runwatch.adapters.host import HostReading
+from runwatch.adapters.nvml import Nvml
+from runwatch.agent.nvml_double import FakeNvml8
+from runwatch.agent.service import NodeAgent, RunAttributor
+from runwatch.client import data as sdk_data
+from runwatch.client.emit import emit_records
+from runwatch.client.publisher import Publisher
+from runwatch.client.run import _FN, Run
+from runwatch.core import dataquality as dq
+from runwatch.core.records import DatasetRef, Hardware
+from runwatch.sim.clock import VirtualClock
+from runwatch.sim.model import GPUS_PER_NODE, LABELS, Action, RunModel, RunPlan
+
+logger = logging.getLogger(__name__)
+GIB = 1 << 30
+
+
+class SharedTransport:
+    """One Kafka transport shared by every simulated producer; ``close`` only flushes."""
+
+    def __init__(self, inner: Any) -> None:
+        """Wrap a transport (``produce``/``flush``/``close``)."""
+        self.inner = inner
+        self.produced = 0
+
+    def produce(self, topic: str, key: bytes | str | None, value: bytes) -> None:
+        """Hand a record to the shared transport."""
+        self.produced += 1
+        self.inner.produce(topic, key, value)
+
+    def flush(self, timeout: float = 10.0) -> int:
+        """Flush the shared transport."""
+        return int(self.inner.flush(timeout))
+
+    def close(self, timeout: float = 10.0) -> Any:
+        """Flush only: the simulator closes the shared transport once at the end."""
+        self.inner.flush(timeout)
+        return getattr(self.inner, "counters", None)
+
+
+class SimPublisher(Publisher):
+    """A publisher whose default emission time is the virtual clock."""
+
+    def __init__(self, transport: Any, clock: VirtualClock, *, kind: str,
+                 topics: dict[str, str] | None = None) -> None:
+        """Create it (see :class:`~runwatch.client.publisher.Publisher`)."""
+        super().__init__(transport, kind=kind, topics=topics)
+        self.clock = clock
+
+    def meta(self, now_ms: int | None = None, **kw: Any) -> dict[str, Any]:
+        """Stamp fields with the virtual time when no time is given."""
+        return super().meta(self.clock.now_ms() if now_ms is None else now_ms, **kw)
+
+    def stamp(self, record: Any, now_ms: int | None = None, **kw: Any) -> Any:
+        """Stamp a record with the virtual time when no time is given."""
+        return super().stamp(record, self.clock.now_ms() if now_ms is None else now_ms, **kw)
+
+
+class SimRun(Run):
+    """The SDK run, fed planned durations and the simulated host's lineage."""
+
+    def __init__(self, publisher: SimPublisher, *, manifest: dict[str, Any], **kw: Any) -> None:
+        """Start the run (the manifest fields override lineage probes of this host)."""
+        self._sim_manifest = manifest
+        self._clock = publisher.clock
+        super().__init__(publisher, capture_lineage=False, install_hooks=False, **kw)
+
+    def _manifest(self) -> Any:
+        return dataclasses.replace(super()._manifest(), **self._sim_manifest)
+
+    def sim_step(self, step: int, *, step_ms: float, loader_ms: float, **kw: Any) -> None:
+        """Record a step whose wall time and loader wait are the planned ones."""
+        self._wait_ns = int(loader_ms * 1e6)
+        self._last_ns = time.perf_counter_ns() - int(step_ms * 1e6)
+        self.step(step, **kw)
+
+    def sim_checkpoint(self, path: Path, *, step: int, duration_ms: float,
+                       expected_sha256: str) -> None:
+        """Record a checkpoint file written just now on the virtual clock."""
+        end = self._clock.now_ms()
+        args = (str(path), step, end - int(duration_ms), end, duration_ms, expected_sha256, "ok")
+        self._put(_FN, self._build_checkpoint, args)
+
+
+class SimNvml(FakeNvml8):
+    """The NVML test double with utilization set by the cluster model."""
+
+    def __init__(self) -> None:
+        """Create an 8-GPU double; every GPU idles until a run sets it."""
+        super().__init__(gpus=GPUS_PER_NODE)
+        self.util: dict[int, float] = {}
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:  # noqa: N802 - pynvml's name
+        """Return the modelled utilization of one GPU."""
+        i = self._h(h)
+        gpu = self.util.get(i, 0.0)
+        from types import SimpleNamespace
+
+        return SimpleNamespace(gpu=int(round(gpu)), memory=int(gpu // 2))
+
+
+class SimHost:
+    """Host figures of a simulated node (deterministic)."""
+
+    def read(self) -> HostReading:
+        """Return steady host figures."""
+        return HostReading(cpu_pct=35.0, mem_used_bytes=180 * GIB, mem_total_bytes=1024 * GIB,
+                           disk_read_bps=2.5e8, disk_write_bps=4e7, net_rx_bps=3e9,
+                           net_tx_bps=3e9)
+
+
+class SimAttributor(RunAttributor):
+    """pid → run from the simulated scheduler (no /proc reads)."""
+
+    def __init__(self) -> None:
+        """Start with no processes."""
+        super().__init__(proc_root=Path("/nonexistent"))
+        self.pids: dict[int, str] = {}
+
+    def run_of_pid(self, pid: int) -> str | None:
+        """Return the run of a simulated training process."""
+        return self.pids.get(pid)
+
+
+@dataclasses.dataclass
+class SimNode:
+    """One simulated node: the NVML double, its agent and who runs on it."""
+
+    name: str
+    nvml: SimNvml
+    attributor: SimAttributor
+    agent: NodeAgent
+
+
+def make_node(name: str, publisher: Publisher) -> SimNode:
+    """Build a node agent over the NVML double."""
+    double = SimNvml()
+    nvml = Nvml.open(double)
+    if nvml is None:  # pragma: no cover - the double always initialises
+        msg = "NVML double did not initialise"
+        raise RuntimeError(msg)
+    attr = SimAttributor()
+    agent = NodeAgent(publisher, node=name, nvml=nvml, host=SimHost(),  # type: ignore[arg-type]
+                      attributor=attr)
+    return SimNode(name, double, attr, agent)
+
+
+def make_batch(spec: dict[str, Any]) -> dict[str, list[Any]]:
+    """Materialise a planned data batch as columns."""
+    rng = np.random.default_rng(int(spec["seed"]))
+    n = int(spec["rows"])
+    shift = float(spec["shift"])
+    return {
+        "f_age": (rng.normal(35.0 + 12.0 * shift, 12.0, n)).round(2).tolist(),
+        "f_len": (rng.gamma(2.0, 50.0 * (1 + shift), n)).round(2).tolist(),
+        "f_score": (rng.uniform(0.0, 1.0, n) + 0.3 * shift).round(4).tolist(),
+        "label": rng.choice(np.array(LABELS), size=n, p=spec["labels"]).tolist(),
+    }
+
+
+class RunDriver:
+    """Executes one run's actions through the SDK, the data client and the hook."""
+
+    def __init__(self, model: RunModel, sdk_pub: SimPublisher, hook_pub: SimPublisher,
+                 node: SimNode, workdir: Path) -> None:
+        """Bind a run model to its producers."""
+        self.model = model
+        self.plan: RunPlan = model.plan
+        self.sdk_pub = sdk_pub
+        self.hook_pub = hook_pub
+        self.node = node
+        self.workdir = workdir
+        self.run: SimRun | None = None
+        self.baseline: dict[str, Any] | None = None
+        self.injected_ms: int | None = None
+        self.done = False
+        self.errors = 0
+
+    def _pid(self, gpu: int) -> int:
+        return 200_000 + self.plan.index * GPUS_PER_NODE + gpu
+
+    def execute(self, a: Action) -> None:
+        """Carry out one action (failures are counted and logged, never raised)."""
+        try:
+            getattr(self, f"_{a.kind}")(a)
+        except Exception:
+            self.errors += 1
+            logger.exception("simulated run %s: action %s failed", self.plan.run_id, a.kind)
+
+    def _job(self, a: Action) -> None:
+        obj: dict[str, Any] = {"type": "job-state", "run_id": self.plan.run_id,
+                               "state": a.args["state"], "attempt": self.model.restarts + 1,
+                               "team": self.plan.team, "experiment_family": self.plan.family}
+        if "deadline_ms" in a.args:
+            obj["deadline_ms"] = a.args["deadline_ms"]
+        if a.args.get("reason"):
+            obj["reason"] = a.args["reason"]
+        if a.args.get("allocation"):
+            obj["allocation"] = {"nodes": [self.plan.node], "gpu_indices": list(self.plan.gpus),
+                                 "gpu_model": "H100"}
+        res = emit_records(self.hook_pub, [obj])
+        if res.errors:
+            self.errors += len(res.errors)
+            logger.warning("hook emit for %s rejected: %s", self.plan.run_id, res.errors)
+
+    def _start(self, a: Action) -> None:
+        p = self.plan
+        manifest = {"hardware": Hardware(nodes=(p.node,), gpu_count=len(p.gpus),
+                                         gpu_model="H100"),
+                    "image_digest": p.image, "code_revision": f"{p.index:07x}sim",
+                    "framework_versions": {"torch": "2.5.1"}}
+        self.run = SimRun(self.sdk_pub, manifest=manifest, run_id=p.run_id,
+                          experiment_family=p.family, team=p.team,
+                          config={"lr": 3e-4, "batch": 256, "family": p.family},
+                          datasets=(DatasetRef(uri=p.dataset_uri, version="v1"),),
+                          seed_policy="fixed:1234", labels={"simulated": "true"})
+        for g in p.gpus:
+            self.node.attributor.pids[self._pid(g)] = p.run_id
+            self.node.nvml.attach_process(g, self._pid(g), 40 * GIB)
+
+    def _step(self, a: Action) -> None:
+        if self.run is not None:
+            self.run.sim_step(**a.args)
+
+    def _validation(self, a: Action) -> None:
+        if self.run is not None:
+            self.run.validation(a.args["step"], a.args["metrics"],
+                                dataset=DatasetRef(uri=self.plan.dataset_uri + "/val"))
+
+    def _checkpoint(self, a: Action) -> None:
+        if self.run is None:
+            return
+        path = self.workdir / self.plan.run_id / f"step-{a.args['step']:06d}.ckpt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = f"{self.plan.run_id}:{a.args['step']}".encode()
+        expected = hashlib.sha256(body).hexdigest()
+        path.write_bytes(body + (b"\0bitrot" if a.args["corrupt"] else b""))
+        self.run.sim_checkpoint(path, step=a.args["step"], duration_ms=a.args["duration_ms"],
+                                expected_sha256=expected)
+
+    def _data(self, a: Action) -> None:
+        cols = make_batch(a.args)
+        now = self.sdk_pub.clock.now_ms()
+        if self.baseline is None and a.args["rows"]:
+            self.baseline = dq.make_baseline(cols, "label")
+        stats = dq.compute(cols, now_ms=now, label="label", baseline=self.baseline)
+        rows = int(a.args["rows"])
+        rate = float(a.args["rejected_rate"])
+        rejected = int(round(rows * rate / (1 - rate))) if rows else 0
+        meta = self.sdk_pub.meta(now)
+        meta["run_id"] = self.plan.run_id
+        rec = sdk_data.build_report(meta, self.plan.dataset_uri, "v1", a.args["partition"], stats,
+                                    now_ms=now, baseline="first-batch",
+                                    window_start_ms=now - 60_000, window_end_ms=now,
+                                    rejected_samples=rejected)
+        self.sdk_pub.publish([rec])
+
+    def _rejoin(self, a: Action) -> None:
+        if self.run is not None:
+            self.run.attempt = self.model.restarts + 1
+            self.run.job_state("running", reason="worker restarted")
+
+    def _gate(self, a: Action) -> None:
+        if self.run is not None:
+            args = {k: v for k, v in a.args.items() if k != "final"}
+            self.run.gate(args.pop("gate"), args.pop("decision"), **args)
+
+    def _fault(self, a: Action) -> None:
+        self.injected_ms = self.sdk_pub.clock.now_ms()
+        logger.info("injected %s into %s", a.args["scenario"], self.plan.run_id)
+
+    def _finish(self, a: Action) -> None:
+        if self.run is not None:
+            self.run.artifact(f"s3://models/{self.plan.run_id}/final", "model",
+                              sha256=hashlib.sha256(self.plan.run_id.encode()).hexdigest())
+            self.run.finish(a.args["status"], timeout=5.0)
+        for g in self.plan.gpus:
+            self.node.attributor.pids.pop(self._pid(g), None)
+            self.node.nvml.processes[g] = []
+            self.node.nvml.util.pop(g, None)
+        self.done = True
+
+    def set_util(self, at_ms: int) -> None:
+        """Put this run's modelled GPU utilization into its node's NVML double."""
+        if self.run is None or self.done:
+            return
+        u = self.model.gpu_util(at_ms)
+        for g in self.plan.gpus:
+            self.node.nvml.util[g] = u

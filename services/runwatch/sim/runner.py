@@ -1,0 +1,247 @@
+"""Run the simulated cluster against Kafka on a virtual clock and collect alerts."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runwatch.adapters.settings import KafkaSettings
+from runwatch.client.publisher import DEFAULT_TOPICS
+from runwatch.sim.clock import VirtualClock
+from runwatch.sim.drivers import RunDriver, SharedTransport, SimNode, SimPublisher, make_node
+from runwatch.sim.model import RunModel, plan_cluster
+from runwatch.sim.scenarios import Scenario
+from runwatch.sim.scoreboard import AlertSeen, Board, Injection, score
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """What to simulate.
+
+    Attributes:
+        nodes: Nodes (8 GPUs each).
+        runs: Healthy runs (the first is the control).
+        seed: Random seed.
+        speed: Virtual seconds per wall second.
+        duration_s: Virtual length of the simulation.
+        scenarios: Faults, one run each.
+        prefix: Run id prefix (unique per session by default).
+        topic_prefix: Prefix of every topic (tests isolate with it).
+        node_interval_s: Virtual seconds between node-agent ticks.
+        tick_s: Wall seconds between scheduler passes.
+        grace_s: Wall seconds to wait for alerts after the last run finished.
+        collect_alerts: Read rw.alerts back while running.
+
+    """
+
+    nodes: int = 4
+    runs: int = 2
+    seed: int = 1
+    speed: float = 20.0
+    duration_s: float = 900.0
+    scenarios: tuple[Scenario, ...] = ()
+    prefix: str = ""
+    topic_prefix: str = ""
+    node_interval_s: float = 10.0
+    tick_s: float = 0.1
+    grace_s: float = 20.0
+    collect_alerts: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A snapshot for progress displays."""
+
+    virtual_s: float
+    duration_s: float
+    runs_active: int
+    runs_done: int
+    records: int
+    injected: tuple[str, ...]
+    alerts: tuple[AlertSeen, ...]
+
+
+@dataclass
+class SimResult:
+    """What a simulation did and saw."""
+
+    prefix: str
+    start_ms: int
+    clock: VirtualClock
+    injections: list[Injection]
+    control_runs: list[str]
+    alerts: list[AlertSeen]
+    records: int
+    errors: int
+    wall_s: float
+    run_ids: list[str] = field(default_factory=list)
+
+    def board(self) -> Board:
+        """Score the alerts against the injections."""
+        return score(self.injections, self.alerts, self.control_runs)
+
+
+class AlertCollector:
+    """Reads rw.alerts in a thread and keeps the alerts of this simulation's runs."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str, prefix: str) -> None:
+        """Subscribe with a fresh consumer group (from the earliest offset)."""
+        from runwatch.adapters.kafka import BatchConsumer
+        from runwatch.core.codec import load_codec
+
+        self.codec = load_codec()
+        self.prefix = prefix
+        self.alerts: list[AlertSeen] = []
+        self._stop = threading.Event()
+        self._consumer = BatchConsumer(kafka, f"runwatch-sim-{prefix}-{uuid.uuid4().hex[:6]}",
+                                       [topic])
+        self._thread = threading.Thread(target=self._loop, name="sim-alerts", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                msgs = self._consumer.poll_batch(500, 0.5)
+            except Exception:
+                logger.exception("alert consumer failed")
+                time.sleep(1.0)
+                continue
+            now = int(time.time() * 1000)
+            for m in msgs:
+                try:
+                    rec = self.codec.decode(m.value() or b"")
+                except Exception as exc:
+                    logger.warning("undecodable alert: %s", exc)
+                    continue
+                if (getattr(rec, "run_id", None) or "").startswith(self.prefix + "-"):
+                    self.alerts.append(AlertSeen.from_alert(rec, now))
+
+    def close(self) -> None:
+        """Stop reading and leave the group."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self._consumer.close()
+
+
+def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
+                   transport: Any = None, progress: Callable[[Progress], None] | None = None,
+                   workdir: Path | None = None) -> SimResult:
+    """Simulate the cluster until every run has finished, then wait for alerts.
+
+    Args:
+        cfg: What to simulate.
+        kafka: Where Kafka is (env ``KAFKA_*`` by default).
+        transport: A ready transport (tests); a KafkaTransport otherwise.
+        progress: Called about once per wall second with a snapshot.
+        workdir: Where checkpoint files are written (a temporary directory by default).
+
+    Returns:
+        The result, with the alerts read back.
+
+    """
+    kafka = kafka or KafkaSettings()
+    prefix = cfg.prefix or f"sim{cfg.seed}-{uuid.uuid4().hex[:6]}"
+    topics = {name: cfg.topic_prefix + name for name in set(DEFAULT_TOPICS.values())}
+    own = transport is None
+    if transport is None:
+        from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+
+        transport = KafkaTransport(kafka, ProducerSettings(linger_ms=20), name=f"sim-{prefix}")
+    shared = SharedTransport(transport)
+    collector = (AlertCollector(kafka, cfg.topic_prefix + "rw.alerts", prefix)
+                 if cfg.collect_alerts else None)
+    clock = VirtualClock(cfg.speed)
+    start = clock.now_ms()
+    duration_ms = int(cfg.duration_s * 1000)
+    plans = plan_cluster(cfg.seed, cfg.nodes, cfg.runs, list(cfg.scenarios), prefix)
+    sdk_pub = SimPublisher(shared, clock, kind="sdk", topics=topics)
+    hook_pub = SimPublisher(shared, clock, kind="hook", topics=topics)
+    agent_pub = SimPublisher(shared, clock, kind="agent", topics=topics)
+    nodes: dict[str, SimNode] = {}
+    for p in plans:
+        if p.node not in nodes:
+            nodes[p.node] = make_node(p.node, agent_pub)
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="runwatch-sim-")
+        workdir = Path(tmp.name)
+    drivers = [RunDriver(RunModel(p, cfg.seed, start, duration_ms), sdk_pub, hook_pub,
+                         nodes[p.node], workdir) for p in plans]
+    t0 = time.monotonic()
+    next_node = start
+    next_progress = 0.0
+    try:
+        while not all(d.done for d in drivers):
+            now = clock.now_ms()
+            for d in drivers:
+                for a in d.model.advance(now):
+                    d.execute(a)
+            if now >= next_node:
+                for d in drivers:
+                    d.set_util(now)
+                for node in nodes.values():
+                    try:
+                        node.agent.tick()
+                    except Exception:
+                        logger.exception("agent tick on %s failed", node.name)
+                next_node += int(cfg.node_interval_s * 1000)
+            if progress is not None and time.monotonic() >= next_progress:
+                next_progress = time.monotonic() + 1.0
+                progress(_snapshot(clock, start, cfg, drivers, shared, collector))
+            time.sleep(cfg.tick_s)
+        shared.flush(30.0)
+        if collector is not None:
+            _await_alerts(collector, drivers, cfg, clock, start, shared, progress)
+    finally:
+        if collector is not None:
+            collector.close()
+        if own:
+            transport.close(30.0)
+        if tmp is not None:
+            tmp.cleanup()
+    injections = [Injection(d.plan.run_id, d.plan.fault, d.injected_ms)
+                  for d in drivers if d.plan.fault is not None]
+    controls = [d.plan.run_id for d in drivers if d.plan.fault is None]
+    return SimResult(prefix=prefix, start_ms=start, clock=clock, injections=injections,
+                     control_runs=controls, alerts=list(collector.alerts) if collector else [],
+                     records=shared.produced, errors=sum(d.errors for d in drivers),
+                     wall_s=time.monotonic() - t0, run_ids=[d.plan.run_id for d in drivers])
+
+
+def _snapshot(clock: VirtualClock, start: int, cfg: SimConfig, drivers: list[RunDriver],
+              shared: SharedTransport, collector: AlertCollector | None) -> Progress:
+    return Progress(
+        virtual_s=(clock.now_ms() - start) / 1000.0, duration_s=cfg.duration_s,
+        runs_active=sum(1 for d in drivers if d.run is not None and not d.done),
+        runs_done=sum(1 for d in drivers if d.done), records=shared.produced,
+        injected=tuple(d.plan.fault.name for d in drivers
+                       if d.plan.fault is not None and d.injected_ms is not None),
+        alerts=tuple(collector.alerts) if collector else (),
+    )
+
+
+def _await_alerts(collector: AlertCollector, drivers: list[RunDriver], cfg: SimConfig,
+                  clock: VirtualClock, start: int, shared: SharedTransport,
+                  progress: Callable[[Progress], None] | None) -> None:
+    """Wait up to ``grace_s`` for the expected alerts of every injected run."""
+    deadline = time.monotonic() + cfg.grace_s
+    while time.monotonic() < deadline:
+        pending = [d for d in drivers if d.plan.fault is not None and d.injected_ms is not None
+                   and not any(a.run_id == d.plan.run_id
+                               and a.detector in d.plan.fault.detectors
+                               for a in collector.alerts)]
+        if not pending:
+            time.sleep(min(3.0, cfg.grace_s))  # a little longer, for false alerts
+            return
+        if progress is not None:
+            progress(_snapshot(clock, start, cfg, drivers, shared, collector))
+        time.sleep(0.5)
