@@ -134,3 +134,70 @@ def test_default_detector_score_does_not_change_state() -> None:
     after = det.to_state()
     after.pop("cache"), before.pop("cache")
     assert after == before
+
+
+def _wave(i: int, rng: random.Random) -> float:
+    return 50.0 + 5 * math.sin(i / 20) + rng.gauss(0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("gap", "second_fires"),
+    [(20, False), (100, False), (400, True)],
+)
+def test_default_detector_refractory_silences_repeats(gap: int, second_fires: bool) -> None:
+    rng = random.Random(4)
+    det = DefaultDetector()
+    first, second = 1000, 1000 + gap
+    scores = {}
+    for i in range(first + gap + 50):
+        x = _wave(i, rng) + (60.0 if i in (first, second) else 0.0)
+        scores[i] = det.score_one(x)
+        det.learn_one(x)
+    assert scores[first] >= det.cfg.fire_level
+    assert (scores[second] >= det.cfg.fire_level) is second_fires
+    if not second_fires:
+        assert scores[second] == 0.0
+
+
+@pytest.mark.parametrize("shift", [8.0, -8.0])
+def test_default_detector_flags_level_shift(shift: float) -> None:
+    rng = random.Random(6)
+    det = DefaultDetector()
+    peak_before = peak_after = 0.0
+    for i in range(2000):
+        x = _wave(i, rng) + (shift if i >= 1500 else 0.0)
+        s = det.score_one(x)
+        det.learn_one(x)
+        if 400 <= i < 1500:
+            peak_before = max(peak_before, s)
+        elif i >= 1500:
+            peak_after = max(peak_after, s)
+    assert peak_after >= det.cfg.fire_level
+    assert peak_after > peak_before
+
+
+def test_default_detector_state_round_trip_is_exact_mid_refractory() -> None:
+    rng = random.Random(8)
+    det = DefaultDetector()
+    for i in range(900):
+        x = _wave(i, rng) + (50.0 if i == 850 else 0.0)
+        det.score_one(x)
+        det.learn_one(x)
+    assert det.quiet > 0
+    state = det.to_state()
+    assert json.loads(json.dumps(state)) == state
+    back = DefaultDetector.from_state(_json(state))
+    assert back.to_state() == state
+    for i in range(900, 1400):
+        x = _wave(i, rng)
+        assert back.score_one(x) == det.score_one(x)
+        back.learn_one(x)
+        det.learn_one(x)
+    assert back.to_state() == det.to_state()
+
+
+def test_default_detector_refuses_other_kind_and_non_finite() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        DefaultDetector.from_state({"kind": "ewz"})
+    with pytest.raises(ValueError, match="finite"):
+        DefaultDetector().score_one(float("nan"))

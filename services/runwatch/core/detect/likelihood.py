@@ -1,0 +1,85 @@
+"""An HTM-style anomaly likelihood layer over one stream of raw scores.
+
+Like NAB's ``anomaly_likelihood.py``: the short average of the raw score is
+compared with the long-run mean and spread of that average (here exponentially
+weighted, so the state is a few floats and a short ring buffer); the Gaussian
+upper tail probability ``q`` is mapped to ``log(q) / log(1e-10)`` in [0, 1].
+Each series, and each kind of evidence, is so judged against its own usual
+level of surprise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Self
+
+from runwatch.core.detect.base import State
+
+_SQRT2 = math.sqrt(2.0)
+_LOG_SCALE = -23.02585084720009  # log(1e-10), as HTM's log likelihood
+
+
+@dataclass(slots=True)
+class Likelihood:
+    """Likelihood of the recent raw scores against their own long-run distribution.
+
+    Attributes:
+        short: Length of the short average (ring buffer).
+        fading: EW fading factor of the long-run mean and second moment.
+        warmup: Raw scores learned before the layer scores anything.
+
+    """
+
+    short: int = 5
+    fading: float = 0.002
+    warmup: int = 300
+    buf: list[float] = field(default_factory=list)
+    pos: int = 0
+    total: float = 0.0
+    mean: float = 0.0
+    sq: float = 0.0
+    n: int = 0
+
+    def score(self, raw: float) -> float:
+        """Return the log-scaled likelihood score in [0, 1] if ``raw`` came next."""
+        if self.n < self.warmup:
+            return 0.0
+        buf = self.buf
+        if len(buf) < self.short:
+            avg = (self.total + raw) / (len(buf) + 1)
+        else:
+            avg = (self.total - buf[self.pos] + raw) / self.short
+        var = self.sq - self.mean * self.mean
+        std = math.sqrt(var) if var > 1e-6 else 1e-3
+        tail = 0.5 * math.erfc((avg - self.mean) / (std * _SQRT2))
+        if tail >= 1.0:
+            return 0.0
+        return min(1.0, max(0.0, math.log(1.0000000001 - (1.0 - tail)) / _LOG_SCALE))
+
+    def learn(self, raw: float) -> None:
+        """Fold ``raw`` into the short average and the long-run statistics."""
+        buf = self.buf
+        if len(buf) < self.short:
+            buf.append(raw)
+            self.total += raw
+        else:
+            self.total += raw - buf[self.pos]
+            buf[self.pos] = raw
+            self.pos = (self.pos + 1) % self.short
+        avg = self.total / len(buf)
+        b = self.fading if self.n >= self.warmup else 1.0 / (self.n + 1)
+        self.mean = b * avg + (1 - b) * self.mean
+        self.sq = b * avg * avg + (1 - b) * self.sq
+        self.n += 1
+
+    def to_state(self) -> State:
+        """Return the state as a JSON-able dict."""
+        return {f: (list(self.buf) if f == "buf" else getattr(self, f)) for f in self.__slots__}
+
+    @classmethod
+    def from_state(cls, state: State) -> Self:
+        """Rebuild from :meth:`to_state` output."""
+        fields = dict(state)
+        fields["buf"] = [float(v) for v in fields["buf"]]
+        return cls(**fields)
