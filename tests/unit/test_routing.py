@@ -147,9 +147,10 @@ def test_bad_durations(text: str) -> None:
         parse_duration_ms(text)
 
 
-def test_example_rules_file_is_valid() -> None:
+@pytest.mark.parametrize("name", ["routes.yaml", "routes.example.yaml"])
+def test_shipped_rules_files_are_valid(name: str) -> None:
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "infra" / "pager" / "routes.yaml"
+    path = Path(__file__).resolve().parents[2] / "infra" / "pager" / name
     rules = parse_rules(path.read_text(), str(path))
     assert rules.receivers
