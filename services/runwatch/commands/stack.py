@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="stack_command", metavar="ACTION")
 
     up = actions.add_parser("up", help="start Kafka, the ClickHouse store and Alertmanager")
+    up.add_argument("--no-topics", action="store_true",
+                    help="do not create the topics of schemas/topics.yaml")
     up.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
                     help=f"services to start (default: all of {', '.join(SERVICES)})")
     up.set_defaults(func=_up)
@@ -55,14 +57,26 @@ def _stack(args: argparse.Namespace) -> Stack:
 
 def _up(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
+    stack = _stack(args)
+    services = args.services or SERVICES
     try:
-        result = _stack(args).up(console.print, args.services or SERVICES)
+        result = stack.up(console.print, services)
     except StackError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
     for name, why in result.failed.items():
         console.print(f"[red]{name} failed:[/red]", end=" ")
         console.print(why, markup=False)
+    if "kafka" in services and "kafka" not in result.failed and not args.no_topics:
+        from runwatch.adapters.topics import TopicProvisionError, ensure_topics
+
+        try:
+            created = ensure_topics({"bootstrap.servers": stack.settings.bootstrap_servers})
+        except TopicProvisionError as exc:
+            console.print(f"[red]topics:[/red] {exc}")
+            return 1
+        if created:
+            console.print(f"topics: created {len(created)} from schemas/topics.yaml")
     return 0 if result.ok else 1
 
 
