@@ -1,0 +1,269 @@
+"""ClickHouse I/O: clients from settings, the migration runner, batch inserts.
+
+Errors are sorted into two kinds the sink reacts to differently:
+:class:`ClickHouseUnavailable` (network, timeouts, server overloaded: retry
+later, pause consumption) and :class:`ClickHouseRejected` (the server or the
+client serializer refused the data: split the batch, dead-letter the bad rows).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import (
+    ClickHouseError,
+    DatabaseError,
+    OperationalError,
+)
+
+from runwatch.adapters.settings import ClickHouseSettings
+from runwatch.core import ddl, retention
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ClickHouseRejected",
+    "ClickHouseUnavailable",
+    "apply_statements",
+    "insert_rows",
+    "make_client",
+    "migrate",
+    "migration_statements",
+    "read_watermarks",
+]
+
+#: Server error codes that mean "try again later", not "bad data".
+_TRANSIENT_CODES = {
+    "159",
+    "160",
+    "164",
+    "202",
+    "209",
+    "210",
+    "241",
+    "242",
+    "252",
+    "285",
+    "319",
+    "425",
+    "999",
+}
+RETENTION_VERSION = 100000
+
+
+class ClickHouseUnavailable(RuntimeError):
+    """ClickHouse cannot be reached or is temporarily unable to work."""
+
+
+class ClickHouseRejected(ValueError):
+    """ClickHouse (or the client serializer) refused the data; the message says why."""
+
+
+def make_client(
+    settings: ClickHouseSettings,
+    *,
+    readonly: bool = False,
+    database: str | None = None,
+    **kwargs: Any,
+) -> Client:
+    """Build a clickhouse-connect HTTP client from settings.
+
+    Args:
+        settings: URL, users, passwords, TLS.
+        readonly: Connect as the readonly (ad hoc SQL) user.
+        database: Default database ('' for the server default; None = settings').
+        **kwargs: More ``clickhouse_connect.get_client`` arguments.
+
+    Returns:
+        A connected client.
+
+    Raises:
+        ClickHouseUnavailable: The server does not answer.
+    """
+    url = urlparse(settings.url)
+    secure = url.scheme == "https"
+    try:
+        return clickhouse_connect.get_client(
+            host=url.hostname or "127.0.0.1",
+            port=url.port or (8443 if secure else 8123),
+            username=settings.readonly_user if readonly else settings.user,
+            password=settings.password_value(readonly=readonly),
+            database=settings.database if database is None else database,
+            secure=secure,
+            verify=settings.verify_tls,
+            ca_cert=str(settings.ca_cert) if settings.ca_cert else None,
+            **kwargs,
+        )
+    except OperationalError as exc:
+        msg = f"ClickHouse at {settings.url} does not answer: {exc}"
+        raise ClickHouseUnavailable(msg) from exc
+
+
+def _classify(exc: Exception) -> Exception:
+    text = str(exc)
+    if isinstance(exc, OperationalError):
+        return ClickHouseUnavailable(text)
+    if isinstance(exc, DatabaseError):
+        code = text.split("Code: ", 1)[1].split(".", 1)[0] if "Code: " in text else ""
+        if code in _TRANSIENT_CODES or "Connection refused" in text or "timed out" in text:
+            return ClickHouseUnavailable(text)
+        return ClickHouseRejected(text)
+    return ClickHouseRejected(f"{type(exc).__name__}: {text}")
+
+
+def insert_rows(
+    client: Client,
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    dedup_token: str | None = None,
+    settings: dict[str, Any] | None = None,
+) -> None:
+    """Insert one columnar batch.
+
+    Args:
+        client: The pipeline user's client.
+        table: Qualified table name.
+        columns: Column names in row order.
+        rows: The rows.
+        dedup_token: ``insert_deduplication_token`` (a retried identical batch is dropped).
+        settings: More query settings.
+
+    Raises:
+        ClickHouseUnavailable: Retry later.
+        ClickHouseRejected: The data was refused (message from ClickHouse).
+    """
+    query_settings: dict[str, Any] = dict(settings or {})
+    if dedup_token:
+        query_settings["insert_deduplication_token"] = dedup_token
+    try:
+        client.insert(table, rows, column_names=list(columns), settings=query_settings)
+    except (ClickHouseError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise _classify(exc) from exc
+    except OSError as exc:
+        msg = f"insert into {table} failed: {exc}"
+        raise ClickHouseUnavailable(msg) from exc
+
+
+def read_watermarks(client: Client, db: str) -> dict[tuple[str, str, int], int]:
+    """Return the largest stored Kafka offset per (table, topic, partition).
+
+    Args:
+        client: Any client allowed to read ``db``.
+        db: Database.
+
+    Returns:
+        ``{(table, topic, partition): max_offset}``.
+
+    Raises:
+        ClickHouseUnavailable: The server does not answer.
+    """
+    try:
+        result = client.query(
+            f"SELECT target_table, kafka_topic, kafka_partition, max(max_offset) "  # noqa: S608
+            f"FROM {db}.sink_watermarks GROUP BY target_table, kafka_topic, kafka_partition"
+        )
+    except (ClickHouseError, OSError) as exc:
+        raise ClickHouseUnavailable(str(exc)) from exc
+    return {(str(t), str(tp), int(p)): int(o) for t, tp, p, o in result.result_rows}
+
+
+def migration_statements(
+    schema_dir: Path, rules: retention.RetentionRules
+) -> tuple[list[ddl.Migration], list[str]]:
+    """Load the versioned migrations and render the retention statements.
+
+    Args:
+        schema_dir: Directory of ``NNNN_*.sql`` files.
+        rules: Retention rules.
+
+    Returns:
+        (migrations, retention template statements).
+    """
+    return ddl.load_migrations(schema_dir), retention.render_retention(rules)
+
+
+def apply_statements(client: Client, statements: Sequence[str]) -> None:
+    """Run statements in order.
+
+    Args:
+        client: The pipeline user's client.
+        statements: Rendered statements.
+
+    Raises:
+        ClickHouseRejected: A statement failed (the statement head is in the message).
+    """
+    for statement in statements:
+        try:
+            client.command(statement)
+        except ClickHouseError as exc:
+            msg = f"DDL failed: {statement[:120]}...: {exc}"
+            raise ClickHouseRejected(msg) from exc
+
+
+def migrate(
+    client: Client, db: str, schema_dir: Path, rules: retention.RetentionRules
+) -> list[str]:
+    """Apply pending migrations and (when changed) the retention rules. Idempotent.
+
+    Applied versions and checksums land in ``<db>.schema_migrations``; the
+    retention rules are recorded under version 100000 with their checksum and
+    re-applied only when the rules change.
+
+    Args:
+        client: The pipeline user's client (no default database needed).
+        db: Database to create and migrate.
+        schema_dir: Directory of ``NNNN_*.sql`` files.
+        rules: Retention rules.
+
+    Returns:
+        What was applied, e.g. ``["0001_raw_execution", "retention"]``.
+    """
+    migrations, retention_sql = migration_statements(schema_dir, rules)
+    everything = [s for m in migrations for s in m.statements] + retention_sql
+    local = frozenset(ddl.storage_tables(everything))
+    apply_statements(
+        client,
+        [
+            f"CREATE DATABASE IF NOT EXISTS {db}",
+            f"CREATE TABLE IF NOT EXISTS {db}.schema_migrations (version UInt32, name String, "
+            "checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) "
+            "ENGINE = MergeTree ORDER BY (version, applied_at)",
+        ],
+    )
+    rows = client.query(
+        f"SELECT version, argMax(checksum, applied_at) FROM {db}.schema_migrations "  # noqa: S608
+        "GROUP BY version"
+    ).result_rows
+    applied = {int(v): str(c) for v, c in rows}
+    done: list[str] = []
+    for m in migrations:
+        if m.version in applied:
+            if applied[m.version] != m.checksum:
+                logger.warning("migration %04d_%s changed after it was applied", m.version, m.name)
+            continue
+        rendered = [r for s in m.statements for r in ddl.render_statement(s, db, None, local)]
+        apply_statements(client, rendered)
+        client.insert(
+            f"{db}.schema_migrations",
+            [[m.version, m.name, m.checksum]],
+            column_names=["version", "name", "checksum"],
+        )
+        done.append(f"{m.version:04d}_{m.name}")
+        logger.info("applied migration %04d_%s to %s", m.version, m.name, db)
+    if applied.get(RETENTION_VERSION) != rules.checksum:
+        apply_statements(client, ddl.render_statements(retention_sql, db))
+        client.insert(
+            f"{db}.schema_migrations",
+            [[RETENTION_VERSION, "retention", rules.checksum]],
+            column_names=["version", "name", "checksum"],
+        )
+        done.append("retention")
+    return done

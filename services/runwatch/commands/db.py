@@ -1,0 +1,73 @@
+"""``runwatch db migrate|retention|render``: the ClickHouse schema."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
+
+
+def _rules(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from runwatch.core.retention import parse_rules
+
+    return parse_rules(Path(args.rules).read_text(encoding="utf-8"))
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from runwatch.adapters import clickhouse as ch
+    from runwatch.adapters.settings import ClickHouseSettings
+
+    settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
+    client = ch.make_client(settings, database="")
+    done = ch.migrate(client, settings.database, Path(args.schema_dir), _rules(args))
+    print("\n".join(f"applied {d}" for d in done) or f"{settings.database} is up to date")
+    return 0
+
+
+def _retention(args: argparse.Namespace) -> int:
+    from runwatch.core.retention import describe_rules
+
+    print(describe_rules(_rules(args)))
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from runwatch.core import ddl
+    from runwatch.core.retention import render_retention
+
+    migrations = ddl.load_migrations(Path(args.schema_dir))
+    statements = [s for m in migrations for s in m.statements] + render_retention(_rules(args))
+    db = args.database or "runwatch"
+    print(
+        f"CREATE DATABASE IF NOT EXISTS {db}"
+        + (f" ON CLUSTER {args.cluster}" if args.cluster else "")
+        + ";\n"
+    )
+    for statement in ddl.render_statements(statements, db, args.cluster):
+        print(statement + ";\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``db`` command group.
+
+    Args:
+        sub: The top-level sub-parsers.
+    """
+    parser = sub.add_parser("db", help="ClickHouse schema: migrate, retention rules, render DDL")
+    dsub = parser.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    for name, func, text in (
+        ("migrate", _migrate, "apply pending DDL and retention rules (idempotent)"),
+        ("retention", _retention, "print the effective retention and downsampling rules"),
+        ("render", _render, "print the DDL (single node, or --cluster NAME)"),
+    ):
+        p = dsub.add_parser(name, help=text)
+        p.add_argument("--schema-dir", default=str(SCHEMAS / "clickhouse"))
+        p.add_argument("--rules", default=str(SCHEMAS / "retention.yaml"))
+        p.add_argument("--database", help="database (default CLICKHOUSE_DATABASE or runwatch)")
+        if name == "render":
+            p.add_argument(
+                "--cluster", help="render the ON CLUSTER / Replicated / Distributed variant"
+            )
+        p.set_defaults(func=func)

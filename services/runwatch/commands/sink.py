@@ -1,0 +1,51 @@
+"""``runwatch sink``: consume the rw.* topics into ClickHouse."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _run(args: argparse.Namespace) -> int:
+    from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
+    from runwatch.sink.__main__ import run_sink
+    from runwatch.sink.settings import SinkSettings
+
+    overrides: dict[str, Any] = {}
+    if args.group:
+        overrides["group_id"] = args.group
+    if args.topics:
+        overrides["topics"] = tuple(args.topics.split(","))
+    if args.batch_rows:
+        overrides["batch_rows"] = args.batch_rows
+    if args.batch_ms:
+        overrides["batch_ms"] = args.batch_ms
+    ch: dict[str, Any] = {"database": args.database} if args.database else {}
+    kafka: dict[str, Any] = {"bootstrap_servers": args.bootstrap} if args.bootstrap else {}
+    return run_sink(
+        SinkSettings(**overrides),
+        KafkaSettings(**kafka),
+        ClickHouseSettings(**ch),
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``sink`` command.
+
+    Args:
+        sub: The top-level sub-parsers.
+    """
+    parser = sub.add_parser(
+        "sink",
+        help="consume rw.* topics into ClickHouse (idempotent, at-least-once)",
+        description="Settings also come from RUNWATCH_SINK_*, KAFKA_* and CLICKHOUSE_* variables.",
+    )
+    parser.add_argument("--group", help="consumer group (default runwatch-sink)")
+    parser.add_argument("--topics", help="comma-separated topics (default: the rw.* topics)")
+    parser.add_argument("--database", help="ClickHouse database (default CLICKHOUSE_DATABASE)")
+    parser.add_argument(
+        "--bootstrap", help="Kafka bootstrap servers (default KAFKA_BOOTSTRAP_SERVERS)"
+    )
+    parser.add_argument("--batch-rows", type=int, help="flush after this many rows (default 50000)")
+    parser.add_argument("--batch-ms", type=int, help="flush after this long (default 1000)")
+    parser.set_defaults(func=_run)

@@ -1,0 +1,511 @@
+"""Map decoded telemetry records to ClickHouse rows, table by table.
+
+Input is the codec's fast path: the Avro full name and the record as a plain
+dict (``Codec.decode_dict``); a dataclass record works through
+:func:`record_rows`. Every row ends with the Kafka coordinates of the message it
+came from (the sink resumes from them). Timestamps are epoch milliseconds,
+which clickhouse-connect writes as raw ``DateTime64(3)`` ticks. A
+``NodeSample`` becomes one ``host_samples`` row plus one ``gpu_samples`` row per
+GPU; a GPU's run is the first run among its processes, else the sample's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runwatch.core.columns import COLUMNS, TABLE_OF
+
+__all__ = [
+    "COLUMNS",
+    "TABLE_OF",
+    "check_row",
+    "Origin",
+    "RowError",
+    "dead_letter_row",
+    "record_rows",
+    "rows_for",
+]
+
+Row = tuple[Any, ...]
+_KAFKA = ("kafka_topic", "kafka_partition", "kafka_offset")
+_NS = "runwatch.v1."
+
+
+class RowError(ValueError):
+    """A record cannot be mapped to rows (unknown type, missing field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a record came from in Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def _s(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _head(r: Mapping[str, Any]) -> Row:
+    return (r["event_id"], r["emitted_at_ms"], _s(r.get("run_id")))
+
+
+def _tail(r: Mapping[str, Any], o: Origin) -> Row:
+    return (r["source"]["kind"], r["seq"], o.topic, o.partition, o.offset)
+
+
+def _node(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    tail = _tail(r, o)
+    run = _s(r.get("run_id"))
+    gpus = r.get("gpus") or ()
+    out: list[tuple[str, Row]] = [
+        (
+            "host_samples",
+            (
+                r["event_id"],
+                r["emitted_at_ms"],
+                r["node"],
+                run,
+                r["cpu_pct"],
+                r["mem_used_bytes"],
+                r["mem_total_bytes"],
+                r.get("disk_read_bps", 0.0),
+                r.get("disk_write_bps", 0.0),
+                r.get("net_rx_bps", 0.0),
+                r.get("net_tx_bps", 0.0),
+                len(gpus),
+                *tail,
+            ),
+        )
+    ]
+    for g in gpus:
+        procs = g.get("processes") or ()
+        gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
+        out.append(
+            (
+                "gpu_samples",
+                (
+                    r["event_id"],
+                    r["emitted_at_ms"],
+                    r["node"],
+                    g["index"],
+                    g["uuid"],
+                    gpu_run,
+                    g["util_pct"],
+                    g.get("sm_active_pct"),
+                    g["mem_used_bytes"],
+                    g["mem_total_bytes"],
+                    g["power_w"],
+                    g["temp_c"],
+                    g.get("sm_clock_mhz", 0),
+                    g.get("mem_clock_mhz", 0),
+                    g.get("throttle_reasons", 0),
+                    g.get("ecc_corrected", 0),
+                    g.get("ecc_uncorrected", 0),
+                    g.get("xid"),
+                    g.get("pcie_rx_bps"),
+                    g.get("pcie_tx_bps"),
+                    g.get("nvlink_rx_bps"),
+                    g.get("nvlink_tx_bps"),
+                    len(procs),
+                    sum(p.get("used_mem_bytes", 0) for p in procs),
+                    *tail,
+                ),
+            )
+        )
+    return out
+
+
+def _job(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    alloc = r.get("allocation") or {}
+    return [
+        (
+            "job_events",
+            (
+                *_head(r),
+                r["state"],
+                r["attempt"],
+                _s(r.get("reason")),
+                _s(r.get("queue")),
+                _s(r.get("priority_class")),
+                list(alloc.get("nodes", ())),
+                list(alloc.get("gpu_indices", ())),
+                _s(alloc.get("gpu_model")),
+                r.get("deadline_ms"),
+                _s(r.get("team")),
+                _s(r.get("experiment_family")),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _step(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    return [
+        (
+            "step_timings",
+            (
+                *_head(r),
+                r["step"],
+                r["loader_wait_ms"],
+                r["compute_ms"],
+                r["step_ms"],
+                r["samples"],
+                r.get("tokens"),
+                r.get("effective_batch_size"),
+                r.get("worker_restarts", 0),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _checkpoint(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    return [
+        (
+            "checkpoints",
+            (
+                *_head(r),
+                r["step"],
+                r["started_at_ms"],
+                r["ended_at_ms"],
+                r["duration_ms"],
+                r["size_bytes"],
+                _s(r.get("sha256")),
+                _s(r.get("expected_sha256")),
+                r["uri"],
+                r["outcome"],
+                r.get("throughput_bps"),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _learning(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    return [
+        (
+            "learning_steps",
+            (
+                *_head(r),
+                r["step"],
+                r["epoch"],
+                r["loss"],
+                dict(r.get("metrics") or {}),
+                r.get("lr"),
+                r.get("grad_norm"),
+                r.get("nonfinite_count", 0),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _validation(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    ds = r.get("dataset") or {}
+    return [
+        (
+            "validation_results",
+            (
+                *_head(r),
+                r["step"],
+                r["epoch"],
+                dict(r.get("metrics") or {}),
+                _s(ds.get("uri")),
+                _s(ds.get("version")),
+                _s(r.get("slice")),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _data(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    feats = r.get("features") or ()
+    drift = r.get("drift") or {}
+    return [
+        (
+            "data_quality_reports",
+            (
+                *_head(r),
+                r["dataset_uri"],
+                _s(r.get("dataset_version")),
+                _s(r.get("partition")),
+                r["window_start_ms"],
+                r["window_end_ms"],
+                r["row_count"],
+                r["schema_failures"],
+                r.get("duplicate_rows", 0),
+                r.get("rejected_samples", 0),
+                [f["name"] for f in feats],
+                [f["null_pct"] for f in feats],
+                [f.get("psi") for f in feats],
+                [f.get("ks") for f in feats],
+                dict(r.get("label_distribution") or {}),
+                r.get("freshness_lag_ms"),
+                _s(r.get("baseline")),
+                list(drift.get("drifted_features", ())),
+                drift.get("max_psi"),
+                drift.get("max_ks"),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _artifact(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    return [
+        (
+            "artifacts",
+            (
+                *_head(r),
+                r["uri"],
+                r["kind"],
+                r["size_bytes"],
+                _s(r.get("sha256")),
+                bool(r["serialization_ok"]),
+                _s(r.get("registry_status")),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _gate(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    slices = r.get("slices") or ()
+    return [
+        (
+            "gate_decisions",
+            (
+                *_head(r),
+                r["gate"],
+                r["decision"],
+                dict(r.get("thresholds") or {}),
+                dict(r.get("measured") or {}),
+                [s["name"] for s in slices],
+                [bool(s["passed"]) for s in slices],
+                list(r.get("reasons") or ()),
+                r["evaluator"],
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _manifest(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    ds = r.get("datasets") or ()
+    tf = r.get("transforms") or ()
+    hw = r.get("hardware") or {}
+    return [
+        (
+            "run_manifests",
+            (
+                *_head(r),
+                [d["uri"] for d in ds],
+                [_s(d.get("version")) for d in ds],
+                [_s(d.get("content_hash")) for d in ds],
+                [t["name"] for t in tf],
+                [t["version"] for t in tf],
+                _s(r.get("code_revision")),
+                bool(r.get("code_dirty")),
+                _s(r.get("image_digest")),
+                _s(r.get("config_hash")),
+                dict(r.get("config") or {}),
+                list(hw.get("nodes", ())),
+                hw.get("gpu_count", 0),
+                _s(hw.get("gpu_model")),
+                _s(r.get("seed_policy")),
+                dict(r.get("framework_versions") or {}),
+                _s(r.get("experiment_family")),
+                _s(r.get("team")),
+                _s(r.get("parent_run_id")),
+                _s(r.get("resumed_from_checkpoint")),
+                dict(r.get("labels") or {}),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _alert(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    ev = r.get("evidence") or ()
+    return [
+        (
+            "alerts",
+            (
+                *_head(r),
+                r["alert_id"],
+                r["dedup_key"],
+                r["status"],
+                r["severity"],
+                r["detector"],
+                r["indicator"],
+                r.get("observed"),
+                r.get("expected"),
+                r["score"],
+                r["probable_cause"],
+                [e["signal"] for e in ev],
+                [e["indicator"] for e in ev],
+                [e.get("observed") for e in ev],
+                [e["at_ms"] for e in ev],
+                r["title"],
+                r["summary"],
+                _s(r.get("team")),
+                _s(r.get("experiment_family")),
+                _s(r.get("node")),
+                dict(r.get("labels") or {}),
+                r["first_seen_ms"],
+                r["last_seen_ms"],
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _dead(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    key = r.get("key")
+    return [
+        (
+            "dead_letters",
+            (
+                r["event_id"],
+                r["failed_at_ms"],
+                "upstream",
+                "",
+                r["topic"],
+                r["partition"],
+                r["offset"],
+                r["reason"],
+                bytes(r["original"]).decode("latin-1"),
+                None if key is None else bytes(key).decode("latin-1"),
+                r["source"]["kind"],
+                *_KAFKA_OF(o),
+            ),
+        )
+    ]
+
+
+def _KAFKA_OF(o: Origin) -> Row:  # noqa: N802 - reads like the column group it fills
+    return (o.topic, o.partition, o.offset)
+
+
+_MAPPERS: dict[str, Callable[[Mapping[str, Any], Origin], list[tuple[str, Row]]]] = {
+    _NS + "NodeSample": _node,
+    _NS + "JobEvent": _job,
+    _NS + "StepTiming": _step,
+    _NS + "CheckpointEvent": _checkpoint,
+    _NS + "LearningStep": _learning,
+    _NS + "ValidationResult": _validation,
+    _NS + "DataQualityReport": _data,
+    _NS + "ArtifactEvent": _artifact,
+    _NS + "GateDecision": _gate,
+    _NS + "RunManifest": _manifest,
+    _NS + "Alert": _alert,
+    _NS + "DeadLetter": _dead,
+}
+
+
+def rows_for(name: str, record: Mapping[str, Any], origin: Origin) -> list[tuple[str, Row]]:
+    """Return the ``(table, row)`` pairs for one decoded record.
+
+    Args:
+        name: Avro full name, e.g. ``runwatch.v1.NodeSample``.
+        record: The record as the codec's ``decode_dict`` returns it.
+        origin: Kafka coordinates of the message.
+
+    Returns:
+        Rows whose values follow :data:`COLUMNS` of their table.
+
+    Raises:
+        RowError: Unknown record type or a required field is missing.
+    """
+    mapper = _MAPPERS.get(name)
+    if mapper is None:
+        msg = f"no table for record type {name!r}"
+        raise RowError(msg)
+    try:
+        return mapper(record, origin)
+    except (KeyError, TypeError, AttributeError) as exc:
+        msg = f"cannot map {name} to rows: {type(exc).__name__}: {exc}"
+        raise RowError(msg) from exc
+
+
+def record_rows(record: Any, origin: Origin) -> list[tuple[str, Row]]:
+    """Return the rows of a runwatch dataclass record (see :func:`rows_for`)."""
+    return rows_for(record.AVRO_NAME, record.to_dict(), origin)
+
+
+def dead_letter_row(
+    *,
+    event_id: str,
+    now_ms: int,
+    stage: str,
+    target_table: str,
+    origin: Origin,
+    reason: str,
+    original: bytes,
+    key: bytes | None,
+) -> Row:
+    """Build a ``dead_letters`` row for something the sink could not store.
+
+    Args:
+        event_id: A stable id (for example ``topic:partition:offset``).
+        now_ms: When it failed (epoch ms).
+        stage: ``decode``, ``map`` or ``insert``.
+        target_table: The table it was meant for ('' when unknown).
+        origin: Kafka coordinates of the message.
+        reason: What went wrong (ClickHouse's message for rejected rows).
+        original: The original message bytes.
+        key: The original message key.
+
+    Returns:
+        A row following ``COLUMNS['dead_letters']``.
+    """
+    return (
+        event_id,
+        now_ms,
+        stage,
+        target_table,
+        origin.topic,
+        origin.partition,
+        origin.offset,
+        reason[:4000],
+        original.decode("latin-1"),
+        None if key is None else key.decode("latin-1"),
+        "sink",
+        *_KAFKA_OF(origin),
+    )
+
+
+_MIN_TS_MS = 946_684_800_000  # 2000-01-01
+_FUTURE_SLACK_MS = 86_400_000
+_TS_INDEX = {t: cols.index("ts") for t, cols in COLUMNS.items()}
+_UTIL_INDEX = COLUMNS["gpu_samples"].index("util_pct")
+
+
+def check_row(table: str, row: Row, now_ms: int) -> str | None:
+    """Return why a row must not be stored (the tables' CONSTRAINTs), or None.
+
+    The same rules are CONSTRAINTs in the DDL; checking them here gives a clear
+    dead-letter reason before a round trip.
+
+    Args:
+        table: Target table.
+        row: Row following ``COLUMNS[table]``.
+        now_ms: Current time (epoch ms).
+
+    Returns:
+        The reason, or None when the row is fine.
+    """
+    ts = row[_TS_INDEX[table]]
+    if not isinstance(ts, int) or ts < _MIN_TS_MS or ts > now_ms + _FUTURE_SLACK_MS:
+        return f"absurd timestamp {ts!r} ms for {table} (before 2000 or over a day ahead)"
+    if table == "gpu_samples":
+        util = row[_UTIL_INDEX]
+        if not (0.0 <= util <= 100.0):  # also False for NaN
+            return f"gpu util_pct {util!r} outside 0..100"
+    return None

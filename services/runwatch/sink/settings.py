@@ -1,0 +1,57 @@
+"""Settings of ``runwatch sink`` (env prefix ``RUNWATCH_SINK_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_TOPICS = (
+    "rw.lineage",
+    "rw.data",
+    "rw.exec.job",
+    "rw.exec.node",
+    "rw.learning",
+    "rw.artifact",
+    "rw.alerts",
+    "rw.dlq",
+)
+
+
+def default_topics() -> tuple[str, ...]:
+    """Return the rw.* topics from ``schemas/topics.yaml`` when it is available.
+
+    Returns:
+        Topic names.
+    """
+    try:
+        from runwatch.core.topics import load_topics  # type: ignore[import-not-found]
+    except ImportError:
+        return DEFAULT_TOPICS
+    topics = load_topics()
+    names = [
+        getattr(t, "name", t) for t in (topics.values() if hasattr(topics, "values") else topics)
+    ]
+    return tuple(str(n) for n in names if str(n).startswith("rw.") and ".internal" not in str(n))
+
+
+class SinkSettings(BaseSettings):
+    """How the sink consumes and batches."""
+
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_SINK_", extra="ignore")
+
+    group_id: str = "runwatch-sink"
+    topics: tuple[str, ...] = ()
+    batch_rows: int = 50_000
+    batch_ms: int = 1_000
+    poll_records: int = 5_000
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 15.0
+    dedup_window: int = 1_000_000
+    idle_util_pct: float = 5.0
+    schema_dir: Path | None = None
+    summary_sql: Path | None = None
+
+    def topic_list(self) -> tuple[str, ...]:
+        """Return the topics to consume (configured, else the rw.* defaults)."""
+        return self.topics or default_topics()

@@ -1,0 +1,206 @@
+"""Helpers for the sink/db/sql integration tests: an own store, topics, a sink process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from runwatch.adapters import clickhouse as ch
+from runwatch.adapters.settings import ClickHouseSettings
+from runwatch.core.codec import load_codec
+from runwatch.core.retention import RetentionRules, parse_rules
+from runwatch.core.rows import Origin, record_rows
+from runwatch.sink.synth import TOPIC_OF, Event
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = ROOT / "schemas" / "clickhouse"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Store:
+    """A `runwatch store` process of our own (stoppable), on an ephemeral port."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = path.parent / f"store-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runwatch",
+                "store",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--path",
+                str(self.path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                ch.make_client(ClickHouseSettings(url=self.url), database="").command("SELECT 1")
+                return
+            except Exception:  # noqa: BLE001
+                assert self.proc.poll() is None, self.log.read_text()[-2000:]
+                time.sleep(0.3)
+        raise AssertionError(f"store did not start: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def settings(store_url: str, db: str) -> ClickHouseSettings:
+    return ClickHouseSettings(url=store_url, database=db)
+
+
+def migrate(store_url: str, db: str, rules: RetentionRules | None = None) -> Any:
+    client = ch.make_client(settings(store_url, db), database="")
+    rules = rules or parse_rules((ROOT / "schemas" / "retention.yaml").read_text())
+    ch.migrate(client, db, SCHEMA_DIR, rules)
+    return client
+
+
+def make_topics(fresh_topic: Any, partitions: int = 4) -> dict[str, str]:
+    """Map each default topic name to a fresh topic."""
+    names = sorted(set(TOPIC_OF.values()) | {"rw.dlq"})
+    return {n: fresh_topic(partitions=partitions, prefix=n) for n in names}
+
+
+def publish(
+    bootstrap: str,
+    topics: dict[str, str],
+    events: list[Event],
+    garbage: int = 0,
+    duplicates: int = 0,
+) -> None:
+    codec = load_codec()
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 500000,
+        }
+    )
+    encoded = codec.encode_many(e.record for e in events)
+    for i, (e, value) in enumerate(zip(events, encoded, strict=True)):
+        # The first `duplicates` records are sent twice in a row, as a producer
+        # replaying its spool would (same event_id, a later offset).
+        for _copy in range(2 if i < duplicates else 1):
+            while True:
+                try:
+                    producer.produce(topics[TOPIC_OF[e.kind]], value=value, key=e.key.encode())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    for i in range(garbage):
+        producer.produce(topics["rw.exec.job"], value=b"\x00garbage" + bytes([i % 256]), key=b"x")
+    assert producer.flush(60) == 0
+
+
+def expected_counts(events: list[Event]) -> Counter[str]:
+    """Distinct event_ids per table (rows per table, GPU rows per GPU)."""
+    out: Counter[str] = Counter()
+    seen: set[str] = set()
+    for e in events:
+        if e.record.event_id in seen:
+            continue
+        seen.add(e.record.event_id)
+        for table, _row in record_rows(e.record, Origin("t", 0, 0)):
+            out[table] += 1
+    return out
+
+
+def table_counts(client: Any, db: str, tables: list[str]) -> dict[str, int]:
+    return {
+        t: int(client.query(f"SELECT count() FROM {db}.{t} FINAL").result_rows[0][0])
+        for t in tables
+    }
+
+
+class SinkProc:
+    """`runwatch sink` as a subprocess."""
+
+    def __init__(
+        self, bootstrap: str, topics: dict[str, str], store_url: str, db: str, log: Path, **env: str
+    ) -> None:
+        self.args = [
+            sys.executable,
+            "-m",
+            "runwatch",
+            "sink",
+            "--group",
+            f"sink-{uuid.uuid4().hex[:8]}",
+            "--topics",
+            ",".join(topics.values()),
+            "--database",
+            db,
+            "--bootstrap",
+            bootstrap,
+        ]
+        self.env = {
+            **os.environ,
+            "CLICKHOUSE_URL": store_url,
+            "RUNWATCH_SINK_BACKOFF_MAX_S": "2",
+            **env,
+        }
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self.log.open("ab")
+        )
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None

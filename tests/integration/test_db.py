@@ -1,0 +1,130 @@
+"""`runwatch db`: idempotent migrations and TTL-based retention on the real engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from sinkkit import ROOT, Store, migrate
+
+from runwatch.adapters import clickhouse as ch
+from runwatch.core.retention import parse_rules
+from runwatch.core.rows import COLUMNS, Origin, record_rows
+from runwatch.sink.synth import mixed_events
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def own_store(tmp_path_factory: pytest.TempPathFactory):
+    store = Store(tmp_path_factory.mktemp("db") / "chdb")
+    store.start()
+    yield store
+    store.stop()
+
+
+def test_migrate_is_idempotent_and_records_versions(own_store: Store) -> None:
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    env = {"CLICKHOUSE_URL": own_store.url, "PATH": "/usr/bin:/bin"}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "runwatch", "db", "migrate", "--database", db],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            check=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    assert "applied 0001_raw_execution" in runs[0] and "applied retention" in runs[0]
+    assert runs[1].strip() == f"{db} is up to date"
+    client = migrate(own_store.url, db)
+    versions = client.query(
+        f"SELECT version FROM {db}.schema_migrations ORDER BY version"
+    ).result_rows
+    files = sorted(int(p.name[:4]) for p in (ROOT / "schemas" / "clickhouse").glob("*.sql"))
+    assert [v for (v,) in versions] == [*files, ch.RETENTION_VERSION]
+
+
+def test_tiny_ttl_expires_routine_rows_keeps_retained_rollups_and_summaries(
+    own_store: Store,
+) -> None:
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    rules = parse_rules((ROOT / "schemas" / "retention.yaml").read_text())
+    rules = dataclasses.replace(rules, raw_ttl_s=10, active_within_s=1, refresh_s=1)
+    client = migrate(own_store.url, db, rules)
+    for table in rules.raw_tables:  # the test forces the TTL merge itself (OPTIMIZE FINAL below)
+        client.command(f"SYSTEM STOP TTL MERGES {db}.{table}")
+    start = int(time.time() * 1000) - 2_000  # rows span now-2s..now+5.3s: alive at insert
+    events = mixed_events(seed=3, runs=8, ticks=3, start_ms=start, tick_ms=100)
+    by_table: dict[str, list] = {}
+    for i, e in enumerate(events):
+        for table, row in record_rows(e.record, Origin("t", 0, i)):
+            by_table.setdefault(table, []).append(row)
+    for table, rows in by_table.items():
+        ch.insert_rows(client, f"{db}.{table}", COLUMNS[table], rows)
+    runs = [f"run-3-{r}" for r in range(8)]
+    client.command(
+        f"INSERT INTO {db}.run_summaries (run_id, outcome, updated_at) "
+        f"SELECT arrayJoin({runs}), 'succeeded', now64(3)"
+    )
+    before = dict(
+        client.query(f"SELECT run_id, count() FROM {db}.gpu_samples GROUP BY run_id").result_rows
+    )
+    assert set(before) == set(runs)
+    time.sleep(16)  # every row is now older than the TTL and every run inactive
+    client.command(f"SYSTEM RELOAD DICTIONARY {db}.retained_runs")
+    retained = {
+        r
+        for (r,) in client.query(
+            f"SELECT run_id FROM {db}.retention_marks GROUP BY run_id "
+            "HAVING max(anomalous) = 1 OR max(material) = 1"
+        ).result_rows
+    }
+    # mixed_events: every 5th run alerts (anomalous), every 7th is gated (material)
+    assert retained == {f"run-3-{r}" for r in range(8) if r % 5 == 0 or r % 7 == 0}
+    in_dict = {r for (r,) in client.query(f"SELECT run_id FROM {db}.retained_runs").result_rows}
+    assert in_dict == retained
+    for table in rules.raw_tables:
+        client.command(f"SYSTEM START TTL MERGES {db}.{table}")
+        client.command(f"OPTIMIZE TABLE {db}.{table} FINAL")
+    after = dict(
+        client.query(f"SELECT run_id, count() FROM {db}.gpu_samples GROUP BY run_id").result_rows
+    )
+    assert after == {r: before[r] for r in retained}
+    steps = {
+        r
+        for (r,) in client.query(
+            f"SELECT DISTINCT toString(run_id) FROM {db}.step_timings"
+        ).result_rows
+    }
+    assert steps == retained
+    rollup = client.query(
+        f"SELECT uniqExact(run_id), countMerge(samples) FROM {db}.gpu_samples_1m"
+    ).result_rows[0]
+    assert rollup == (8, sum(before.values()))
+    assert client.query(f"SELECT count() FROM {db}.run_summaries FINAL").result_rows[0][0] == 8
+    assert client.query(f"SELECT count() FROM {db}.run_manifests").result_rows[0][0] == 8
+
+
+def test_render_cluster_variant() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runwatch", "db", "render", "--cluster", "prod", "--database", "rw"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    assert "CREATE TABLE IF NOT EXISTS rw.gpu_samples_local ON CLUSTER prod" in out
+    assert (
+        "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')"
+        in out
+    )
+    assert "ENGINE = Distributed(prod, rw, gpu_samples_local, cityHash64(run_id))" in out
+    assert "TO rw.gpu_samples_1m_local" in out and "FROM rw.gpu_samples_local" in out
+    assert "ALTER TABLE rw.gpu_samples_local ON CLUSTER prod MODIFY TTL" in out

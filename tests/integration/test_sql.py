@@ -1,0 +1,96 @@
+"""`runwatch sql` as the readonly user, and the canned investigation queries."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from sinkkit import ROOT, Store, migrate
+
+from runwatch.adapters import clickhouse as ch
+from runwatch.core.rows import COLUMNS, Origin, record_rows
+from runwatch.sink.synth import mixed_events
+
+pytestmark = pytest.mark.integration
+QUERIES = sorted((ROOT / "schemas" / "clickhouse" / "queries").glob("*.sql"))
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory):
+    store = Store(tmp_path_factory.mktemp("sql") / "chdb")
+    store.start()
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(store.url, db)
+    events = mixed_events(seed=5, runs=6, ticks=120, start_ms=int(time.time() * 1000) - 600_000)
+    by_table: dict[str, list] = {}
+    for i, e in enumerate(events):
+        for table, row in record_rows(e.record, Origin("t", 0, i)):
+            by_table.setdefault(table, []).append(row)
+    for table, rows in by_table.items():
+        ch.insert_rows(client, f"{db}.{table}", COLUMNS[table], rows)
+    summary = (ROOT / "schemas" / "clickhouse" / "summary" / "run_summary.sql").read_text()
+    client.command(
+        summary.replace("${db}", db),
+        parameters={"runs": [f"run-5-{r}" for r in range(6)], "idle_pct": 5.0},
+    )
+    yield store, db
+    store.stop()
+
+
+def sql(store: Store, db: str, query: str, fmt: str = "json") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runwatch", "sql", query, "--format", fmt],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"CLICKHOUSE_URL": store.url, "CLICKHOUSE_DATABASE": db, "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO job_events (event_id) VALUES ('x')",
+        "DROP TABLE job_events",
+        "ALTER TABLE job_events DELETE WHERE 1",
+    ],
+)
+def test_write_statements_are_refused_with_clickhouse_message(loaded, statement: str) -> None:
+    store, db = loaded
+    out = sql(store, db, statement)
+    assert out.returncode == 1
+    assert "readonly" in out.stderr.lower() and "Code: 164" in out.stderr
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_formats(loaded, fmt: str) -> None:
+    store, db = loaded
+    out = sql(
+        store,
+        db,
+        "SELECT run_id, count() AS n FROM run_manifests GROUP BY run_id ORDER BY run_id",
+        fmt,
+    )
+    assert out.returncode == 0, out.stderr
+    if fmt == "json":
+        assert [r["run_id"] for r in json.loads(out.stdout)] == [f"run-5-{r}" for r in range(6)]
+    elif fmt == "csv":
+        rows = list(csv.reader(io.StringIO(out.stdout)))
+        assert rows[0] == ["run_id", "n"] and len(rows) == 7
+    else:
+        assert "run-5-3" in out.stdout
+
+
+@pytest.mark.parametrize("path", QUERIES, ids=[p.stem for p in QUERIES])
+def test_canned_queries_answer(loaded, path) -> None:
+    store, db = loaded
+    out = sql(store, db, path.read_text(), "json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert rows, f"{path.name} returned nothing"
