@@ -69,3 +69,26 @@ def test_bad_maps_rejected(doc, match: str) -> None:
 def test_missing_file(tmp_path) -> None:
     with pytest.raises(TopicMapError, match="cannot read"):
         load_topics(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    ("record", "topic"),
+    [
+        ("RunManifest", "rw.lineage"),
+        ("DataQualityReport", "rw.data"),
+        ("JobEvent", "rw.exec.job"),
+        ("StepTiming", "rw.exec.job"),
+        ("CheckpointEvent", "rw.exec.job"),
+        ("NodeSample", "rw.exec.node"),
+        ("LearningStep", "rw.learning"),
+        ("ValidationResult", "rw.learning"),
+        ("ArtifactEvent", "rw.artifact"),
+        ("GateDecision", "rw.artifact"),
+        ("Alert", "rw.alerts"),
+        ("DeadLetter", "rw.dlq"),
+    ],
+)
+def test_record_topics_follow_the_design_table(record: str, topic: str) -> None:
+    from runwatch.core.topics import load_topics, record_topics
+
+    assert record_topics(load_topics())[record] == topic

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runwatch.client.publisher import DEFAULT_TOPICS, Publisher, record_key
+from runwatch.client.publisher import Publisher, default_topics, record_key
 from runwatch.core.records import RECORD_TYPES
 
 logger = logging.getLogger(__name__)
@@ -59,8 +59,8 @@ def record_class(name: str) -> type[Any]:
 
     """
     short = ALIASES.get(name, name.rsplit(".", 1)[-1])
-    if short not in DEFAULT_TOPICS:
-        msg = f"unknown record type {name!r} (known: {', '.join(sorted(DEFAULT_TOPICS))})"
+    if short not in default_topics():
+        msg = f"unknown record type {name!r} (known: {', '.join(sorted(default_topics()))})"
         raise ValueError(msg)
     return RECORD_TYPES[f"runwatch.v1.{short}"]
 

@@ -8,6 +8,7 @@ topic and key. It is used from one thread at a time (each producer's worker).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import itertools
 import logging
@@ -19,22 +20,23 @@ from typing import Any, Protocol
 
 from runwatch import __version__
 from runwatch.core.records import Source
+from runwatch.core.topics import load_topics, record_topics
 
 logger = logging.getLogger(__name__)
 
-#: Record class name -> default topic (schemas/topics.yaml holds the same map).
-DEFAULT_TOPICS: dict[str, str] = {
-    "RunManifest": "rw.lineage",
-    "DataQualityReport": "rw.data",
-    "JobEvent": "rw.exec.job",
-    "StepTiming": "rw.exec.job",
-    "CheckpointEvent": "rw.exec.job",
-    "NodeSample": "rw.exec.node",
-    "LearningStep": "rw.learning",
-    "ValidationResult": "rw.learning",
-    "ArtifactEvent": "rw.artifact",
-    "GateDecision": "rw.artifact",
-}
+#: Components of the topic map that write through this publisher.
+PRODUCER_WRITERS = frozenset({"sdk", "agent", "hook"})
+
+
+@functools.cache
+def default_topics() -> dict[str, str]:
+    """Return record class name -> topic for what producers write.
+
+    Returns:
+        The map from ``schemas/topics.yaml``, topics written by the SDK, the
+        agent or scheduler hooks (cached after the first call).
+    """
+    return record_topics(load_topics(), PRODUCER_WRITERS)
 
 
 class Transport(Protocol):
@@ -138,7 +140,7 @@ class Publisher:
             The topic name.
 
         """
-        logical = DEFAULT_TOPICS[type(record).__name__]
+        logical = default_topics()[type(record).__name__]
         return self._topics.get(logical, logical)
 
     def meta(self, now_ms: int | None = None, *, seq: int | None = None) -> dict[str, Any]:

@@ -58,10 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _publisher(args: argparse.Namespace) -> Any:
     from runwatch.adapters.kafka import KafkaTransport
-    from runwatch.client.publisher import DEFAULT_TOPICS, Publisher
+    from runwatch.client.publisher import Publisher, default_topics
 
     topics = (
-        {t: args.topic_prefix + t for t in set(DEFAULT_TOPICS.values())}
+        {t: args.topic_prefix + t for t in set(default_topics().values())}
         if args.topic_prefix
         else None
     )

@@ -139,3 +139,28 @@ def load_topics(path: Path | None = None) -> dict[str, TopicSpec]:
         msg = f"cannot read topic map {target}: {exc}"
         raise TopicMapError(msg) from exc
     return parse_topics(doc)
+
+
+def record_topics(
+    specs: dict[str, TopicSpec], writers: frozenset[str] | None = None
+) -> dict[str, str]:
+    """Map each record's short name to the public topic that carries it.
+
+    Internal re-key topics are skipped; when two public topics carry one record,
+    the first in map order wins.
+
+    Args:
+        specs: The topic map, as from :func:`load_topics`.
+        writers: Keep only topics written by one of these components.
+
+    Returns:
+        Record short name (``"LearningStep"``) -> topic name.
+
+    """
+    out: dict[str, str] = {}
+    for spec in specs.values():
+        if spec.internal or (writers is not None and not writers.intersection(spec.writer)):
+            continue
+        for fullname in spec.records:
+            out.setdefault(fullname.rsplit(".", 1)[-1], spec.name)
+    return out

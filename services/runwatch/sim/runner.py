@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.client.publisher import DEFAULT_TOPICS
+from runwatch.client.publisher import default_topics
 from runwatch.sim.clock import VirtualClock
 from runwatch.sim.drivers import RunDriver, SharedTransport, SimNode, SimPublisher, make_node
 from runwatch.sim.model import RunModel, plan_cluster
@@ -150,7 +150,7 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     """
     kafka = kafka or KafkaSettings()
     prefix = cfg.prefix or f"sim{cfg.seed}-{uuid.uuid4().hex[:6]}"
-    topics = {name: cfg.topic_prefix + name for name in set(DEFAULT_TOPICS.values())}
+    topics = {name: cfg.topic_prefix + name for name in set(default_topics().values())}
     own = transport is None
     if transport is None:
         from runwatch.adapters.kafka import KafkaTransport, ProducerSettings

@@ -6,33 +6,16 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_TOPICS = (
-    "rw.lineage",
-    "rw.data",
-    "rw.exec.job",
-    "rw.exec.node",
-    "rw.learning",
-    "rw.artifact",
-    "rw.alerts",
-    "rw.dlq",
-)
+from runwatch.core.topics import load_topics
 
 
 def default_topics() -> tuple[str, ...]:
-    """Return the rw.* topics from ``schemas/topics.yaml`` when it is available.
+    """Return the topics the sink stores: every non-internal topic of the map.
 
     Returns:
-        Topic names.
+        Topic names from ``schemas/topics.yaml``.
     """
-    try:
-        from runwatch.core.topics import load_topics  # type: ignore[import-not-found]
-    except ImportError:
-        return DEFAULT_TOPICS
-    topics = load_topics()
-    names = [
-        getattr(t, "name", t) for t in (topics.values() if hasattr(topics, "values") else topics)
-    ]
-    return tuple(str(n) for n in names if str(n).startswith("rw.") and ".internal" not in str(n))
+    return tuple(spec.name for spec in load_topics().values() if not spec.internal)
 
 
 class SinkSettings(BaseSettings):
