@@ -1,0 +1,273 @@
+"""Processor throughput and event-to-alert latency, beside the bare batch-decode ceiling.
+
+Load: 2,000 NodeSamples/s (8 GPUs each: 16k GPUs at 1 Hz) from 2,000 nodes plus
+step events (StepTiming) from 1,000 runs, each run owning two nodes.
+
+Figures, all measured in this run:
+  1. ceiling   — codec.decode_many over the same events (bare batch decode);
+  2. core      — decode + run join (core.join.step) + JSON state, in process;
+  3. broker    — (with --broker) one real worker on the local Kafka: events/s
+                 sustained at the offered load and event-to-alert latency p50/p99
+                 of probe runs that emit a NaN loss.
+
+Usage: python benchmarks/processor.py [--seconds 10] [--broker 127.0.0.1:9092]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from runwatch.core import join, runstate, scenarios
+from runwatch.core.codec import load_codec
+from runwatch.core.records import (
+    Allocation,
+    GpuSample,
+    JobEvent,
+    LearningStep,
+    NodeSample,
+    RunManifest,
+    StepTiming,
+)
+
+SRC = scenarios.SOURCE
+RUNS, NODES, GPUS = 1_000, 2_000, 8
+
+
+def c(run: str | None, t: int, seq: int) -> dict:
+    return {"event_id": f"e{seq}", "run_id": run, "emitted_at_ms": t, "source": SRC, "seq": seq}
+
+
+def setup_events(t: int) -> list:
+    out = []
+    for r in range(RUNS):
+        run = f"bench-{r}"
+        nodes = (f"n{2 * r}", f"n{2 * r + 1}")
+        out.append(RunManifest(**c(run, t, r), datasets=(), transforms=(), code_dirty=False))
+        out.append(
+            JobEvent(
+                **c(run, t, r),
+                state="running",
+                attempt=1,
+                allocation=Allocation(nodes=nodes, gpu_indices=tuple(range(GPUS))),
+            )
+        )
+    return out
+
+
+def second_of_load(t: int, tick: int) -> list:
+    out = []
+    gpus = tuple(
+        GpuSample(
+            index=i,
+            uuid=f"g{i}",
+            util_pct=90.0,
+            sm_active_pct=70.0,
+            mem_used_bytes=1,
+            mem_total_bytes=2,
+            power_w=500.0,
+            temp_c=60.0,
+            sm_clock_mhz=1900,
+            mem_clock_mhz=2600,
+            throttle_reasons=0,
+            ecc_corrected=0,
+            ecc_uncorrected=0,
+        )
+        for i in range(GPUS)
+    )
+    for n in range(NODES):
+        out.append(
+            NodeSample(
+                **c(None, t, n),
+                node=f"n{n}",
+                cpu_pct=30.0,
+                mem_used_bytes=1,
+                mem_total_bytes=2,
+                disk_read_bps=0.0,
+                disk_write_bps=0.0,
+                net_rx_bps=0.0,
+                net_tx_bps=0.0,
+                gpus=gpus,
+            )
+        )
+    for r in range(RUNS):
+        out.append(
+            StepTiming(
+                **c(f"bench-{r}", t, r),
+                step=tick,
+                loader_wait_ms=80.0,
+                compute_ms=900.0,
+                step_ms=980.0,
+                samples=256,
+                effective_batch_size=256,
+                worker_restarts=0,
+            )
+        )
+    return out
+
+
+def bench_decode(encoded: list[bytes], repeat: int) -> float:
+    codec = load_codec()
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        codec.decode_many(encoded)
+    return repeat * len(encoded) / (time.perf_counter() - t0)
+
+
+def bench_core(encoded_setup: list[bytes], encoded: list[bytes], seconds: int) -> float:
+    codec = load_codec()
+    cfg = runstate.RunConfig(source=SRC)
+    states: dict[str, bytes] = {}
+    node_runs = {f"n{n}": f"bench-{n // 2}" for n in range(NODES)}
+
+    def run(batch: list[bytes], now: int) -> None:
+        for rec in codec.decode_many(batch):
+            run_id = rec.run_id or node_runs[rec.node]
+            raw = states.get(run_id)
+            st = runstate.loads(raw) if raw else runstate.new_state(run_id)
+            st, _ = join.step(st, rec, now, cfg)
+            states[run_id] = runstate.dumps(st)
+
+    now = int(time.time() * 1000)
+    run(encoded_setup, now)
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(seconds):
+        run(encoded, now)
+        n += len(encoded)
+    return n / (time.perf_counter() - t0)
+
+
+def bench_broker(bootstrap: str, seconds: int) -> dict[str, float]:
+    from confluent_kafka.admin import AdminClient
+
+    from runwatch.core.records import Alert
+    from runwatch.processor.harness import Harness
+
+    h = Harness(bootstrap, partitions=8)
+    h.env["RUNWATCH_PROCESSOR_CORRELATION_DELAY_MS"] = "0"
+    h.create_topics()
+    try:
+        h.start_worker()
+        h.wait_ready()
+        t = int(time.time() * 1000)
+        h.produce(setup_events(t))
+        sent_at: dict[str, float] = {}
+        total = 0
+        start = time.monotonic()
+        for s in range(seconds):
+            tick_start = time.monotonic()
+            t = int(time.time() * 1000)
+            load = second_of_load(t, s)
+            probe = f"bench-{s % RUNS}"
+            load.append(
+                LearningStep(
+                    **c(probe, t, s),
+                    step=s,
+                    epoch=0,
+                    loss=float("nan"),
+                    metrics={},
+                    nonfinite_count=0,
+                )
+            )
+            total += h.produce(load)
+            sent_at[probe] = time.monotonic()
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick_start)))
+        offered_s = time.monotonic() - start
+        got: dict[str, float] = {}
+        alerts = h.collect(
+            "rw.alerts",
+            lambda r: len({a.run_id for a in r if isinstance(a, Alert)}) >= len(sent_at),
+            120,
+        )
+        recv = time.monotonic()
+        for a in alerts:
+            if isinstance(a, Alert) and a.run_id in sent_at and a.detector == "rule:non_finite":
+                got[a.run_id] = a.emitted_at_ms / 1000.0
+        # latency from the event's emit time (wall clock) to the alert's emit time
+        lat = sorted(got[r] - (sent_wall(sent_at[r], recv)) for r in got)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        lag_drained = drain_time(admin, h, start)
+        return {
+            "offered_eps": total / offered_s,
+            "sustained_eps": total / lag_drained,
+            "p50_s": statistics.median(lat) if lat else float("nan"),
+            "p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan"),
+            "alerts": len(got),
+            "probes": len(sent_at),
+        }
+    finally:
+        h.stop_all()
+        h.delete_topics()
+
+
+def sent_wall(mono: float, recv_mono: float) -> float:
+    return time.time() - (time.monotonic() - mono)
+
+
+def drain_time(admin, h, start: float) -> float:
+    """Seconds from the start of the load until the worker's group has no lag."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    topics = [
+        h.topic(t)
+        for t in ("rw.exec.node", "rw.exec.job", "rw.learning", "rw.internal.node-by-run")
+    ]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        tps = [TopicPartition(t, p) for t in topics for p in range(h.partitions)]
+        fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(h.app_id, tps)])
+        committed = {
+            (x.topic, x.partition): x.offset
+            for x in list(fut.values())[0].result().topic_partitions
+        }
+        from confluent_kafka import Consumer
+
+        cons = Consumer({"bootstrap.servers": h.bootstrap, "group.id": "lag-probe"})
+        lag = 0
+        for (t, p), off in committed.items():
+            _, high = cons.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+            lag += high - max(off, 0)
+        cons.close()
+        if lag == 0:
+            return time.monotonic() - start
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--broker", default=None, help="bootstrap servers for the worker benchmark")
+    args = ap.parse_args()
+    codec = load_codec()
+    t = int(time.time() * 1000)
+    enc_setup = codec.encode_many(setup_events(t))
+    enc = codec.encode_many(second_of_load(t, 0))
+    ceiling = bench_decode(enc, 3)
+    core = bench_core(enc_setup, enc, max(1, args.seconds // 5))
+    print(
+        f"load: {NODES} NodeSamples/s ({NODES * GPUS} GPUs) + {RUNS} step events/s "
+        f"= {len(enc)} events/s offered"
+    )
+    print(f"ceiling  bare batch decode      : {ceiling:12,.0f} events/s")
+    print(
+        f"core     decode+join+JSON state : {core:12,.0f} events/s  "
+        f"({core / ceiling:.2f} x ceiling, {core / len(enc):.2f} x load)"
+    )
+    if args.broker:
+        r = bench_broker(args.broker, args.seconds)
+        print(f"broker   offered                : {r['offered_eps']:12,.0f} events/s")
+        print(
+            f"broker   sustained (lag drained): {r['sustained_eps']:12,.0f} events/s  "
+            f"({r['sustained_eps'] / ceiling:.3f} x ceiling)"
+        )
+        print(
+            f"broker   event->alert latency   : p50 {r['p50_s']:.2f} s  p99 {r['p99_s']:.2f} s "
+            f"({r['alerts']}/{r['probes']} probe alerts)"
+        )
+
+
+if __name__ == "__main__":
+    main()

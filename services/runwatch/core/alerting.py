@@ -1,0 +1,260 @@
+"""Alert lifecycle: dedup key, firing → resolved with hysteresis, cooldown, per-run cap.
+
+An :class:`AlertBook` holds the open and recently resolved alerts of one run
+as plain JSON-able data (it lives inside the run state). The functions here
+decide, for each finding and each healthy evaluation, whether an Alert
+record goes out:
+
+* the dedup key is a stable hash of run, detector, indicator and subject, so
+  repeats (including replays after a crash) carry the same key and alert id;
+* a firing alert is not re-sent while it keeps firing (``renotify_ms`` aside);
+* it resolves only after ``clear_after`` consecutive healthy evaluations
+  (hysteresis) or, for one-shot rule findings, after ``quiet_ms`` without a
+  repeat;
+* after resolving, the same key stays quiet for ``cooldown_ms``;
+* one run fires at most ``per_run_cap`` alerts; the cap itself is announced
+  once as an alert of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from runwatch.core.cause import Verdict
+from runwatch.core.records import Alert, Evidence, Source
+from runwatch.core.rules import Finding
+
+_NS = uuid.UUID("6d1b1f0e-2a8e-4c55-9f43-8f0f0a2c9a11")
+
+
+@dataclass(frozen=True, slots=True)
+class AlertPolicy:
+    """Lifecycle knobs.
+
+    Attributes:
+        clear_after: Consecutive healthy evaluations before a detector alert resolves.
+        quiet_ms: Silence after which a one-shot (rule) alert resolves.
+        cooldown_ms: After resolving, the same key stays quiet this long.
+        renotify_ms: Re-send a still-firing alert after this long (0 = never).
+        per_run_cap: Most alerts one run may fire.
+        evidence_max: Most evidence items carried by one alert.
+
+    """
+
+    clear_after: int = 5
+    quiet_ms: int = 15 * 60_000
+    cooldown_ms: int = 10 * 60_000
+    renotify_ms: int = 0
+    per_run_cap: int = 20
+    evidence_max: int = 10
+
+
+@dataclass(slots=True)
+class AlertBook:
+    """Per-run alert bookkeeping (JSON-able via :meth:`to_state`).
+
+    Attributes:
+        entries: Dedup key → entry dict (status, times, the last alert's fields).
+        fired: Alerts fired by this run so far (the cap counts these).
+        capped: Whether the cap alert has been sent.
+        seq: Sequence number for emitted alerts.
+
+    """
+
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fired: int = 0
+    capped: bool = False
+    seq: int = 0
+
+    def to_state(self) -> dict[str, Any]:
+        """Return the book as a JSON-able dict."""
+        return {"entries": self.entries, "fired": self.fired, "capped": self.capped,
+                "seq": self.seq}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> AlertBook:
+        """Rebuild a book from :meth:`to_state` output."""
+        return cls(dict(state.get("entries", {})), int(state.get("fired", 0)),
+                   bool(state.get("capped", False)), int(state.get("seq", 0)))
+
+    def firing_keys(self) -> list[str]:
+        """Return the dedup keys currently firing."""
+        return [k for k, e in self.entries.items() if e["status"] == "firing"]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertContext:
+    """What an alert needs beyond the finding: run identity and routing labels."""
+
+    run_id: str
+    source: Source
+    team: str | None = None
+    experiment_family: str | None = None
+    node: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def dedup_key(run_id: str, detector: str, indicator: str, subject: str = "") -> str:
+    """Return the stable dedup key of an alert condition.
+
+    Args:
+        run_id: The run.
+        detector: Detector or rule name.
+        indicator: Indicator name.
+        subject: Extra discriminator (dataset, GPU, checkpoint).
+
+    Returns:
+        ``<run_id>:<24 hex chars>``, identical for every repeat of the condition.
+
+    """
+    digest = hashlib.sha256(f"{run_id}\x1f{detector}\x1f{indicator}\x1f{subject}".encode())
+    return f"{run_id}:{digest.hexdigest()[:24]}"
+
+
+def _evidence(findings: tuple[Finding, ...], limit: int) -> tuple[Evidence, ...]:
+    return tuple(
+        Evidence(signal=f.signal, indicator=f.indicator, observed=f.observed,
+                 expected=f.expected, at_ms=f.at_ms, detail=f.detail or f.title)
+        for f in findings[-limit:]
+    )
+
+
+def _build(book: AlertBook, key: str, entry: dict[str, Any], status: str,
+           ctx: AlertContext, now_ms: int, evidence: tuple[Evidence, ...]) -> Alert:
+    book.seq += 1
+    alert_id = str(uuid.uuid5(_NS, f"{key}:{entry['first_seen_ms']}"))
+    event_id = str(uuid.uuid5(_NS, f"{alert_id}:{status}:{entry['last_seen_ms']}"))
+    cause = entry["cause"]
+    return Alert(
+        event_id=event_id, run_id=ctx.run_id, emitted_at_ms=now_ms, source=ctx.source,
+        seq=book.seq, alert_id=alert_id, dedup_key=key, status=status,  # type: ignore[arg-type]
+        severity=entry["severity"], detector=entry["detector"], indicator=entry["indicator"],
+        observed=entry["observed"], expected=entry["expected"], score=entry["score"],
+        probable_cause=cause, evidence=evidence, title=entry["title"],
+        summary=f"{entry['title']} (probable cause: {cause}, run {ctx.run_id})",
+        team=ctx.team, experiment_family=ctx.experiment_family, node=ctx.node,
+        labels=dict(ctx.labels), first_seen_ms=entry["first_seen_ms"],
+        last_seen_ms=entry["last_seen_ms"],
+    )
+
+
+def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext, now_ms: int,
+         policy: AlertPolicy, *, one_shot: bool) -> list[Alert]:
+    """Record a firing condition; return the Alert records to publish (maybe none).
+
+    Args:
+        book: The run's alert book (updated in place).
+        finding: The finding that fires.
+        verdict: Its probable cause and evidence.
+        ctx: Run identity and labels.
+        now_ms: Current time.
+        policy: Lifecycle knobs.
+        one_shot: True for rule findings that resolve by quiet time.
+
+    Returns:
+        Zero, one or two alerts (an alert plus the cap notice).
+
+    """
+    key = dedup_key(ctx.run_id, finding.detector, finding.indicator, finding.subject)
+    entry = book.entries.get(key)
+    if entry is not None and entry["status"] == "firing":
+        entry["last_seen_ms"] = max(entry["last_seen_ms"], finding.at_ms)
+        entry["clear_streak"] = 0
+        entry["observed"] = finding.observed
+        if policy.renotify_ms and now_ms - entry["sent_ms"] >= policy.renotify_ms:
+            entry["sent_ms"] = now_ms
+            return [_build(book, key, entry, "firing", ctx, now_ms,
+                           _evidence(verdict.evidence, policy.evidence_max))]
+        return []
+    if entry is not None and now_ms - entry.get("resolved_ms", 0) < policy.cooldown_ms:
+        return []
+    if book.fired >= policy.per_run_cap:
+        return _cap(book, ctx, now_ms, policy)
+    book.fired += 1
+    entry = {
+        "status": "firing", "severity": finding.severity, "detector": finding.detector,
+        "indicator": finding.indicator, "observed": finding.observed,
+        "expected": finding.expected, "score": finding.score, "cause": verdict.cause,
+        "title": finding.title, "first_seen_ms": finding.at_ms, "last_seen_ms": finding.at_ms,
+        "clear_streak": 0, "one_shot": one_shot, "sent_ms": now_ms,
+    }
+    book.entries[key] = entry
+    return [_build(book, key, entry, "firing", ctx, now_ms,
+                   _evidence(verdict.evidence, policy.evidence_max))]
+
+
+def _cap(book: AlertBook, ctx: AlertContext, now_ms: int, policy: AlertPolicy) -> list[Alert]:
+    if book.capped:
+        return []
+    book.capped = True
+    key = dedup_key(ctx.run_id, "alerting", "alert_cap")
+    entry = {
+        "status": "firing", "severity": "warning", "detector": "alerting",
+        "indicator": "alert_cap", "observed": float(book.fired),
+        "expected": float(policy.per_run_cap), "score": 1.0, "cause": "unknown",
+        "title": f"Run reached its cap of {policy.per_run_cap} alerts; further alerts muted",
+        "first_seen_ms": now_ms, "last_seen_ms": now_ms, "clear_streak": 0,
+        "one_shot": False, "sent_ms": now_ms,
+    }
+    book.entries[key] = entry
+    return [_build(book, key, entry, "firing", ctx, now_ms, ())]
+
+
+def healthy(book: AlertBook, run_id: str, detector: str, indicator: str, subject: str,
+            ctx: AlertContext, now_ms: int, policy: AlertPolicy) -> list[Alert]:
+    """Record a healthy evaluation of a condition; resolve it after ``clear_after`` in a row.
+
+    Args:
+        book: The run's alert book (updated in place).
+        run_id: The run.
+        detector: Detector name.
+        indicator: Indicator name.
+        subject: Dedup subject.
+        ctx: Run identity and labels.
+        now_ms: Current time.
+        policy: Lifecycle knobs.
+
+    Returns:
+        The resolved alert, or nothing.
+
+    """
+    key = dedup_key(run_id, detector, indicator, subject)
+    entry = book.entries.get(key)
+    if entry is None or entry["status"] != "firing":
+        return []
+    entry["clear_streak"] += 1
+    if entry["clear_streak"] < policy.clear_after:
+        return []
+    return [_resolve(book, key, entry, ctx, now_ms)]
+
+
+def expire(book: AlertBook, ctx: AlertContext, now_ms: int, policy: AlertPolicy) -> list[Alert]:
+    """Resolve one-shot alerts that stayed quiet for ``quiet_ms`` (called from the timer).
+
+    Args:
+        book: The run's alert book (updated in place).
+        ctx: Run identity and labels.
+        now_ms: Current time.
+        policy: Lifecycle knobs.
+
+    Returns:
+        The resolved alerts.
+
+    """
+    return [
+        _resolve(book, key, entry, ctx, now_ms)
+        for key, entry in list(book.entries.items())
+        if entry["status"] == "firing" and entry["one_shot"]
+        and now_ms - entry["last_seen_ms"] >= policy.quiet_ms
+    ]
+
+
+def _resolve(book: AlertBook, key: str, entry: dict[str, Any], ctx: AlertContext,
+             now_ms: int) -> Alert:
+    entry["status"] = "resolved"
+    entry["resolved_ms"] = now_ms
+    entry["clear_streak"] = 0
+    return _build(book, key, entry, "resolved", ctx, now_ms, ())

@@ -1,0 +1,196 @@
+"""Workload-aware baselines and the level watches built on them.
+
+* :class:`RunningStats` — Welford mean/variance with Chan's merge, JSON-able.
+* :class:`Watch` — one indicator of one run: a baseline (learned over a warm-up
+  or seeded from finished runs of the same experiment family and hardware),
+  an exponentially weighted recent level, and a persistence counter. It fires
+  when the recent level sits beyond the baseline by more than an effect-size
+  bound for ``persist`` evaluations in a row. Because the baseline is frozen
+  after warm-up, a slow creep (loader time lengthening over hours) shows as a
+  growing gap — a trend, not only a spike.
+* :func:`workload_key` / :func:`merge_finished` — baselines per workload, fed
+  by the statistics of finished runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Direction = Literal["up", "down"]
+
+
+@dataclass(slots=True)
+class RunningStats:
+    """Count, mean and sum of squared deviations (Welford)."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, x: float) -> None:
+        """Fold one finite value in."""
+        self.n += 1
+        d = x - self.mean
+        self.mean += d / self.n
+        self.m2 += d * (x - self.mean)
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (0 with fewer than two values)."""
+        return math.sqrt(self.m2 / self.n) if self.n >= 2 else 0.0
+
+    def merge(self, other: RunningStats) -> RunningStats:
+        """Return the statistics of both samples together (Chan et al.)."""
+        n = self.n + other.n
+        if n == 0:
+            return RunningStats()
+        d = other.mean - self.mean
+        mean = self.mean + d * other.n / n
+        m2 = self.m2 + other.m2 + d * d * self.n * other.n / n
+        return RunningStats(n, mean, m2)
+
+    def to_state(self) -> list[float]:
+        """Return ``[n, mean, m2]``."""
+        return [self.n, self.mean, self.m2]
+
+    @classmethod
+    def from_state(cls, state: list[float]) -> RunningStats:
+        """Rebuild from :meth:`to_state` output."""
+        return cls(int(state[0]), float(state[1]), float(state[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSpec:
+    """How one indicator is watched.
+
+    Attributes:
+        direction: Which way is bad (``up``: larger is worse).
+        warmup: Values learned before the baseline freezes.
+        alpha: Weight of the newest value in the recent level.
+        k: Bound in baseline standard deviations.
+        min_effect: Smallest absolute gap that counts.
+        rel_effect: Smallest gap relative to the baseline mean that counts.
+        persist: Consecutive out-of-bound evaluations before firing.
+
+    """
+
+    direction: Direction = "up"
+    warmup: int = 20
+    alpha: float = 0.1
+    k: float = 4.0
+    min_effect: float = 0.0
+    rel_effect: float = 0.0
+    persist: int = 5
+
+
+@dataclass(slots=True)
+class Watch:
+    """The baseline, recent level and streak of one indicator of one run."""
+
+    base: RunningStats
+    level: float = math.nan
+    streak: int = 0
+    seeded: bool = False
+
+    def bound(self, spec: WatchSpec) -> float:
+        """Return the gap the recent level must exceed."""
+        return max(spec.k * self.base.std, spec.min_effect, spec.rel_effect * abs(self.base.mean))
+
+    def update(self, x: float, spec: WatchSpec) -> tuple[bool, float]:
+        """Fold ``x`` in and evaluate.
+
+        Args:
+            x: The indicator value (non-finite values are ignored).
+            spec: How the indicator is watched.
+
+        Returns:
+            ``(firing, score)``: whether the level has been beyond the bound
+            for ``persist`` evaluations, and ``gap / (2 * bound)`` clipped to [0, 1].
+
+        """
+        if not math.isfinite(x):
+            return False, 0.0
+        if self.base.n < spec.warmup and not self.seeded:
+            self.base.add(x)
+            self.level = self.base.mean
+            return False, 0.0
+        self.level = x if math.isnan(self.level) else (1 - spec.alpha) * self.level + spec.alpha * x
+        gap = self.level - self.base.mean
+        if spec.direction == "down":
+            gap = -gap
+        bound = self.bound(spec)
+        self.streak = self.streak + 1 if gap > bound else 0
+        score = min(max(gap / (2 * bound), 0.0), 1.0) if bound > 0 else float(gap > 0)
+        return self.streak >= spec.persist, score
+
+    def to_state(self) -> dict[str, Any]:
+        """Return the watch as a JSON-able dict."""
+        return {"b": self.base.to_state(), "l": self.level, "s": self.streak, "w": self.seeded}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Watch:
+        """Rebuild from :meth:`to_state` output."""
+        return cls(RunningStats.from_state(state["b"]), float(state["l"]), int(state["s"]),
+                   bool(state["w"]))
+
+
+def workload_key(experiment_family: str | None, gpu_model: str | None, gpu_count: int) -> str:
+    """Return the key runs share a baseline under: family, GPU model and GPU count.
+
+    Args:
+        experiment_family: Experiment family (``None`` → ``-``).
+        gpu_model: GPU model (``None`` → ``-``).
+        gpu_count: GPUs the run uses.
+
+    Returns:
+        ``family|model|count``.
+
+    """
+    return f"{experiment_family or '-'}|{gpu_model or '-'}|{gpu_count}"
+
+
+def merge_finished(baseline: dict[str, list[float]], finished: dict[str, list[float]],
+                   max_n: int = 10_000) -> dict[str, list[float]]:
+    """Merge a finished run's indicator statistics into a workload baseline.
+
+    Counts are capped at ``max_n`` (scaling ``m2`` along) so the baseline keeps
+    following the workload as it changes.
+
+    Args:
+        baseline: Indicator → ``[n, mean, m2]`` of the workload so far.
+        finished: Indicator → ``[n, mean, m2]`` of the finished run.
+        max_n: Cap on the effective count.
+
+    Returns:
+        The merged baseline (a new dict).
+
+    """
+    out = dict(baseline)
+    for name, st in finished.items():
+        merged = RunningStats.from_state(baseline.get(name, [0, 0.0, 0.0])).merge(
+            RunningStats.from_state(st)
+        )
+        if merged.n > max_n:
+            merged = RunningStats(max_n, merged.mean, merged.m2 * max_n / merged.n)
+        out[name] = merged.to_state()
+    return out
+
+
+def seeded_watch(baseline: dict[str, list[float]], indicator: str, min_n: int) -> Watch:
+    """Return a watch for ``indicator``, warm-started from the workload baseline when it has enough.
+
+    Args:
+        baseline: Indicator → ``[n, mean, m2]`` of finished runs of the workload.
+        indicator: The indicator.
+        min_n: Least count for the baseline to be trusted.
+
+    Returns:
+        A seeded watch (no warm-up needed), or a cold one.
+
+    """
+    st = baseline.get(indicator)
+    if st is not None and st[0] >= min_n:
+        return Watch(RunningStats.from_state(st), seeded=True)
+    return Watch(RunningStats())

@@ -1,0 +1,243 @@
+"""Leading indicators: pure functions over a run's recent telemetry.
+
+Every function takes plain numbers or sequences (never records, never the
+clock) and returns a float, so the run-state join, the detectors and the unit
+tests all share one definition. Undefined values (empty input, zero
+denominators) come back as ``nan``; callers skip non-finite indicators rather
+than feeding them to detectors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+NAN = float("nan")
+
+
+def _ratio(num: float, den: float) -> float:
+    if den <= 0 or not math.isfinite(num) or not math.isfinite(den):
+        return NAN
+    return num / den
+
+
+def loader_share(loader_wait_ms: float, step_ms: float) -> float:
+    """Share of a step spent waiting on the data loader.
+
+    Args:
+        loader_wait_ms: Time the step waited for its batch.
+        step_ms: Total wall time of the step.
+
+    Returns:
+        A value in [0, 1] (clipped), or nan when ``step_ms`` is not positive.
+
+    """
+    share = _ratio(loader_wait_ms, step_ms)
+    return share if math.isnan(share) else min(max(share, 0.0), 1.0)
+
+
+def checkpoint_share(checkpoint_ms: float, wall_ms: float) -> float:
+    """Share of the run's wall clock spent writing checkpoints.
+
+    Args:
+        checkpoint_ms: Sum of checkpoint durations in the window.
+        wall_ms: Wall-clock length of the window.
+
+    Returns:
+        A value in [0, 1] (clipped), or nan when ``wall_ms`` is not positive.
+
+    """
+    share = _ratio(checkpoint_ms, wall_ms)
+    return share if math.isnan(share) else min(max(share, 0.0), 1.0)
+
+
+def gpu_utilization(util_pct: Sequence[float]) -> float:
+    """Mean utilization of the run's own GPUs, as a fraction.
+
+    Args:
+        util_pct: Utilization of each GPU the run owns, in percent.
+
+    Returns:
+        Mean in [0, 1], or nan for no GPUs.
+
+    """
+    arr = np.asarray(util_pct, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    return float(np.clip(arr.mean() / 100.0, 0.0, 1.0)) if arr.size else NAN
+
+
+def gpu_occupancy(sm_occupancy_pct: Sequence[float]) -> float:
+    """Mean SM occupancy of the run's own GPUs, as a fraction.
+
+    Args:
+        sm_occupancy_pct: SM occupancy of each GPU the run owns, in percent.
+
+    Returns:
+        Mean in [0, 1], or nan for no GPUs.
+
+    """
+    return gpu_utilization(sm_occupancy_pct)
+
+
+def throughput(samples: float, duration_ms: float) -> float:
+    """Training throughput in samples per second.
+
+    Args:
+        samples: Samples processed in the window.
+        duration_ms: Length of the window.
+
+    Returns:
+        Samples per second, or nan when ``duration_ms`` is not positive.
+
+    """
+    return _ratio(samples * 1000.0, duration_ms)
+
+
+def effective_batch_size(per_device_batch: float, world_size: float, grad_accum: float) -> float:
+    """Return the samples contributing to one optimizer update.
+
+    Args:
+        per_device_batch: Micro-batch per device.
+        world_size: Number of data-parallel workers alive.
+        grad_accum: Gradient-accumulation steps.
+
+    Returns:
+        ``per_device_batch * world_size * grad_accum``; nan if any is negative.
+
+    """
+    if min(per_device_batch, world_size, grad_accum) < 0:
+        return NAN
+    return float(per_device_batch * world_size * max(grad_accum, 1))
+
+
+def grad_norm_variance(grad_norms: Sequence[float]) -> float:
+    """Variance of the recent gradient norms (finite values only).
+
+    Args:
+        grad_norms: Recent gradient norms.
+
+    Returns:
+        Population variance, or nan with fewer than two finite values.
+
+    """
+    arr = np.asarray(grad_norms, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    return float(arr.var()) if arr.size >= 2 else NAN
+
+
+def loss_trend(steps: Sequence[float], losses: Sequence[float]) -> float:
+    """Least-squares slope of loss against step, per 1,000 steps.
+
+    Positive means the loss is rising.
+
+    Args:
+        steps: Step numbers.
+        losses: Loss at each step (non-finite pairs are dropped).
+
+    Returns:
+        Slope per 1,000 steps, or nan with fewer than three usable points.
+
+    """
+    x = np.asarray(steps, dtype=np.float64)
+    y = np.asarray(losses, dtype=np.float64)
+    if x.shape != y.shape:
+        msg = f"steps and losses differ in length: {x.size} != {y.size}"
+        raise ValueError(msg)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < 3 or np.ptp(x) == 0:
+        return NAN
+    xc = x - x.mean()
+    return float((xc @ (y - y.mean())) / (xc @ xc) * 1000.0)
+
+
+def rejected_sample_rate(rejected: float, total: float) -> float:
+    """Share of samples a data pipeline rejected.
+
+    Args:
+        rejected: Rejected samples.
+        total: All samples seen (accepted plus rejected).
+
+    Returns:
+        A value in [0, 1], or nan when ``total`` is not positive.
+
+    """
+    rate = _ratio(rejected, total)
+    return rate if math.isnan(rate) else min(max(rate, 0.0), 1.0)
+
+
+def restart_count(states: Sequence[str]) -> float:
+    """Restarts of a run from its job-state transitions.
+
+    A restart is entering ``running`` again after having been running before
+    (after a ``preempted``, ``retrying`` or ``failed`` state).
+
+    Args:
+        states: Job states in arrival order.
+
+    Returns:
+        The number of restarts.
+
+    """
+    seen_running = False
+    restarts = 0
+    for state in states:
+        if state == "running":
+            if seen_running:
+                restarts += 1
+            seen_running = True
+    return float(restarts)
+
+
+def queue_delay_ratio(queued_at_ms: int, started_at_ms: int, expected_ms: float) -> float:
+    """Queue delay as a multiple of the expected delay.
+
+    Args:
+        queued_at_ms: When the job was queued.
+        started_at_ms: When it started (or now, while still queued).
+        expected_ms: The expected queue delay for this workload.
+
+    Returns:
+        ``delay / expected``; nan when ``expected_ms`` is not positive.
+
+    """
+    return _ratio(float(max(started_at_ms - queued_at_ms, 0)), expected_ms)
+
+
+def label_balance_shift(current: dict[str, float], baseline: dict[str, float]) -> float:
+    """Total-variation distance between two label distributions.
+
+    Args:
+        current: Label → share (or count) now.
+        baseline: Label → share (or count) in the reference.
+
+    Returns:
+        Distance in [0, 1]; nan when either side is empty.
+
+    """
+    cur_total = sum(v for v in current.values() if v > 0)
+    base_total = sum(v for v in baseline.values() if v > 0)
+    if cur_total <= 0 or base_total <= 0:
+        return NAN
+    labels = set(current) | set(baseline)
+    return 0.5 * sum(
+        abs(max(current.get(k, 0.0), 0.0) / cur_total - max(baseline.get(k, 0.0), 0.0) / base_total)
+        for k in labels
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of the finite values.
+
+    Args:
+        values: Numbers.
+
+    Returns:
+        The median, or nan for no finite values.
+
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    return float(np.median(arr)) if arr.size else NAN

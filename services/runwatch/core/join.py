@@ -1,0 +1,379 @@
+"""The run join: ``step(state, event, now_ms, cfg)`` and ``tick(state, now_ms, cfg)``.
+
+Dispatches each record type to a handler that updates the
+:class:`~runwatch.core.runstate.RunState`, computes leading indicators, applies
+the hard rules and feeds the watches. Pure: the processor passes the clock in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from runwatch.core import alerting, rules
+from runwatch.core import indicators as ind
+from runwatch.core.alerting import AlertBook
+from runwatch.core.records import (
+    ArtifactEvent,
+    CheckpointEvent,
+    DataQualityReport,
+    GateDecision,
+    JobEvent,
+    LearningStep,
+    NodeSample,
+    RunManifest,
+    StepTiming,
+    ValidationResult,
+)
+from runwatch.core.rekey import manifest_refs, report_ref
+from runwatch.core.rules import Finding
+from runwatch.core.runstate import (
+    Output,
+    RunConfig,
+    RunState,
+    context,
+    dead_letter,
+    emit,
+    expire_pending,
+    flush_waiting,
+    hold,
+    observe,
+    take_pending,
+)
+
+Baseline = dict[str, list[float]]
+HIGHER_BETTER = ("accuracy", "acc", "top1", "f1", "auc", "map", "bleu", "rouge")
+_RECENT = 200
+
+
+def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes = b"",
+         topic: str = "", baseline: Baseline | None = None) -> tuple[RunState, list[Output]]:
+    """Fold one event of this run into its state.
+
+    Args:
+        state: The run's state (updated in place and returned).
+        event: A decoded record whose ``run_id`` is this run.
+        now_ms: Current time (processing time).
+        cfg: Processor knobs.
+        raw: The event's original bytes (for dead letters).
+        topic: The topic it came from (for dead letters).
+        baseline: Finished-run statistics of the run's workload, if known.
+
+    Returns:
+        The state and the Alert/DeadLetter records to publish.
+
+    """
+    at = int(event.emitted_at_ms)
+    # One watermark per record type: topics (and partitions) are consumed
+    # independently, so only a stream's own order says whether it is late.
+    stream = event.AVRO_NAME
+    mark = state.watermarks.get(stream, 0)
+    if mark and at < mark - cfg.lateness_ms:
+        state.late_count += 1
+        return state, [dead_letter(state, cfg, f"late event: {mark - at} ms behind the run's "
+                                   f"{stream} watermark (lateness {cfg.lateness_ms} ms)", raw,
+                                   topic, now_ms)]
+    if not state.known and not isinstance(event, RunManifest | JobEvent):
+        return state, hold(state, cfg, event, now_ms)
+    state.watermarks[stream] = max(mark, at)
+    state.watermark_ms = max(state.watermark_ms, at)
+    state.first_at_ms = state.first_at_ms or at
+    out = _dispatch(state, event, at, now_ms, cfg, baseline)
+    if state.known and state.pending:
+        for held in take_pending(state):
+            out.extend(step(state, held, now_ms, cfg, baseline=baseline)[1])
+    return state, out
+
+
+def _dispatch(state: RunState, e: Any, at: int, now: int, cfg: RunConfig,
+              bl: Baseline | None) -> list[Output]:
+    if isinstance(e, StepTiming):
+        return _step_timing(state, e, at, now, cfg, bl)
+    if isinstance(e, NodeSample):
+        return _node(state, e, at, now, cfg, bl)
+    if isinstance(e, LearningStep):
+        return _learning(state, e, at, now, cfg, bl)
+    if isinstance(e, ValidationResult):
+        return _validation(state, e, at, now, cfg)
+    if isinstance(e, CheckpointEvent):
+        return _checkpoint(state, e, at, now, cfg, bl)
+    if isinstance(e, JobEvent):
+        return _job(state, e, at, now, cfg)
+    if isinstance(e, RunManifest):
+        return _manifest(state, e, at, now, cfg)
+    if isinstance(e, DataQualityReport):
+        return _data(state, e, at, now, cfg, bl)
+    if isinstance(e, ArtifactEvent):
+        f = rules.checkpoint_integrity("", "", e.serialization_ok, at, e.uri)
+        return emit(state, cfg, f, now, one_shot=True) if f else []
+    if isinstance(e, GateDecision):
+        reason = "; ".join(e.reasons)
+        f = rules.failed_gate(e.gate, e.decision != "fail", reason, at)
+        return emit(state, cfg, f, now, one_shot=True) if f else []
+    return [dead_letter(state, cfg, f"record type {type(e).__name__} not handled by the run "
+                        "join", b"", "", now)]
+
+
+def _push(seq: list[Any], x: Any, n: int = _RECENT) -> None:
+    seq.append(x)
+    if len(seq) > n:
+        del seq[: len(seq) - n]
+
+
+def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
+                 bl: Baseline | None) -> list[Output]:
+    out: list[Output] = []
+    _push(s.step_ms, e.step_ms)
+    s.last_step_at_ms = max(s.last_step_at_ms, now)  # arrival (processing) time
+    s.last_step = max(s.last_step, e.step)
+    out += clear(s, cfg, "rule:stalled", "step_gap_ms", now)
+    out += observe(s, cfg, "loader_share", ind.loader_share(e.loader_wait_ms, e.step_ms), at, now,
+                   bl, f"loader_wait {e.loader_wait_ms:.0f} ms of step {e.step_ms:.0f} ms")
+    out += observe(s, cfg, "throughput", ind.throughput(e.samples, e.step_ms), at, now, bl)
+    if e.effective_batch_size is not None:
+        out += observe(s, cfg, "effective_batch_size", float(e.effective_batch_size), at, now,
+                       bl)
+    if e.worker_restarts > s.worker_restarts:
+        s.worker_restarts = e.worker_restarts
+        out += _restart_evidence(s, cfg, float(e.worker_restarts), at, now, "worker_restarts")
+    return out
+
+
+def clear(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int) -> list[Output]:
+    """Resolve a firing one-shot condition at once when its cause has gone (e.g. a stall)."""
+    if not s.alerts.get("entries"):
+        return []
+    book = AlertBook.from_state(s.alerts)
+    key = alerting.dedup_key(s.run_id, detector, indicator)
+    entry = book.entries.get(key)
+    if entry is None or entry["status"] != "firing":
+        return []
+    out = alerting.healthy(book, s.run_id, detector, indicator, "", context(s, cfg), now,
+                           alerting.AlertPolicy(clear_after=1))
+    s.alerts = book.to_state()
+    return list(out)
+
+
+def _restart_evidence(s: RunState, cfg: RunConfig, count: float, at: int, now: int,
+                      indicator: str) -> list[Output]:
+    alert = count >= cfg.restart_alert
+    f = Finding("indicator:restarts", indicator, "execution", "warning", count,
+                0.0, min(count / cfg.restart_alert, 1.0), at,
+                f"{int(count)} restarts", f"{indicator}={int(count)}", alert=alert)
+    return emit(s, cfg, f, now, one_shot=True)
+
+
+def _node(s: RunState, e: NodeSample, at: int, now: int, cfg: RunConfig,
+          bl: Baseline | None) -> list[Output]:
+    mine = set(s.gpu_indices)
+    gpus = [g for g in e.gpus
+            if any(p.run_id == s.run_id for p in g.processes) or not mine or g.index in mine]
+    out: list[Output] = []
+    for g in gpus:
+        f = rules.gpu_errors(e.node, g.index, g.xid or 0, g.ecc_uncorrected, at)
+        if f:
+            out += emit(s, cfg, f, now, one_shot=True, node=e.node)
+    if gpus:
+        out += observe(s, cfg, "gpu_utilization", ind.gpu_utilization([g.util_pct for g in gpus]),
+                       at, now, bl, f"node {e.node}")
+    return out
+
+
+def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
+              bl: Baseline | None) -> list[Output]:
+    out: list[Output] = []
+    f = rules.non_finite_learning(e.loss, e.grad_norm, e.nonfinite_count, at)
+    if f:
+        return emit(s, cfg, f, now, one_shot=True)
+    _push(s.losses, [float(e.step), e.loss], 50)
+    if len(s.losses) >= 20:
+        slope = ind.loss_trend([p[0] for p in s.losses], [p[1] for p in s.losses])
+        first = s.losses[0][1]
+        if math.isfinite(slope) and slope > 0 and s.losses[-1][1] > 1.2 * first:
+            out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
+                                        "warning", slope, 0.0, 0.5, at, "Loss trending up",
+                                        alert=False), now, one_shot=True)
+    if e.grad_norm is not None:
+        out += observe(s, cfg, "grad_norm", e.grad_norm, at, now, bl)
+    return out
+
+
+def _primary(metrics: dict[str, float], current: str) -> tuple[str, bool] | None:
+    if current and current in metrics:
+        return current, not current.endswith("loss")
+    for name in sorted(metrics):
+        if any(name.lower().endswith(h) for h in HIGHER_BETTER):
+            return name, True
+    for name in sorted(metrics):
+        if name.lower().endswith("loss"):
+            return name, False
+    return None
+
+
+def _validation(s: RunState, e: ValidationResult, at: int, now: int,
+                cfg: RunConfig) -> list[Output]:
+    picked = _primary(dict(e.metrics), s.val_metric)
+    if picked is None:
+        return []
+    name, higher = picked
+    s.val_metric = name
+    value = float(e.metrics[name])
+    if not math.isfinite(value):
+        return []
+    _push(s.val_history, [float(e.step), value], 50)
+    signed = value if higher else -value
+    best = s.val_best
+    if best is None or signed > best:
+        s.val_best = signed
+        s.val_declines = 0
+        return []
+    drop = best - signed
+    if drop <= max(cfg.val_decline_abs, cfg.val_decline_rel * abs(best)):
+        s.val_declines = 0
+        return []
+    s.val_declines += 1
+    if s.val_declines < cfg.val_persist:
+        return []
+    f = Finding("rule:validation_decline", name, "learning", "warning", value,
+                best if higher else -best, min(drop / max(abs(best), 1e-9), 1.0), at,
+                f"Validation {name} declined to {value:.4g} from {abs(best):.4g}",
+                f"step {e.step}")
+    return emit(s, cfg, f, now, one_shot=True)
+
+
+def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConfig,
+                bl: Baseline | None) -> list[Output]:
+    out: list[Output] = []
+    s.last_checkpoint = {"step": e.step, "sha256": e.sha256, "uri": e.uri, "outcome": e.outcome}
+    f = rules.checkpoint_integrity(e.expected_sha256 or "", e.sha256 or "",
+                                   e.outcome not in ("failed", "corrupt"), at, e.uri)
+    if f:
+        out += emit(s, cfg, f, now, one_shot=True)
+    s.checkpoint_ms += e.duration_ms
+    share = ind.checkpoint_share(s.checkpoint_ms, float(at - s.first_at_ms))
+    out += observe(s, cfg, "checkpoint_share", share, at, now, bl)
+    return out
+
+
+def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Output]:
+    s.known = True
+    out: list[Output] = []
+    _push(s.states, e.state, 50)
+    s.job_state = e.state
+    s.attempt = max(s.attempt, e.attempt)
+    s.team = e.team or s.team
+    s.family = e.experiment_family or s.family
+    if e.state == "queued" and not s.queued_at_ms:
+        s.queued_at_ms = at
+    if e.deadline_ms:
+        s.deadline_ms = int(e.deadline_ms)
+    if e.allocation is not None:
+        s.nodes = list(e.allocation.nodes)
+        s.gpu_indices = sorted(set(e.allocation.gpu_indices))
+        s.gpu_model = e.allocation.gpu_model or s.gpu_model
+        s.gpu_count = s.gpu_count or len(s.gpu_indices) * max(len(s.nodes), 1)
+    if e.state == "running":
+        if s.started_at_ms is None:
+            s.started_at_ms = at
+            f = rules.queue_deadline(s.queued_at_ms, at, now, s.deadline_ms)
+            if f:
+                out += emit(s, cfg, f, now, one_shot=True)
+        restarts = int(ind.restart_count(s.states))
+        if restarts > s.restarts:
+            s.restarts = restarts
+            out += _restart_evidence(s, cfg, float(restarts), at, now, "restart_count")
+    return out
+
+
+def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) -> list[Output]:
+    s.known = True
+    s.manifest_at_ms = s.manifest_at_ms or now  # arrival time: the wait is the processor's
+    s.datasets = manifest_refs(e.datasets)
+    s.image = e.image_digest or s.image
+    s.team = e.team or s.team
+    s.family = e.experiment_family or s.family
+    if e.hardware is not None:
+        s.gpu_model = e.hardware.gpu_model or s.gpu_model
+        s.gpu_count = e.hardware.gpu_count or s.gpu_count
+    f = rules.image_allowed(s.image or "", cfg.image_allow_list, at)
+    return emit(s, cfg, f, now, one_shot=True) if f else []
+
+
+def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
+          bl: Baseline | None) -> list[Output]:
+    out: list[Output] = []
+    ref = report_ref(e)
+    prev = s.reports.get(ref)
+    labels = dict(e.label_distribution)
+    s.reports[ref] = {"rows": e.row_count, "at_ms": at,
+                      "labels0": prev["labels0"] if prev else labels, "labels": labels}
+    f = rules.zero_rows(ref, e.row_count, at)
+    if f:
+        out += emit(s, cfg, f, now, one_shot=True)
+    shift = ind.label_balance_shift(labels, s.reports[ref]["labels0"])
+    if math.isfinite(shift) and shift > cfg.label_shift:
+        out += emit(s, cfg, Finding("indicator:label_balance", "label_balance", "data", "warning",
+                                    shift, cfg.label_shift, min(shift / (2 * cfg.label_shift),
+                                                                1.0), at,
+                                    f"Label balance of {ref} shifted by {shift:.2f}",
+                                    subject=ref, alert=False), now, one_shot=True)
+    if e.drift is not None and e.drift.drifted_features:
+        names = ", ".join(e.drift.drifted_features[:5])
+        out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",
+                                    float(len(e.drift.drifted_features)), 0.0, 0.5, at,
+                                    f"Feature drift in {ref}: {names}", subject=ref,
+                                    alert=False), now, one_shot=True)
+    total = e.row_count + e.rejected_samples
+    out += observe(s, cfg, "rejected_sample_rate",
+                   ind.rejected_sample_rate(e.rejected_samples, total), at, now, bl)
+    return out
+
+
+def tick(state: RunState, now_ms: int, cfg: RunConfig) -> tuple[RunState, list[Output]]:
+    """Evaluate the time-driven rules of a run (called from the processor's timer).
+
+    Stalls, missing data reports, queue deadline, held-event expiry and the
+    quiet-time resolution of one-shot alerts.
+
+    Args:
+        state: The run state (updated in place and returned).
+        now_ms: Current time.
+        cfg: Processor knobs.
+
+    Returns:
+        The state and the records to publish.
+
+    """
+    s = state
+    out = expire_pending(s, cfg, now_ms)
+    out += flush_waiting(s, cfg, now_ms, force=False)
+    if not s.known:
+        return s, out
+    if s.job_state not in rules_ended():
+        f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), now_ms, cfg.stall_k,
+                          cfg.stall_min_ms)
+        if f:
+            out += emit(s, cfg, f, now_ms, one_shot=True)
+        if s.started_at_ms is None:
+            f = rules.queue_deadline(s.queued_at_ms, None, now_ms, s.deadline_ms)
+            if f:
+                out += emit(s, cfg, f, now_ms, one_shot=True)
+    if s.manifest_at_ms:
+        for f in rules.missing_data_reports(s.datasets, s.reports, s.manifest_at_ms, now_ms,
+                                            cfg.data_wait_ms):
+            out += emit(s, cfg, f, now_ms, one_shot=True)
+    if s.alerts.get("entries"):
+        book = AlertBook.from_state(s.alerts)
+        out += alerting.expire(book, context(s, cfg), now_ms, cfg.policy)
+        s.alerts = book.to_state()
+    return s, out
+
+
+def rules_ended() -> frozenset[str]:
+    """Return the job states after which a run is finished."""
+    return frozenset({"succeeded", "failed", "cancelled"})
+
+
+def finished_stats(state: RunState) -> dict[str, list[float]] | None:
+    """Return the run's indicator statistics once it succeeded (for workload baselines)."""
+    return dict(state.stats) if state.job_state == "succeeded" else None

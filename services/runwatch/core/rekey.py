@@ -1,0 +1,167 @@
+"""Re-keying to runs: which runs a node sample or a data-quality report concerns.
+
+Node samples are keyed by node and data reports by dataset; the run state is
+keyed by run. These pure functions maintain the two indices (node → runs with
+their GPUs, dataset → runs) as JSON-able dicts and answer the routing question;
+the processor forwards the records to internal topics keyed by run id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, NodeSample, RunManifest
+
+ENDED = frozenset({"succeeded", "failed", "cancelled"})
+
+NodeIndex = dict[str, list[int]]
+"""Per node: run id → GPU indices allocated to it on that node (empty = all)."""
+
+
+def dataset_ref(uri: str, version: str | None) -> str:
+    """Return the canonical dataset reference ``uri@version`` (``uri`` when unversioned).
+
+    Args:
+        uri: Dataset uri or logical id.
+        version: Dataset version, if any.
+
+    Returns:
+        The reference string used as the dataset key.
+
+    """
+    return f"{uri}@{version}" if version else uri
+
+
+def manifest_refs(datasets: Iterable[DatasetRef]) -> list[str]:
+    """Return the sorted, distinct dataset references of a manifest.
+
+    Args:
+        datasets: The manifest's dataset refs.
+
+    Returns:
+        References as produced by :func:`dataset_ref`.
+
+    """
+    return sorted({dataset_ref(d.uri, d.version) for d in datasets})
+
+
+def report_ref(report: DataQualityReport) -> str:
+    """Return the dataset reference a data-quality report is about.
+
+    Args:
+        report: The report.
+
+    Returns:
+        ``uri@version``.
+
+    """
+    return dataset_ref(report.dataset_uri, report.dataset_version)
+
+
+def apply_job_event(index: dict[str, NodeIndex], event: JobEvent) -> list[str]:
+    """Update the node index from a job event's allocation or end.
+
+    Args:
+        index: Node → (run id → GPU indices); updated in place.
+        event: The job event (run_id must be set).
+
+    Returns:
+        The nodes whose entry changed.
+
+    """
+    run_id = event.run_id
+    if not run_id:
+        return []
+    changed: list[str] = []
+    if event.state in ENDED:
+        for node, runs in index.items():
+            if run_id in runs:
+                del runs[run_id]
+                changed.append(node)
+        return changed
+    alloc = event.allocation
+    if alloc is None:
+        return []
+    for node in alloc.nodes:
+        runs = index.setdefault(node, {})
+        gpus = sorted(set(alloc.gpu_indices))
+        if runs.get(run_id) != gpus:
+            runs[run_id] = gpus
+            changed.append(node)
+    return changed
+
+
+def route_node_sample(sample: NodeSample, runs_on_node: NodeIndex) -> dict[str, list[int]]:
+    """Return the runs a node sample concerns and the GPU indices of each.
+
+    Process attribution in the sample wins (a GPU running a process of run R
+    belongs to R); allocation from job events fills in GPUs without attributed
+    processes. A run allocated with no GPU list owns every unattributed GPU.
+
+    Args:
+        sample: The node sample.
+        runs_on_node: Run id → allocated GPU indices on this node.
+
+    Returns:
+        Run id → sorted GPU indices; empty when no run is known on the node.
+
+    """
+    out: dict[str, set[int]] = {}
+    attributed: set[int] = set()
+    for gpu in sample.gpus:
+        for proc in gpu.processes:
+            if proc.run_id:
+                out.setdefault(proc.run_id, set()).add(gpu.index)
+                attributed.add(gpu.index)
+    all_gpus = {g.index for g in sample.gpus}
+    for run_id, gpus in runs_on_node.items():
+        owned = (set(gpus) if gpus else all_gpus) - attributed
+        if owned or run_id not in out:
+            out.setdefault(run_id, set()).update(owned)
+    return {r: sorted(g) for r, g in out.items()}
+
+
+def apply_manifest(index: dict[str, list[str]], manifest: RunManifest) -> list[str]:
+    """Record which datasets a run consumes.
+
+    Args:
+        index: Dataset reference → run ids; updated in place.
+        manifest: The run manifest (run_id must be set).
+
+    Returns:
+        The dataset references the run was newly added to.
+
+    """
+    run_id = manifest.run_id
+    if not run_id:
+        return []
+    added = []
+    for ref in manifest_refs(manifest.datasets):
+        runs = index.setdefault(ref, [])
+        if run_id not in runs:
+            runs.append(run_id)
+            added.append(ref)
+    return added
+
+
+def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> list[str]:
+    """Return the runs consuming the dataset version a report is about.
+
+    A report on an unversioned dataset reaches every run of any version of it.
+
+    Args:
+        index: Dataset reference → run ids.
+        report: The report.
+
+    Returns:
+        Sorted run ids.
+
+    """
+    ref = report_ref(report)
+    runs = set(index.get(ref, []))
+    if report.dataset_version is None:
+        prefix = f"{report.dataset_uri}@"
+        for key, rs in index.items():
+            if key.startswith(prefix):
+                runs.update(rs)
+    return sorted(runs)

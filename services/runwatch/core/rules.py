@@ -1,0 +1,304 @@
+"""Hard rules: conditions that are wrong whatever the statistics say.
+
+Each rule is a pure function of plain values that returns a :class:`Finding`
+when it fires and ``None`` otherwise. Findings are the common currency of the
+processor: rules and detectors produce them, the cause classifier reads them
+as evidence, and the alert lifecycle turns them into Alert records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["info", "warning", "critical"]
+Signal = Literal["data", "execution", "learning", "artifact", "infrastructure"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One observation worth an alert or worth keeping as evidence.
+
+    Attributes:
+        detector: What produced it (``rule:<name>`` or a detector name).
+        indicator: The indicator or rule subject (``loss``, ``loader_share``...).
+        signal: The signal class the observation belongs to.
+        severity: How bad it is on its own.
+        observed: The value seen.
+        expected: The value or bound expected.
+        score: Strength in [0, 1] (1 for hard rules).
+        at_ms: Event time of the observation.
+        title: One-line human title.
+        detail: Free text for the evidence list.
+        alert: True when it should raise an alert; False for evidence only.
+        subject: Extra key part for the dedup key (e.g. a dataset or GPU).
+
+    """
+
+    detector: str
+    indicator: str
+    signal: Signal
+    severity: Severity
+    observed: float
+    expected: float
+    score: float
+    at_ms: int
+    title: str
+    detail: str = ""
+    alert: bool = True
+    subject: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _hard(
+    name: str, indicator: str, signal: Signal, observed: float, expected: float, at_ms: int,
+    title: str, detail: str = "", subject: str = "", severity: Severity = "critical",
+) -> Finding:
+    return Finding(
+        detector=f"rule:{name}", indicator=indicator, signal=signal, severity=severity,
+        observed=observed, expected=expected, score=1.0, at_ms=at_ms, title=title,
+        detail=detail, subject=subject,
+    )
+
+
+def non_finite_learning(
+    loss: float | None, grad_norm: float | None, nonfinite_count: int, at_ms: int
+) -> Finding | None:
+    """Fire on a NaN/Inf loss or gradient norm, or a positive non-finite count.
+
+    Args:
+        loss: The reported loss, if any.
+        grad_norm: The reported gradient norm, if any.
+        nonfinite_count: Non-finite gradient/parameter values the SDK counted.
+        at_ms: Event time.
+
+    Returns:
+        A critical learning finding, or None.
+
+    """
+    for name, value in (("loss", loss), ("grad_norm", grad_norm)):
+        if value is not None and not math.isfinite(value):
+            return _hard(
+                "non_finite", name, "learning", value, 0.0, at_ms,
+                f"Non-finite {name} ({value})", f"{name}={value}",
+            )
+    if nonfinite_count > 0:
+        return _hard(
+            "non_finite", "nonfinite_count", "learning", float(nonfinite_count), 0.0, at_ms,
+            f"{nonfinite_count} non-finite gradient values", f"nonfinite_count={nonfinite_count}",
+        )
+    return None
+
+
+def missing_data_reports(
+    datasets: Iterable[str], reported: Iterable[str], manifest_at_ms: int, now_ms: int,
+    wait_ms: int,
+) -> list[Finding]:
+    """Fire for each manifest dataset with no data report after a bounded wait.
+
+    Args:
+        datasets: Dataset refs (``id@version``) the run's manifest declares.
+        reported: Dataset refs that have a data-quality report.
+        manifest_at_ms: When the manifest was seen.
+        now_ms: Current time.
+        wait_ms: How long a report may take to arrive.
+
+    Returns:
+        One data finding per missing report (empty while still waiting).
+
+    """
+    if now_ms - manifest_at_ms < wait_ms:
+        return []
+    seen = set(reported)
+    return [
+        _hard(
+            "missing_data_report", "data_report", "data", 0.0, 1.0, now_ms,
+            f"No data-quality report for {ref}",
+            f"dataset {ref} in manifest, no report after {wait_ms} ms", subject=ref,
+        )
+        for ref in sorted(set(datasets))
+        if ref not in seen
+    ]
+
+
+def zero_rows(dataset_ref: str, rows: int, at_ms: int) -> Finding | None:
+    """Fire when a data-quality report counts no rows.
+
+    Args:
+        dataset_ref: The dataset (``id@version``).
+        rows: Row count in the report.
+        at_ms: Event time.
+
+    Returns:
+        A critical data finding, or None.
+
+    """
+    if rows > 0:
+        return None
+    return _hard(
+        "zero_rows", "rows", "data", float(rows), 1.0, at_ms,
+        f"Dataset {dataset_ref} has no rows", f"rows={rows}", subject=dataset_ref,
+    )
+
+
+def image_allowed(image: str, allow_list: Sequence[str], at_ms: int) -> Finding | None:
+    """Fire when the run's image is outside the allow-list.
+
+    An allow-list entry matches an image equal to it or starting with it (so a
+    registry/repository prefix admits every tag and digest under it). An empty
+    allow-list disables the rule.
+
+    Args:
+        image: Image reference or digest of the run.
+        allow_list: Allowed images or prefixes.
+        at_ms: Event time.
+
+    Returns:
+        A critical artifact finding, or None.
+
+    """
+    if not allow_list or any(image == a or image.startswith(a) for a in allow_list):
+        return None
+    return _hard(
+        "image_allow_list", "image", "artifact", 0.0, 1.0, at_ms,
+        f"Image {image or '<none>'} is not allowed", f"image={image}", subject=image,
+    )
+
+
+def failed_gate(gate: str, passed: bool, reason: str, at_ms: int) -> Finding | None:
+    """Fire on a failed evaluation/release gate.
+
+    Args:
+        gate: Gate name.
+        passed: Whether it passed.
+        reason: Why, as the gate reported it.
+        at_ms: Event time.
+
+    Returns:
+        A critical artifact finding, or None.
+
+    """
+    if passed:
+        return None
+    return _hard(
+        "failed_gate", "gate", "artifact", 0.0, 1.0, at_ms,
+        f"Gate {gate} failed", reason or f"gate {gate} failed", subject=gate,
+    )
+
+
+def checkpoint_integrity(
+    expected_sha256: str, actual_sha256: str, serialization_ok: bool, at_ms: int, subject: str = ""
+) -> Finding | None:
+    """Fire on a checkpoint checksum mismatch or failed serialization.
+
+    Args:
+        expected_sha256: Checksum written by the trainer (empty if unknown).
+        actual_sha256: Checksum found on read-back / upload (empty if unknown).
+        serialization_ok: Whether serialization succeeded.
+        at_ms: Event time.
+        subject: Checkpoint identity (uri or step) for the dedup key.
+
+    Returns:
+        A critical artifact finding, or None.
+
+    """
+    if not serialization_ok:
+        return _hard(
+            "checkpoint_serialization", "checkpoint", "artifact", 0.0, 1.0, at_ms,
+            "Checkpoint serialization failed", subject or "", subject=subject,
+        )
+    if expected_sha256 and actual_sha256 and expected_sha256 != actual_sha256:
+        return _hard(
+            "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
+            "Checkpoint checksum mismatch",
+            f"expected {expected_sha256[:12]} got {actual_sha256[:12]}", subject=subject,
+        )
+    return None
+
+
+def stalled(
+    last_step_ms: int, median_step_ms: float, now_ms: int, k: float, min_stall_ms: int = 0
+) -> Finding | None:
+    """Fire when no step arrived for ``k`` times the median step time.
+
+    Args:
+        last_step_ms: Event time of the last step (0 = none yet).
+        median_step_ms: The run's median step duration.
+        now_ms: Current time (the timer tick).
+        k: Multiple of the median that counts as a stall.
+        min_stall_ms: Floor on the stall bound.
+
+    Returns:
+        A critical execution finding, or None.
+
+    """
+    if last_step_ms <= 0 or not math.isfinite(median_step_ms) or median_step_ms <= 0:
+        return None
+    bound = max(k * median_step_ms, float(min_stall_ms))
+    silent = float(now_ms - last_step_ms)
+    if silent <= bound:
+        return None
+    return _hard(
+        "stalled", "step_gap_ms", "execution", silent, bound, now_ms,
+        f"Job stalled: no step for {silent / 1000:.1f} s",
+        f"median step {median_step_ms:.0f} ms, k={k}",
+    )
+
+
+def gpu_errors(
+    node: str, gpu_index: int, xid: int, ecc_uncorrected: int, at_ms: int
+) -> Finding | None:
+    """Fire on a GPU XID error or uncorrected ECC errors.
+
+    Args:
+        node: Node id.
+        gpu_index: GPU index on the node.
+        xid: Last XID error code (0 = none).
+        ecc_uncorrected: Uncorrected ECC error count.
+        at_ms: Event time.
+
+    Returns:
+        A critical infrastructure finding, or None.
+
+    """
+    subject = f"{node}/gpu{gpu_index}"
+    if xid > 0:
+        return _hard(
+            "gpu_xid", "xid", "infrastructure", float(xid), 0.0, at_ms,
+            f"GPU XID {xid} on {subject}", f"xid={xid}", subject=subject,
+        )
+    if ecc_uncorrected > 0:
+        return _hard(
+            "gpu_ecc", "ecc_uncorrected", "infrastructure", float(ecc_uncorrected), 0.0, at_ms,
+            f"Uncorrected ECC errors on {subject}", f"ecc={ecc_uncorrected}", subject=subject,
+        )
+    return None
+
+
+def queue_deadline(
+    queued_at_ms: int, started_at_ms: int | None, now_ms: int, deadline_ms: int
+) -> Finding | None:
+    """Fire when a job waits in the queue past its deadline.
+
+    Args:
+        queued_at_ms: When it was queued (0 = unknown).
+        started_at_ms: When it started, or None while still queued.
+        now_ms: Current time.
+        deadline_ms: Longest acceptable queue delay (0 disables the rule).
+
+    Returns:
+        A warning execution finding, or None.
+
+    """
+    if queued_at_ms <= 0 or deadline_ms <= 0:
+        return None
+    delay = (started_at_ms if started_at_ms is not None else now_ms) - queued_at_ms
+    if delay <= deadline_ms:
+        return None
+    return _hard(
+        "queue_deadline", "queue_delay_ms", "execution", float(delay), float(deadline_ms),
+        started_at_ms or now_ms, f"Queued {delay / 1000:.0f} s, past the deadline",
+        severity="warning",
+    )

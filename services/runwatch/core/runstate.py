@@ -1,0 +1,418 @@
+"""Per-run state and the join: ``step(state, event, now_ms) -> (state, outputs)``.
+
+One :class:`RunState` holds everything the processor knows about a run: job
+state and attempts, allocation, recent step timings, indicator watches, last
+checkpoint, validation history, dataset refs and data-quality snapshot,
+evidence and the alert book. It round-trips through JSON
+(:func:`dumps` / :func:`loads`), never pickle. Handlers for each record type
+live in :mod:`runwatch.core.joins`-style private functions below; outputs are
+Alert and DeadLetter records.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from runwatch.core import alerting
+from runwatch.core.alerting import AlertBook, AlertContext, AlertPolicy
+from runwatch.core.baselines import RunningStats, Watch, WatchSpec, seeded_watch, workload_key
+from runwatch.core.cause import classify
+from runwatch.core.records import RECORD_TYPES, Alert, DeadLetter, Source
+from runwatch.core.rules import Finding
+
+Output = Alert | DeadLetter
+_NS = uuid.UUID("0b7f6a52-51c3-4c1e-a0a4-3d1f7e2b9c10")
+
+
+def default_specs() -> dict[str, WatchSpec]:
+    """Return the watch spec of every watched indicator."""
+    return {
+        "loader_share": WatchSpec("up", warmup=20, alpha=0.1, k=4.0, min_effect=0.1, persist=5),
+        "checkpoint_share": WatchSpec("up", warmup=5, alpha=0.3, k=4.0, min_effect=0.1,
+                                      persist=3),
+        "throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2, persist=5),
+        "effective_batch_size": WatchSpec("down", warmup=10, alpha=0.5, k=3.0, rel_effect=0.1,
+                                          persist=2),
+        "gpu_utilization": WatchSpec("down", warmup=30, alpha=0.1, k=4.0, min_effect=0.2,
+                                     persist=10),
+        "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=1.0, persist=5),
+        "rejected_sample_rate": WatchSpec("up", warmup=2, alpha=0.5, k=4.0, min_effect=0.05,
+                                          persist=1),
+    }
+
+
+# Watches that raise alerts on their own; the rest only feed evidence.
+ALERTING_WATCHES = frozenset({"loader_share", "checkpoint_share"})
+WATCH_SIGNAL = {
+    "loader_share": "execution", "checkpoint_share": "execution", "throughput": "execution",
+    "effective_batch_size": "execution", "gpu_utilization": "infrastructure",
+    "grad_norm": "learning", "rejected_sample_rate": "data",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Processor knobs that the run state needs (all times in ms).
+
+    Attributes:
+        source: The processor's Source stamped on outputs.
+        lateness_ms: How far behind the run's watermark an event may arrive.
+        hold_ms: How long events of an unseen run are held before dead-lettering.
+        hold_max: Most events held per unseen run.
+        image_allow_list: Allowed image prefixes (empty = rule off).
+        stall_k: Stall bound in median step times.
+        stall_min_ms: Floor on the stall bound.
+        data_wait_ms: How long a manifest dataset may go without a data report.
+        window_ms: Evidence correlation window.
+        restart_alert: Restarts at which the restart count alerts on its own.
+        label_shift: Label-balance distance counted as a shift.
+        val_decline_abs: Absolute validation decline from the best that counts.
+        val_decline_rel: Relative validation decline from the best that counts.
+        val_persist: Consecutive declined evaluations before alerting.
+        baseline_min_n: Least finished-run count for a workload baseline to seed watches.
+        correlation_delay_ms: How long a learning symptom waits (processing time)
+            for causal evidence from other topics before it fires as ``learning``;
+            0 fires at once. Like Alertmanager's group_wait: topics are consumed
+            independently, so evidence may be processed after the symptom.
+        policy: Alert lifecycle knobs.
+        specs: Indicator → watch spec.
+
+    """
+
+    source: Source
+    lateness_ms: int = 60_000
+    hold_ms: int = 30_000
+    hold_max: int = 1_000
+    image_allow_list: tuple[str, ...] = ()
+    stall_k: float = 10.0
+    stall_min_ms: int = 60_000
+    data_wait_ms: int = 600_000
+    window_ms: int = 1_800_000
+    restart_alert: int = 5
+    label_shift: float = 0.15
+    val_decline_abs: float = 0.02
+    val_decline_rel: float = 0.05
+    val_persist: int = 2
+    baseline_min_n: int = 200
+    correlation_delay_ms: int = 0
+    policy: AlertPolicy = field(default_factory=AlertPolicy)
+    specs: dict[str, WatchSpec] = field(default_factory=default_specs)
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything known about one run (JSON-able fields only)."""
+
+    run_id: str
+    known: bool = False
+    watermark_ms: int = 0
+    watermarks: dict[str, int] = field(default_factory=dict)
+    late_count: int = 0
+    team: str | None = None
+    family: str | None = None
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    image: str | None = None
+    datasets: list[str] = field(default_factory=list)
+    manifest_at_ms: int = 0
+    job_state: str = ""
+    attempt: int = 0
+    states: list[str] = field(default_factory=list)
+    restarts: int = 0
+    queued_at_ms: int = 0
+    started_at_ms: int | None = None
+    deadline_ms: int = 0
+    nodes: list[str] = field(default_factory=list)
+    gpu_indices: list[int] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
+    last_step_at_ms: int = 0
+    last_step: int = -1
+    worker_restarts: int = 0
+    first_at_ms: int = 0
+    checkpoint_ms: float = 0.0
+    last_checkpoint: dict[str, Any] = field(default_factory=dict)
+    losses: list[list[float]] = field(default_factory=list)
+    val_metric: str = ""
+    val_best: float | None = None
+    val_history: list[list[float]] = field(default_factory=list)
+    val_declines: int = 0
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    watches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stats: dict[str, list[float]] = field(default_factory=dict)
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+    alerts: dict[str, Any] = field(default_factory=dict)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
+    held_since_ms: int = 0
+    dead_seq: int = 0
+
+    @property
+    def workload(self) -> str:
+        """Return the workload key (family, GPU model, GPU count) for baselines."""
+        return workload_key(self.family, self.gpu_model, self.gpu_count)
+
+
+def new_state(run_id: str) -> RunState:
+    """Return the empty state of a run never seen before."""
+    return RunState(run_id=run_id)
+
+
+def dumps(state: RunState) -> bytes:
+    """Serialize a run state to JSON bytes (NaN allowed, never pickle)."""
+    return json.dumps(asdict(state), separators=(",", ":")).encode()
+
+
+def loads(data: bytes) -> RunState:
+    """Rebuild a run state from :func:`dumps` output.
+
+    Raises:
+        ValueError: If the bytes are not a run state.
+
+    """
+    try:
+        d = json.loads(data)
+        return RunState(**d)
+    except (TypeError, json.JSONDecodeError) as exc:
+        msg = f"not a run state: {exc}"
+        raise ValueError(msg) from exc
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def finding_to_dict(f: Finding) -> dict[str, Any]:
+    """Return a finding as a JSON-able dict."""
+    return {k: getattr(f, k) for k in Finding.__slots__}  # type: ignore[attr-defined]
+
+
+def finding_from_dict(d: dict[str, Any]) -> Finding:
+    """Rebuild a finding from :func:`finding_to_dict` output."""
+    return Finding(**d)
+
+
+def context(state: RunState, cfg: RunConfig, node: str | None = None) -> AlertContext:
+    """Return the alert context (identity and labels) of a run."""
+    labels = {"workload": state.workload}
+    return AlertContext(state.run_id, cfg.source, state.team, state.family, node, labels)
+
+
+def dead_letter(state: RunState, cfg: RunConfig, reason: str, original: bytes, topic: str,
+                now_ms: int) -> DeadLetter:
+    """Return a DeadLetter for something this run's join rejected."""
+    state.dead_seq += 1
+    return DeadLetter(
+        event_id=str(uuid.uuid5(_NS, f"{state.run_id}:{state.dead_seq}:{reason}")),
+        run_id=state.run_id, emitted_at_ms=now_ms, source=cfg.source, seq=state.dead_seq,
+        topic=topic, reason=reason, original=original, failed_at_ms=now_ms,
+    )
+
+
+def emit(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: bool,
+         node: str | None = None) -> list[Output]:
+    """Record a finding as evidence and, when it alerts, run the alert lifecycle.
+
+    Args:
+        state: The run state (updated in place).
+        cfg: Processor knobs.
+        f: The finding.
+        now_ms: Current time.
+        one_shot: Rule findings resolve by quiet time; detector findings by hysteresis.
+        node: Node concerned, if any.
+
+    Returns:
+        Alerts to publish.
+
+    """
+    key = f"{f.detector}|{f.indicator}|{f.subject}"
+    seen = state.evidence.get(key)
+    if seen is None:
+        state.evidence[key] = {"f": finding_to_dict(f), "first": f.at_ms, "last": f.at_ms}
+    else:  # keep the span over which the condition was seen
+        seen["f"] = finding_to_dict(f)
+        seen["first"] = min(seen["first"], f.at_ms)
+        seen["last"] = max(seen["last"], f.at_ms)
+    if len(state.evidence) > 64:
+        oldest = min(state.evidence, key=lambda k: state.evidence[k]["last"])
+        del state.evidence[oldest]
+    out = flush_waiting(state, cfg, now_ms, force=False)
+    if not f.alert:
+        return out
+    if f.signal == "learning" and cfg.correlation_delay_ms > 0:
+        key = f"{f.detector}|{f.indicator}|{f.subject}"
+        state.waiting.setdefault(key, {"since_ms": now_ms, "f": finding_to_dict(f)})
+        return out + flush_waiting(state, cfg, now_ms, force=False)
+    return out + _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
+
+
+def evidence_at(state: RunState, at_ms: int) -> list[Finding]:
+    """Return the run's evidence as seen at ``at_ms``.
+
+    A condition seen over a span counts at the latest time it was seen up to
+    ``at_ms``; one first seen after ``at_ms`` does not count.
+
+    Args:
+        state: The run state.
+        at_ms: The symptom's time.
+
+    Returns:
+        Findings timed for correlation with a symptom at ``at_ms``.
+    """
+    out = []
+    for e in state.evidence.values():
+        if e["first"] > at_ms:
+            continue
+        f = finding_from_dict(e["f"])
+        out.append(replace(f, at_ms=min(e["last"], at_ms)))
+    return out
+
+
+def _fire(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: bool,
+          node: str | None = None) -> list[Output]:
+    verdict = classify(f, evidence_at(state, f.at_ms), cfg.window_ms)
+    book = AlertBook.from_state(state.alerts)
+    out = alerting.fire(book, f, verdict, context(state, cfg, node), now_ms, cfg.policy,
+                        one_shot=one_shot)
+    state.alerts = book.to_state()
+    return list(out)
+
+
+def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) -> list[Output]:
+    """Fire waiting learning symptoms that found causal evidence or waited long enough.
+
+    Args:
+        state: The run state (updated in place).
+        cfg: Processor knobs.
+        now_ms: Current time.
+        force: Fire every waiting symptom regardless.
+
+    Returns:
+        Alerts to publish.
+    """
+    if not state.waiting:
+        return []
+    out: list[Output] = []
+    for key, w in list(state.waiting.items()):
+        f = finding_from_dict(w["f"])
+        verdict = classify(f, evidence_at(state, f.at_ms), cfg.window_ms)
+        due = now_ms - w["since_ms"] >= cfg.correlation_delay_ms
+        if force or due or verdict.cause != "learning":
+            del state.waiting[key]
+            out += _fire(state, cfg, f, now_ms, one_shot=True)
+    return out
+
+
+def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms: int,
+          subject: str = "") -> list[Output]:
+    """Record a healthy evaluation of an alerting condition (hysteresis)."""
+    if not state.alerts.get("entries"):
+        return []
+    book = AlertBook.from_state(state.alerts)
+    out = alerting.healthy(book, state.run_id, detector, indicator, subject,
+                           context(state, cfg), now_ms, cfg.policy)
+    state.alerts = book.to_state()
+    return list(out)
+
+
+def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, now_ms: int,
+            baseline: dict[str, list[float]] | None, detail: str = "") -> list[Output]:
+    """Feed one indicator value to its watch; emit evidence or an alert when it fires.
+
+    Args:
+        state: The run state (updated in place).
+        cfg: Processor knobs.
+        name: Indicator name (a key of ``cfg.specs``).
+        x: The value (non-finite values are ignored).
+        at_ms: Event time.
+        now_ms: Current time.
+        baseline: Finished-run statistics of the run's workload, if any.
+        detail: Extra text for the evidence.
+
+    Returns:
+        Alerts to publish.
+
+    """
+    if not math.isfinite(x):
+        return []
+    spec = cfg.specs[name]
+    raw = state.watches.get(name)
+    watch = (Watch.from_state(raw) if raw is not None
+             else seeded_watch(baseline or {}, name, cfg.baseline_min_n))
+    st = RunningStats.from_state(state.stats.get(name, [0, 0.0, 0.0]))
+    st.add(x)
+    state.stats[name] = st.to_state()
+    firing, score = watch.update(x, spec)
+    state.watches[name] = watch.to_state()
+    detector = f"watch:{name}"
+    if not firing:
+        return clear(state, cfg, detector, name, now_ms) if name in ALERTING_WATCHES else []
+    signal = WATCH_SIGNAL[name]
+    alerts = name in ALERTING_WATCHES
+    verb = "rose" if spec.direction == "up" else "fell"
+    f = Finding(
+        detector=detector, indicator=name, signal=signal,  # type: ignore[arg-type]
+        severity="warning", observed=watch.level, expected=watch.base.mean, score=score,
+        at_ms=at_ms, title=f"{name} {verb} to {watch.level:.3g} (baseline {watch.base.mean:.3g})",
+        detail=detail or f"{name}={x:.4g}", alert=alerts,
+    )
+    return emit(state, cfg, f, now_ms, one_shot=False)
+
+
+def hold(state: RunState, cfg: RunConfig, event: Any, now_ms: int) -> list[Output]:
+    """Hold an event of a run not seen yet (manifest or job event missing)."""
+    if not state.pending:
+        state.held_since_ms = now_ms
+    if len(state.pending) >= cfg.hold_max:
+        return [dead_letter(state, cfg, f"run {state.run_id} unseen; hold buffer full "
+                            f"({cfg.hold_max})", b"", "rw.internal.held", now_ms)]
+    state.pending.append({"t": event.AVRO_NAME, "d": _jsonable(event.to_dict())})
+    return []
+
+
+def _jsonable(d: Any) -> Any:
+    if isinstance(d, bytes):
+        return {"__b64": base64.b64encode(d).decode()}
+    if isinstance(d, dict):
+        return {k: _jsonable(v) for k, v in d.items()}
+    if isinstance(d, list | tuple):
+        return [_jsonable(v) for v in d]
+    return d
+
+
+def _unjson(d: Any) -> Any:
+    if isinstance(d, dict):
+        if set(d) == {"__b64"}:
+            return base64.b64decode(d["__b64"])
+        return {k: _unjson(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_unjson(v) for v in d]
+    return d
+
+
+def take_pending(state: RunState) -> list[Any]:
+    """Remove and rebuild the held events of a run that has just become known."""
+    events = [RECORD_TYPES[p["t"]].from_dict(_unjson(p["d"])) for p in state.pending]
+    state.pending = []
+    state.held_since_ms = 0
+    return events
+
+
+def expire_pending(state: RunState, cfg: RunConfig, now_ms: int) -> list[Output]:
+    """Dead-letter held events of a still-unseen run after ``hold_ms``, with a summary."""
+    if not state.pending or state.known or now_ms - state.held_since_ms < cfg.hold_ms:
+        return []
+    counts: dict[str, int] = {}
+    for p in state.pending:
+        counts[p["t"]] = counts.get(p["t"], 0) + 1
+    summary = {"run_id": state.run_id, "held_since_ms": state.held_since_ms,
+               "events": counts, "total": len(state.pending)}
+    state.pending = []
+    state.held_since_ms = 0
+    reason = (f"unseen run {state.run_id}: no manifest or job event within "
+              f"{cfg.hold_ms} ms; {summary['total']} events dropped")
+    return [dead_letter(state, cfg, reason, json.dumps(summary).encode(), "rw.internal.held",
+                        now_ms)]

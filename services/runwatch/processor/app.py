@@ -1,0 +1,373 @@
+"""The faust app: decode → core join → encode. Thin on purpose.
+
+Agents:
+
+* ``runs`` — every run-keyed topic (lineage, job, learning, artifact, the two
+  internal re-key topics and the timer's tick topic). Folds each record into
+  the run's state (:mod:`runwatch.core.join`), kept as JSON bytes in the
+  ``runstate`` table (changelog-backed, never pickle), publishes alerts to
+  rw.alerts (key = dedup key) and rejects to rw.dlq.
+* ``nodes`` — rw.exec.node: forwards each node sample to the runs that own its
+  GPUs through rw.internal.node-by-run (batched with ``stream.take``).
+* ``data`` — rw.data: forwards each data-quality report to the runs consuming
+  that dataset version through rw.internal.data-by-run.
+
+Node → run and dataset → run indices and workload baselines are global tables.
+A timer sends one tick per assigned partition; the ``runs`` agent evaluates the
+time-driven rules (stall, missing data report, hold expiry) for that partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from typing import Any
+
+import faust
+
+from runwatch import __version__
+from runwatch.adapters.settings import KafkaSettings
+from runwatch.core import join, rekey, runstate
+from runwatch.core.alerting import AlertPolicy
+from runwatch.core.baselines import merge_finished
+from runwatch.core.codec import DecodeError, load_codec
+from runwatch.core.records import (
+    Alert,
+    DataQualityReport,
+    DeadLetter,
+    JobEvent,
+    NodeSample,
+    RunManifest,
+    Source,
+)
+from runwatch.core.topics import load_topics
+from runwatch.processor.partitioning import partition_for
+from runwatch.processor.settings import ProcessorSettings
+
+logger = logging.getLogger(__name__)
+
+RUN_TOPICS = ("rw.lineage", "rw.exec.job", "rw.learning", "rw.artifact",
+              "rw.internal.node-by-run", "rw.internal.data-by-run")
+TICK = b"tick"
+FIRST = b"\x00first"  # dataset-last key suffix: a dataset's first report (its reference)
+
+
+def now_ms() -> int:
+    """Return the wall clock in epoch ms (the processor passes it into core)."""
+    return int(time.time() * 1000)
+
+
+class Processor:
+    """Wiring of one processor worker: app, topics, tables and agents."""
+
+    def __init__(self, settings: ProcessorSettings, kafka: KafkaSettings) -> None:
+        """Build the faust app and register its agents, tables and timer."""
+        self.s = settings
+        self.codec = load_codec()
+        self.specs = load_topics()
+        self.source = Source(kind="processor", host=socket.gethostname(),
+                             runwatch_version=__version__)
+        self.cfg = runstate.RunConfig(
+            source=self.source, lateness_ms=settings.lateness_ms, hold_ms=settings.hold_ms,
+            image_allow_list=tuple(settings.image_allow_list), stall_k=settings.stall_k,
+            stall_min_ms=settings.stall_min_ms, data_wait_ms=settings.data_wait_ms,
+            window_ms=settings.window_ms, correlation_delay_ms=settings.correlation_delay_ms,
+            policy=AlertPolicy(per_run_cap=settings.per_run_cap,
+                               cooldown_ms=settings.cooldown_ms),
+        )
+        self.cache: dict[bytes, tuple[bytes, runstate.RunState]] = {}
+        self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0}
+        n = settings.partitions
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.app = faust.App(
+            settings.app_id,
+            broker=f"kafka://{kafka.bootstrap_servers}",
+            datadir=str(settings.data_dir / settings.app_id),
+            store="memory://",
+            value_serializer="raw",
+            key_serializer="raw",
+            topic_partitions=n,
+            topic_replication_factor=1,
+            processing_guarantee="at_least_once",
+            consumer_auto_offset_reset="earliest",
+            table_standby_replicas=0,
+            web_enabled=False,
+            broker_commit_every=100,
+            broker_session_timeout=settings.session_timeout_s,
+            broker_heartbeat_interval=max(settings.session_timeout_s / 4, 0.5),
+            broker_commit_interval=1.0,
+        )
+        app, t = self.app, settings.topic
+
+        def topic(*names: str, **kw: Any) -> Any:
+            return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw",
+                             value_serializer="raw", **kw)
+
+        self.tick_topic = f"{settings.app_id}-tick"
+        self.run_topic_names = [t(x) for x in RUN_TOPICS]
+        self.runs_in = topic(*self.run_topic_names, self.tick_topic)
+        self.tick_out = topic(self.tick_topic, partitions=n, internal=True)
+        self.node_in = topic(t("rw.exec.node"))
+        self.data_in = topic(t("rw.data"))
+        self.node_by_run = topic(t("rw.internal.node-by-run"))
+        self.data_by_run = topic(t("rw.internal.data-by-run"))
+        self.alerts_out = topic(t("rw.alerts"))
+        self.dlq_out = topic(t("rw.dlq"))
+
+        def table(name: str, *, glob: bool = False) -> Any:
+            make = app.GlobalTable if glob else app.Table
+            tbl: Any = make(name, default=None, key_type=bytes, value_type=bytes, partitions=n)
+            # raw bytes in the changelog (the values are JSON we write ourselves)
+            tbl.key_serializer = "raw"
+            tbl.value_serializer = "raw"
+            return tbl
+
+        self.runstate = table("runstate")
+        self.node_index = table("node-index", glob=True)
+        self.dataset_runs = table("dataset-runs", glob=True)
+        self.dataset_last = table("dataset-last", glob=True)
+        self.baselines = table("baselines", glob=True)
+        self.allowed = {name: set(spec.records) for name, spec in self.specs.items()}
+
+        app.agent(self.runs_in, name="runs")(self._runs)
+        app.agent(self.node_in, name="nodes")(self._nodes)
+        app.agent(self.data_in, name="data")(self._data)
+        app.timer(settings.timer_interval_s)(self._timer)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _deployed(self, topic: str) -> str:
+        p = self.s.topic_prefix
+        return topic[len(p):] if p and topic.startswith(p) else topic
+
+    async def _dead(self, topic: str, partition: int, offset: int, reason: str, value: bytes,
+                    key: bytes | None, run_id: str | None = None) -> None:
+        now = now_ms()
+        self.counters["dead"] += 1
+        logger.warning("dead letter from %s[%s]@%s: %s", topic, partition, offset, reason)
+        rec = DeadLetter(event_id=f"{topic}:{partition}:{offset}", run_id=run_id,
+                         emitted_at_ms=now, source=self.source, seq=self.counters["dead"],
+                         topic=topic, partition=partition, offset=offset, reason=reason,
+                         original=value, key=key, failed_at_ms=now)
+        await self.dlq_out.send(value=self.codec.encode(rec))
+
+    async def _publish(self, outputs: list[Any]) -> None:
+        for out in outputs:
+            if isinstance(out, Alert):
+                self.counters["alerts"] += 1
+                logger.info("alert %s %s run=%s cause=%s", out.status, out.detector, out.run_id,
+                            out.probable_cause)
+                await self.alerts_out.send(key=out.dedup_key.encode(),
+                                           value=self.codec.encode(out))
+            else:
+                self.counters["dead"] += 1
+                await self.dlq_out.send(value=self.codec.encode(out))
+
+    def _decode(self, topic: str, value: Any) -> Any:
+        """Return the record, or a reason string when it must be dead-lettered."""
+        if not isinstance(value, bytes | bytearray):
+            return f"value is not bytes ({type(value).__name__})"
+        try:
+            rec = self.codec.decode(bytes(value))
+        except DecodeError as exc:
+            return f"undecodable: {exc.reason}"
+        allowed = self.allowed.get(self._deployed(topic))
+        if allowed is not None and rec.AVRO_NAME not in allowed:
+            return f"record {rec.AVRO_NAME} not allowed on topic {self._deployed(topic)}"
+        return rec
+
+    def _partition(self, key: bytes) -> int:
+        return partition_for(key, self.s.partitions, self.s.partitioner)
+
+    def _load(self, key: bytes) -> runstate.RunState:
+        raw = self.runstate.get(key)
+        hit = self.cache.get(key)
+        if raw is not None and hit is not None and hit[0] is raw:
+            return hit[1]
+        if raw is None:
+            return runstate.new_state(key.decode())
+        return runstate.loads(raw)
+
+    def _save(self, key: bytes, state: runstate.RunState) -> None:
+        raw = runstate.dumps(state)
+        self.runstate[key] = raw
+        self.cache[key] = (raw, state)
+
+    def _baseline(self, state: runstate.RunState) -> dict[str, list[float]] | None:
+        raw = self.baselines.get(state.workload.encode())
+        return json.loads(raw) if raw else None
+
+    # ------------------------------------------------------------------ agents
+
+    async def _runs(self, stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            if msg.topic == self.tick_topic:
+                await self._tick(msg.partition, int(event.value or 0))
+                continue
+            self.counters["events"] += 1
+            rec = self._decode(msg.topic, event.value)
+            if isinstance(rec, str):
+                await self._dead(msg.topic, msg.partition, msg.offset, rec, event.value, event.key)
+                continue
+            if not rec.run_id:
+                await self._dead(msg.topic, msg.partition, msg.offset,
+                                 "run-keyed record without run_id", event.value, event.key)
+                continue
+            key = rec.run_id.encode()
+            if isinstance(rec, JobEvent):
+                self._index_job(rec)
+            elif isinstance(rec, RunManifest):
+                await self._index_manifest(rec)
+            state = self._load(key)
+            state, outputs = join.step(state, rec, now_ms(), self.cfg, raw=bytes(event.value),
+                                       topic=msg.topic, baseline=self._baseline(state))
+            if isinstance(rec, JobEvent):
+                self._learn_baseline(state)
+            self._save(key, state)
+            await self._publish(outputs)
+
+    async def _tick(self, partition: int, at_ms: int) -> None:
+        now = max(at_ms, now_ms())
+        for key in list(self.runstate.keys()):
+            if self._partition(key) != partition:
+                continue
+            state = self._load(key)
+            before = runstate.dumps(state)
+            state, outputs = join.tick(state, now, self.cfg)
+            if outputs or runstate.dumps(state) != before:
+                self._save(key, state)
+            await self._publish(outputs)
+
+    def _index_job(self, rec: JobEvent) -> None:
+        nodes = set(rec.allocation.nodes) if rec.allocation else set()
+        if rec.state in rekey.ENDED:
+            nodes |= {n.decode() for n, v in self.node_index.items()
+                      if v and rec.run_id in json.loads(v)}
+        for node in nodes:
+            raw = self.node_index.get(node.encode())
+            index = {node: json.loads(raw) if raw else {}}
+            if rekey.apply_job_event(index, rec):
+                self.node_index[node.encode()] = json.dumps(index[node]).encode()
+
+    async def _index_manifest(self, rec: RunManifest) -> None:
+        for ref in rekey.manifest_refs(rec.datasets):
+            raw = self.dataset_runs.get(ref.encode())
+            index = {ref: json.loads(raw) if raw else []}
+            if rekey.apply_manifest(index, rec):
+                self.dataset_runs[ref.encode()] = json.dumps(index[ref]).encode()
+            first = self.dataset_last.get(ref.encode() + FIRST)
+            last = self.dataset_last.get(ref.encode())
+            for report in (first, last) if first != last else (last,):
+                if report is not None and rec.run_id:
+                    await self._forward(self.data_by_run, rec.run_id, report)
+
+    def _learn_baseline(self, state: runstate.RunState) -> None:
+        stats = join.finished_stats(state)
+        if not stats or state.alerts.get("fired"):
+            return
+        key = state.workload.encode()
+        raw = self.baselines.get(key)
+        merged = merge_finished(json.loads(raw) if raw else {}, stats)
+        self.baselines[key] = json.dumps(merged).encode()
+
+    async def _forward(self, topic: Any, run_id: str, value: bytes) -> None:
+        key = run_id.encode()
+        self.counters["forwarded"] += 1
+        await topic.send(key=key, value=value, partition=self._partition(key))
+
+    async def _nodes(self, stream: Any) -> None:
+        async for events in stream.take_events(self.s.batch_size, within=self.s.batch_within_s):
+            for event in events:
+                msg = event.message
+                rec = self._decode(msg.topic, event.value)
+                if isinstance(rec, str) or not isinstance(rec, NodeSample):
+                    reason = rec if isinstance(rec, str) else "not a NodeSample"
+                    await self._dead(msg.topic, msg.partition, msg.offset, reason, event.value,
+                                     event.key)
+                    continue
+                raw = self.node_index.get(rec.node.encode())
+                routes = rekey.route_node_sample(rec, json.loads(raw) if raw else {})
+                for run_id in routes:
+                    await self._forward(self.node_by_run, run_id, bytes(event.value))
+
+    async def _data(self, stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            rec = self._decode(msg.topic, event.value)
+            if isinstance(rec, str) or not isinstance(rec, DataQualityReport):
+                reason = rec if isinstance(rec, str) else "not a DataQualityReport"
+                await self._dead(msg.topic, msg.partition, msg.offset, reason, event.value,
+                                 event.key)
+                continue
+            ref = rekey.report_ref(rec).encode()
+            if self.dataset_last.get(ref + FIRST) is None:
+                self.dataset_last[ref + FIRST] = bytes(event.value)
+            self.dataset_last[ref] = bytes(event.value)
+            index: dict[str, list[str]] = {
+                k.decode(): json.loads(v) for k, v in self.dataset_runs.items() if v
+            }
+            for run_id in rekey.runs_for_report(index, rec):
+                await self._forward(self.data_by_run, run_id, bytes(event.value))
+
+    async def _timer(self) -> None:
+        assigned = self.app.consumer.assignment()
+        now = str(now_ms()).encode()
+        for tp in assigned:
+            if tp.topic == self.tick_topic:
+                await self.tick_out.send(key=TICK, value=now, partition=tp.partition)
+
+
+TABLES = ("runstate", "node-index", "dataset-runs", "dataset-last", "baselines")
+
+
+def ensure_internal_topics(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
+    """Create the tick topic and the tables' changelog topics if missing.
+
+    Faust would create the changelogs itself, but a worker that joins its group
+    before the new topics show in the metadata can stall in recovery; creating
+    them first avoids that race.
+
+    Args:
+        settings: Processor settings.
+        kafka: Where Kafka is.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    n, app_id = settings.partitions, settings.app_id
+    wanted = {f"{app_id}-tick": {"retention.ms": "3600000"}}
+    wanted.update({f"{app_id}-{t}-changelog": {"cleanup.policy": "compact"} for t in TABLES})
+    admin = AdminClient(dict(kafka.client_config()))  # type: ignore[arg-type]
+    existing = admin.list_topics(timeout=30).topics
+    new = [NewTopic(name, num_partitions=n, replication_factor=1, config=conf)
+           for name, conf in wanted.items() if name not in existing]
+    if not new:
+        return
+    for fut in admin.create_topics(new, operation_timeout=30).values():
+        try:
+            fut.result(timeout=30)
+        except Exception as exc:  # noqa: BLE001 - another worker may have created it
+            if "exist" not in str(exc).lower():
+                raise
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=10).topics
+        if all(name in topics for name in wanted):
+            return
+        time.sleep(0.2)
+
+
+def build(settings: ProcessorSettings, kafka: KafkaSettings) -> Processor:
+    """Build the processor (no I/O happens until the app's worker starts).
+
+    Args:
+        settings: Processor settings.
+        kafka: Where Kafka is.
+
+    Returns:
+        The wired processor; ``processor.app.main()`` runs the worker.
+
+    """
+    return Processor(settings, kafka)

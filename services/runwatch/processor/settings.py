@@ -1,0 +1,64 @@
+"""Settings of the stream processor (env prefix ``RUNWATCH_PROCESSOR_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ProcessorSettings(BaseSettings):
+    """Knobs of ``runwatch processor`` (env prefix ``RUNWATCH_PROCESSOR_``).
+
+    Attributes:
+        app_id: Faust app id (consumer group and changelog topic prefix).
+        data_dir: Faust data directory.
+        topic_prefix: Prefix of every topic name (tests use a unique one).
+        partitions: Partition count of the run-keyed topics (``run_partitions``).
+        partitioner: How producers pick partitions from keys: ``consistent``
+            (librdkafka's default, CRC32) or ``murmur2`` (Java/aiokafka).
+        image_allow_list: Allowed image prefixes; empty disables the rule.
+        lateness_ms: Lateness tolerated behind a run's watermark.
+        hold_ms: How long events of unseen runs are held.
+        timer_interval_s: Period of the time-driven rules.
+        stall_k: Stall bound in median step times.
+        stall_min_ms: Floor of the stall bound.
+        data_wait_ms: Bound on waiting for a manifest dataset's data report.
+        window_ms: Evidence correlation window.
+        correlation_delay_ms: How long a learning symptom waits for causal evidence.
+        per_run_cap: Most alerts one run may fire.
+        cooldown_ms: Quiet time of a resolved alert key.
+        session_timeout_s: Group session timeout: how soon a dead worker's
+            partitions move to the others.
+        batch_size: ``stream.take`` batch bound.
+        batch_within_s: ``stream.take`` wait bound.
+
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_PROCESSOR_", extra="ignore")
+
+    app_id: str = "runwatch-processor"
+    data_dir: Path = Path(".runwatch/processor")
+    topic_prefix: str = ""
+    partitions: int = 8
+    partitioner: Literal["consistent", "murmur2"] = "consistent"
+    image_allow_list: list[str] = Field(default_factory=list)
+    lateness_ms: int = 60_000
+    hold_ms: int = 30_000
+    timer_interval_s: float = 1.0
+    stall_k: float = 10.0
+    stall_min_ms: int = 60_000
+    data_wait_ms: int = 600_000
+    window_ms: int = 1_800_000
+    correlation_delay_ms: int = 5_000
+    per_run_cap: int = 20
+    cooldown_ms: int = 600_000
+    session_timeout_s: float = 10.0
+    batch_size: int = 500
+    batch_within_s: float = 0.05
+
+    def topic(self, name: str) -> str:
+        """Return the deployed name of a default topic name."""
+        return f"{self.topic_prefix}{name}"

@@ -1,0 +1,90 @@
+import pytest
+
+from runwatch.core import alerting
+from runwatch.core.alerting import AlertBook, AlertContext, AlertPolicy, dedup_key
+from runwatch.core.cause import classify
+from runwatch.core.records import Source
+from runwatch.core.rules import Finding
+
+SRC = Source(kind="processor", host="h", runwatch_version="0")
+CTX = AlertContext("run-1", SRC, team="t", experiment_family="fam")
+POLICY = AlertPolicy(clear_after=3, quiet_ms=1000, cooldown_ms=5000, per_run_cap=3)
+
+
+def finding(indicator: str = "loss", at: int = 0, detector: str = "rule:x") -> Finding:
+    return Finding(detector, indicator, "learning", "critical", 1.0, 0.0, 1.0, at, "title")
+
+
+def fire(book, f, now, one_shot=True, policy=POLICY):
+    return alerting.fire(book, f, classify(f, [], 1000), CTX, now, policy, one_shot=one_shot)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        (("r", "d", "i", ""), ("r", "d", "i", ""), True),
+        (("r", "d", "i", ""), ("r2", "d", "i", ""), False),
+        (("r", "d", "i", ""), ("r", "d2", "i", ""), False),
+        (("r", "d", "i", "gpu0"), ("r", "d", "i", "gpu1"), False),
+    ],
+)
+def test_dedup_key_table(a, b, same) -> None:
+    assert (dedup_key(*a) == dedup_key(*b)) is same
+    assert dedup_key(*a).startswith(a[0] + ":")
+
+
+def test_repeat_is_deduplicated_and_ids_are_stable() -> None:
+    book = AlertBook()
+    first = fire(book, finding(at=10), 10)
+    assert len(first) == 1 and first[0].status == "firing"
+    assert fire(book, finding(at=20), 20) == []
+    # a replay from scratch (restart) gives the same dedup key and alert id
+    again = fire(AlertBook(), finding(at=10), 99)
+    assert (again[0].dedup_key, again[0].alert_id, again[0].event_id) == (
+        first[0].dedup_key,
+        first[0].alert_id,
+        first[0].event_id,
+    )
+
+
+def test_hysteresis_resolves_after_clear_after_healthy_evaluations() -> None:
+    book = AlertBook()
+    fire(book, finding(detector="watch:x", at=0), 0, one_shot=False)
+    args = ("run-1", "watch:x", "loss", "", CTX)
+    assert alerting.healthy(book, *args, 1, POLICY) == []
+    assert alerting.healthy(book, *args, 2, POLICY) == []
+    # a relapse resets the streak
+    fire(book, finding(detector="watch:x", at=3), 3, one_shot=False)
+    assert alerting.healthy(book, *args, 4, POLICY) == []
+    assert alerting.healthy(book, *args, 5, POLICY) == []
+    out = alerting.healthy(book, *args, 6, POLICY)
+    assert [a.status for a in out] == ["resolved"]
+
+
+def test_cooldown_after_resolve() -> None:
+    book = AlertBook()
+    fire(book, finding(at=0), 0)
+    assert [a.status for a in alerting.expire(book, CTX, 1000, POLICY)] == ["resolved"]
+    assert fire(book, finding(at=2000), 2000) == []  # inside cooldown
+    assert len(fire(book, finding(at=7000), 7000)) == 1  # after cooldown
+
+
+def test_one_shot_expires_only_after_quiet_time() -> None:
+    book = AlertBook()
+    fire(book, finding(at=0), 0)
+    assert alerting.expire(book, CTX, 999, POLICY) == []
+    assert len(alerting.expire(book, CTX, 1000, POLICY)) == 1
+
+
+def test_per_run_cap_mutes_and_announces_once() -> None:
+    book = AlertBook()
+    outs = [fire(book, finding(indicator=f"i{n}"), n) for n in range(6)]
+    fired = [a for o in outs for a in o]
+    assert [a.indicator for a in fired] == ["i0", "i1", "i2", "alert_cap"]
+    assert book.fired == 3
+
+
+def test_book_round_trips() -> None:
+    book = AlertBook()
+    fire(book, finding(), 0)
+    assert AlertBook.from_state(book.to_state()) == book

@@ -1,0 +1,62 @@
+import pytest
+
+from runwatch.core.cause import classify, in_window
+from runwatch.core.rules import Finding
+
+T = 1_000_000
+
+
+def f(signal: str, at: int = T, indicator: str = "x", score: float = 0.5) -> Finding:
+    return Finding(f"d:{indicator}", indicator, signal, "warning", 1.0, 0.0, score, at, indicator)
+
+
+DECLINE = f("learning", T, "val_accuracy", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("symptom", "evidence", "cause"),
+    [
+        (DECLINE, [f("data", T - 1000, "label_balance")], "data"),
+        (
+            DECLINE,
+            [
+                f("execution", T - 9000, "effective_batch_size"),
+                f("execution", T - 5000, "restart_count"),
+            ],
+            "execution",
+        ),
+        (DECLINE, [], "learning"),
+        (DECLINE, [f("learning", T - 10, "loss_trend")], "learning"),
+        (DECLINE, [f("data", T - 10**7, "label_balance")], "learning"),  # outside the window
+        (DECLINE, [f("data", T + 10, "label_balance")], "learning"),  # after the symptom
+        (DECLINE, [f("data", T - 10, "a", 0.2), f("execution", T - 10, "b", 0.9)], "execution"),
+        (
+            DECLINE,
+            [f("data", T - 10, "a", 0.5), f("execution", T - 10, "b", 0.5)],
+            "data",
+        ),  # tie → priority
+        (
+            DECLINE,
+            [f("infrastructure", T - 10, "xid", 1.0), f("data", T - 10, "a", 0.5)],
+            "infrastructure",
+        ),
+        (f("artifact", T, "checkpoint"), [f("data", T - 10)], "artifact"),
+        (f("execution", T, "loader_share"), [f("data", T - 10)], "execution"),
+        (f("infrastructure", T, "xid"), [], "infrastructure"),
+    ],
+)
+def test_cause_table(symptom, evidence, cause) -> None:
+    verdict = classify(symptom, evidence, window_ms=60_000)
+    assert verdict.cause == cause
+    assert verdict.evidence[-1] is symptom
+    assert 0 < verdict.confidence <= 1
+
+
+def test_confidence_is_share_of_weight() -> None:
+    v = classify(DECLINE, [f("data", T - 1, "a", 0.75), f("execution", T - 1, "b", 0.25)], 60_000)
+    assert (v.cause, v.confidence) == ("data", pytest.approx(0.75))
+
+
+def test_in_window_sorts_and_filters() -> None:
+    ev = [f("data", T - 5), f("data", T - 100_000), f("data", T - 50)]
+    assert [e.at_ms for e in in_window(ev, T, 60_000)] == [T - 50, T - 5]

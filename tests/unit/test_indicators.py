@@ -1,0 +1,73 @@
+import math
+
+import numpy as np
+import pytest
+
+from runwatch.core import indicators as ind
+
+NAN = float("nan")
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b)
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "expected"),
+    [
+        (ind.loader_share, (250.0, 1000.0), 0.25),
+        (ind.loader_share, (0.0, 1000.0), 0.0),
+        (ind.loader_share, (2000.0, 1000.0), 1.0),
+        (ind.loader_share, (10.0, 0.0), NAN),
+        (ind.checkpoint_share, (30_000.0, 600_000.0), 0.05),
+        (ind.checkpoint_share, (1.0, -5.0), NAN),
+        (ind.gpu_utilization, ([90.0, 70.0],), 0.8),
+        (ind.gpu_utilization, ([],), NAN),
+        (ind.gpu_utilization, ([NAN, 50.0],), 0.5),
+        (ind.gpu_occupancy, ([40.0, 60.0, 80.0],), 0.6),
+        (ind.throughput, (512.0, 2000.0), 256.0),
+        (ind.throughput, (512.0, 0.0), NAN),
+        (ind.effective_batch_size, (32.0, 8.0, 4.0), 1024.0),
+        (ind.effective_batch_size, (32.0, 6.0, 0.0), 192.0),
+        (ind.effective_batch_size, (-1.0, 8.0, 1.0), NAN),
+        (ind.grad_norm_variance, ([1.0, 3.0],), 1.0),
+        (ind.grad_norm_variance, ([1.0],), NAN),
+        (ind.grad_norm_variance, ([1.0, NAN, 3.0, math.inf],), 1.0),
+        (ind.loss_trend, ([0, 1000, 2000], [1.0, 2.0, 3.0]), 1.0),
+        (ind.loss_trend, ([0, 500, 1000, 1500], [4.0, 3.0, 2.0, 1.0]), -2.0),
+        (ind.loss_trend, ([0, 1], [1.0, 2.0]), NAN),
+        (ind.loss_trend, ([5, 5, 5], [1.0, 2.0, 3.0]), NAN),
+        (ind.rejected_sample_rate, (5.0, 100.0), 0.05),
+        (ind.rejected_sample_rate, (0.0, 0.0), NAN),
+        (
+            ind.restart_count,
+            (["queued", "running", "retrying", "running", "preempted", "running"],),
+            2.0,
+        ),
+        (ind.restart_count, (["queued", "running", "succeeded"],), 0.0),
+        (ind.restart_count, ([],), 0.0),
+        (ind.queue_delay_ratio, (1000, 61_000, 30_000.0), 2.0),
+        (ind.queue_delay_ratio, (1000, 500, 30_000.0), 0.0),
+        (ind.queue_delay_ratio, (0, 10, 0.0), NAN),
+        (ind.label_balance_shift, ({"a": 0.5, "b": 0.5}, {"a": 0.5, "b": 0.5}), 0.0),
+        (ind.label_balance_shift, ({"a": 1.0}, {"b": 1.0}), 1.0),
+        (ind.label_balance_shift, ({"a": 60, "b": 40}, {"a": 0.5, "b": 0.5}), 0.1),
+        (ind.label_balance_shift, ({}, {"a": 1.0}), NAN),
+        (ind.median, ([3.0, 1.0, 2.0, NAN],), 2.0),
+        (ind.median, ([],), NAN),
+    ],
+)
+def test_indicator_table(fn, args, expected) -> None:
+    assert same(fn(*args), expected)
+
+
+def test_loss_trend_matches_polyfit() -> None:
+    rng = np.random.default_rng(3)
+    x = np.arange(100, dtype=float)
+    y = 0.002 * x + rng.normal(0, 0.1, 100)
+    assert ind.loss_trend(x, y) == pytest.approx(np.polyfit(x, y, 1)[0] * 1000)
+
+
+def test_loss_trend_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        ind.loss_trend([1, 2, 3], [1.0, 2.0])

@@ -1,0 +1,109 @@
+import pytest
+
+from runwatch.core import rekey
+from runwatch.core.records import (
+    Allocation,
+    DataQualityReport,
+    DatasetRef,
+    GpuProcess,
+    GpuSample,
+    JobEvent,
+    NodeSample,
+    RunManifest,
+    Source,
+)
+
+SRC = Source(kind="t", host="h", runwatch_version="0")
+C = {"event_id": "e", "emitted_at_ms": 1, "source": SRC, "seq": 1}
+
+
+def gpu(i: int, run: str | None = None) -> GpuSample:
+    procs = (GpuProcess(pid=1, run_id=run, used_mem_bytes=1),) if run is not None else ()
+    return GpuSample(
+        index=i,
+        uuid=f"g{i}",
+        util_pct=50.0,
+        mem_used_bytes=0,
+        mem_total_bytes=1,
+        power_w=1.0,
+        temp_c=1.0,
+        sm_clock_mhz=1,
+        mem_clock_mhz=1,
+        throttle_reasons=0,
+        ecc_corrected=0,
+        ecc_uncorrected=0,
+        processes=procs,
+    )
+
+
+def sample(*gpus: GpuSample) -> NodeSample:
+    return NodeSample(
+        **C,
+        node="n1",
+        cpu_pct=0.0,
+        mem_used_bytes=0,
+        mem_total_bytes=1,
+        disk_read_bps=0.0,
+        disk_write_bps=0.0,
+        net_rx_bps=0.0,
+        net_tx_bps=0.0,
+        gpus=gpus,
+    )
+
+
+@pytest.mark.parametrize(
+    ("gpus", "alloc", "expected"),
+    [
+        ((gpu(0), gpu(1)), {"A": [0], "B": [1]}, {"A": [0], "B": [1]}),
+        ((gpu(0, "A"), gpu(1, "B")), {}, {"A": [0], "B": [1]}),
+        ((gpu(0, "A"), gpu(1)), {"B": []}, {"A": [0], "B": [1]}),  # attribution wins
+        ((gpu(0), gpu(1)), {"A": []}, {"A": [0, 1]}),
+        ((gpu(0), gpu(1)), {}, {}),
+    ],
+)
+def test_route_node_sample(gpus, alloc, expected) -> None:
+    assert rekey.route_node_sample(sample(*gpus), alloc) == expected
+
+
+def test_job_events_build_and_release_node_index() -> None:
+    idx: dict = {}
+    alloc = Allocation(nodes=("n1", "n2"), gpu_indices=(3, 1))
+    assert rekey.apply_job_event(
+        idx, JobEvent(**C, run_id="R", state="running", attempt=1, allocation=alloc)
+    ) == ["n1", "n2"]
+    assert idx == {"n1": {"R": [1, 3]}, "n2": {"R": [1, 3]}}
+    assert rekey.apply_job_event(idx, JobEvent(**C, run_id="R", state="succeeded", attempt=1)) == [
+        "n1",
+        "n2",
+    ]
+    assert idx == {"n1": {}, "n2": {}}
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("v1", ["R1"]), ("v2", ["R2"]), (None, ["R1", "R2", "R3"])],
+)
+def test_dataset_routing(version, expected) -> None:
+    idx: dict = {}
+    for run, ver in (("R1", "v1"), ("R2", "v2"), ("R3", None)):
+        rekey.apply_manifest(
+            idx,
+            RunManifest(
+                **{**C, "run_id": run},
+                datasets=(DatasetRef(uri="s3://d", version=ver),),
+                transforms=(),
+                code_dirty=False,
+            ),
+        )
+    rep = DataQualityReport(
+        **C,
+        dataset_uri="s3://d",
+        dataset_version=version,
+        window_start_ms=0,
+        window_end_ms=1,
+        row_count=1,
+        schema_failures=0,
+        duplicate_rows=0,
+        rejected_samples=0,
+    )
+    assert rekey.runs_for_report(idx, rep) == expected

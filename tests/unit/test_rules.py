@@ -1,0 +1,81 @@
+import math
+
+import pytest
+
+from runwatch.core import rules
+
+T = 1_700_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("call", "detector", "signal"),
+    [
+        (lambda: rules.non_finite_learning(math.nan, 1.0, 0, T), "rule:non_finite", "learning"),
+        (lambda: rules.non_finite_learning(1.0, math.inf, 0, T), "rule:non_finite", "learning"),
+        (lambda: rules.non_finite_learning(1.0, 1.0, 3, T), "rule:non_finite", "learning"),
+        (lambda: rules.non_finite_learning(1.0, None, 0, T), None, None),
+        (lambda: rules.zero_rows("ds@v1", 0, T), "rule:zero_rows", "data"),
+        (lambda: rules.zero_rows("ds@v1", 10, T), None, None),
+        (
+            lambda: rules.image_allowed("evil.io/x:1", ("registry.local/",), T),
+            "rule:image_allow_list",
+            "artifact",
+        ),
+        (
+            lambda: rules.image_allowed("registry.local/train@sha256:1", ("registry.local/",), T),
+            None,
+            None,
+        ),
+        (lambda: rules.image_allowed("anything", (), T), None, None),
+        (lambda: rules.failed_gate("eval", False, "acc < 0.7", T), "rule:failed_gate", "artifact"),
+        (lambda: rules.failed_gate("eval", True, "", T), None, None),
+        (
+            lambda: rules.checkpoint_integrity("a", "b", True, T),
+            "rule:checkpoint_checksum",
+            "artifact",
+        ),
+        (lambda: rules.checkpoint_integrity("a", "a", True, T), None, None),
+        (lambda: rules.checkpoint_integrity("", "b", True, T), None, None),
+        (
+            lambda: rules.checkpoint_integrity("a", "a", False, T),
+            "rule:checkpoint_serialization",
+            "artifact",
+        ),
+        (lambda: rules.stalled(T, 1000.0, T + 10_001, 10, 0), "rule:stalled", "execution"),
+        (lambda: rules.stalled(T, 1000.0, T + 9_999, 10, 0), None, None),
+        (lambda: rules.stalled(T, 1000.0, T + 20_000, 10, 60_000), None, None),
+        (lambda: rules.stalled(0, 1000.0, T, 10, 0), None, None),
+        (lambda: rules.stalled(T, math.nan, T + 10**9, 10, 0), None, None),
+        (lambda: rules.gpu_errors("n1", 3, 79, 0, T), "rule:gpu_xid", "infrastructure"),
+        (lambda: rules.gpu_errors("n1", 3, 0, 2, T), "rule:gpu_ecc", "infrastructure"),
+        (lambda: rules.gpu_errors("n1", 3, 0, 0, T), None, None),
+        (
+            lambda: rules.queue_deadline(T, None, T + 3_600_001, 3_600_000),
+            "rule:queue_deadline",
+            "execution",
+        ),
+        (lambda: rules.queue_deadline(T, T + 10, T + 9e9, 3_600_000), None, None),
+        (lambda: rules.queue_deadline(T, None, T + 9e9, 0), None, None),
+    ],
+)
+def test_rule_table(call, detector, signal) -> None:
+    f = call()
+    if detector is None:
+        assert f is None
+    else:
+        assert f is not None and (f.detector, f.signal, f.alert) == (detector, signal, True)
+
+
+@pytest.mark.parametrize(
+    ("datasets", "reported", "now", "missing"),
+    [
+        (["a@1", "b@1"], ["a@1"], T + 600_000, ["b@1"]),
+        (["a@1", "b@1"], [], T + 599_999, []),
+        (["a@1"], ["a@1"], T + 10**7, []),
+        (["a@1", "a@1", "c"], [], T + 10**7, ["a@1", "c"]),
+    ],
+)
+def test_missing_data_reports(datasets, reported, now, missing) -> None:
+    found = rules.missing_data_reports(datasets, reported, T, now, 600_000)
+    assert [f.subject for f in found] == missing
+    assert all(f.signal == "data" for f in found)
