@@ -158,6 +158,49 @@ def test_million_rows_and_aggregates(store: StoreProcess, database: str, how: st
     assert by_run["n"].tolist() == [N // 4] * 4
 
 
+@pytest.mark.parametrize("how", ["native", "arrow", "values"])
+def test_rejected_rows_are_an_error_not_a_silent_drop(
+    store: StoreProcess, database: str, how: str
+) -> None:
+    # chDB's streaming insert reports success when a CONSTRAINT or a
+    # materialized view rejects rows at write time; the store must not.
+    c = client(store, database=database)
+    c.command("CREATE TABLE pos (x Int32, CONSTRAINT positive CHECK x > 0) "
+              "ENGINE = MergeTree ORDER BY x")
+    c.command("CREATE TABLE src (x Int32) ENGINE = MergeTree ORDER BY x")
+    c.command("CREATE MATERIALIZED VIEW mv TO pos AS SELECT x FROM src")
+    for table in ("pos", "src"):
+        with pytest.raises(DatabaseError) as info:
+            if how == "native":
+                c.insert(table, [[1], [-5]], column_names=["x"])
+            elif how == "arrow":
+                c.insert_arrow(table, pa.table({"x": pa.array([1, -5], pa.int32())}))
+            else:
+                c.command(f"INSERT INTO {table} VALUES (1), (-5)")
+        assert info.value.code == CODES["VIOLATED_CONSTRAINT"], str(info.value)
+    assert c.query("SELECT count() FROM pos").result_rows == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        ([None, None], 2),  # identical blocks: deduplicated by content
+        (["a", "b"], 4),  # distinct tokens: both kept although the data is equal
+        (["a", "a"], 2),  # same token: the retry is dropped
+    ],
+)
+def test_insert_settings_reach_the_engine(
+    store: StoreProcess, database: str, tokens: list[str | None], expected: int
+) -> None:
+    c = client(store, database=database)
+    c.command("CREATE TABLE d (x Int32) ENGINE = MergeTree ORDER BY x "
+              "SETTINGS non_replicated_deduplication_window = 10")
+    for token in tokens:
+        settings = {"insert_deduplication_token": token} if token else {}
+        c.insert("d", [[1], [2]], column_names=["x"], settings=settings)
+    assert c.query("SELECT count() FROM d").result_rows == [(expected,)]
+
+
 def test_readonly_user_refused_by_engine(store: StoreProcess, database: str) -> None:
     client(store, database=database).command(f"CREATE TABLE {database}.r (a UInt8) ENGINE = Log")
     ro = client(store, RO, database=database)

@@ -270,3 +270,27 @@ def test_iter_chunked() -> None:
         b"".join(iter_chunked(io.BytesIO(b"zz\r\nhello\r\n")))
     with pytest.raises(StoreError):
         b"".join(iter_chunked(io.BytesIO(b"a\r\nshort")))
+
+
+@pytest.mark.parametrize(
+    ("statement", "head", "settings"),
+    [
+        ("INSERT INTO t (a, b)", "INSERT INTO t (a, b)", ""),
+        ("INSERT INTO t SETTINGS x=1", "INSERT INTO t", "x=1"),
+        (
+            "insert into t (a) settings x=1, y='SETTINGS z'",
+            "insert into t (a)",
+            "x=1, y='SETTINGS z'",
+        ),
+        (
+            "INSERT INTO `t SETTINGS` (a) SETTINGS async_insert=0",
+            "INSERT INTO `t SETTINGS` (a)",
+            "async_insert=0",
+        ),
+        ("INSERT INTO t (`SETTINGS x`)", "INSERT INTO t (`SETTINGS x`)", ""),
+    ],
+)
+def test_split_settings(statement: str, head: str, settings: str) -> None:
+    from runwatch.store.engine import split_settings
+
+    assert split_settings(statement) == (head, settings)

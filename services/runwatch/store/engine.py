@@ -10,7 +10,11 @@ session context.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -37,6 +41,44 @@ class Outcome:
     written_bytes: int = 0
     elapsed_s: float = 0.0
     keep: Any = None  # the engine result owning ``data``'s memory
+
+
+#: Where insert bodies are spilled: memory-backed where the system has it.
+# mkstemp creates the file privately (O_EXCL, mode 0600), so a shared directory is safe.
+_SHM = "/dev/shm"  # noqa: S108
+_SPILL_DIR = _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK) else None
+
+_SETTINGS_RE = re.compile(r"\s+SETTINGS\s+(?=[A-Za-z_])", re.IGNORECASE)
+
+
+def split_settings(statement: str) -> tuple[str, str]:
+    """Split ``INSERT INTO t [(cols)] [SETTINGS a=1, ...]`` at its SETTINGS clause.
+
+    Args:
+        statement: The INSERT head, without FORMAT.
+
+    Returns:
+        The head before SETTINGS and the settings list ('' when none).
+
+    """
+    depth = 0
+    quote = ""
+    for i, ch in enumerate(statement):
+        if quote:
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "`'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0:
+            match = _SETTINGS_RE.match(statement, i)
+            if match:
+                return statement[:i], statement[match.end() :].strip()
+    return statement, ""
 
 
 def _quote(value: str) -> str:
@@ -94,7 +136,15 @@ class Handle:
         return bytes(self.run(sql, "TabSeparatedRaw", params).data).decode("utf-8").rstrip("\n")
 
     def insert(self, statement: str, fmt: str, chunks: Iterable[bytes]) -> Outcome:
-        """Stream data in ``fmt`` into an ``INSERT`` statement, chunk by chunk.
+        """Insert data in ``fmt`` through an ``INSERT`` statement.
+
+        The body is spilled to a private temporary file (in ``/dev/shm`` when it
+        exists) and inserted with ``INSERT ... FROM INFILE``. chDB's streaming
+        insert (``send_insert``) reports success when the engine rejects rows
+        while writing them (a violated CONSTRAINT, a failing materialized view):
+        the rows vanish and the client is told they were written. The
+        ``FROM INFILE`` path raises the engine's error like ClickHouse does, at
+        the same speed.
 
         Args:
             statement: ``INSERT INTO t [(cols)] [SETTINGS ...]`` without FORMAT.
@@ -105,36 +155,23 @@ class Handle:
             The outcome with the rows and bytes written.
 
         Raises:
-            StoreError: With the engine's code and message; nothing is committed.
+            StoreError: With the engine's code and message.
 
         """
+        head, settings = split_settings(statement)
+        fd, name = tempfile.mkstemp(prefix="rw-insert-", dir=_SPILL_DIR)
         try:
-            inserter = self._conn.send_insert(statement, fmt)
-        except Exception as exc:
-            raise from_engine(str(exc)) from None
-        committed = False
-        try:
-            for chunk in chunks:
-                if chunk:
-                    inserter.append(chunk)
-            result = inserter.finish()
-            committed = True
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise from_engine(str(exc)) from None
+            with os.fdopen(fd, "wb") as spill:
+                for chunk in chunks:
+                    if chunk:
+                        spill.write(chunk)
+            sql = f"{head} FROM INFILE {_quote(name)}"
+            if settings:
+                sql += f" SETTINGS {settings}"
+            return self.run(f"{sql} FORMAT {fmt}")
         finally:
-            if not committed:
-                try:
-                    inserter.cancel()
-                except Exception:  # already failed; keep the first error
-                    logger.debug("cancel after a failed insert failed", exc_info=True)
-        return Outcome(
-            data=b"",
-            written_rows=result.rows_written,
-            written_bytes=result.bytes_written,
-            elapsed_s=result.elapsed,
-        )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
 
     def apply(self, settings: Mapping[str, str]) -> None:
         """``SET`` each setting on this handle.
