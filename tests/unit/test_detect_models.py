@@ -201,3 +201,37 @@ def test_default_detector_refuses_other_kind_and_non_finite() -> None:
         DefaultDetector.from_state({"kind": "ewz"})
     with pytest.raises(ValueError, match="finite"):
         DefaultDetector().score_one(float("nan"))
+
+
+def _square(i: int, rng: random.Random) -> float:
+    return 10.0 if (i // 150) % 2 == 0 else 50.0
+
+
+@pytest.mark.parametrize(("known_after", "late_jumps_fire"), [(0, True), (3, False)])
+def test_default_detector_stops_alarming_on_recurring_moves(
+    known_after: int, late_jumps_fire: bool
+) -> None:
+    from runwatch.core.detect import DefaultConfig
+
+    rng = random.Random(12)
+    det = DefaultDetector(cfg=DefaultConfig(known_after=known_after))
+    late_peak = 0.0
+    for i in range(3070):
+        x = _square(i, rng)
+        s = det.score_one(x)
+        det.learn_one(x)
+        if i >= 2000:
+            late_peak = max(late_peak, s)
+    assert (late_peak >= det.cfg.fire_level) is late_jumps_fire
+    # a move never seen before still alarms
+    assert det.score_one(200.0) >= det.cfg.fire_level
+
+
+def test_default_detector_move_counts_survive_range_growth() -> None:
+    rng = random.Random(13)
+    det = DefaultDetector()
+    for i in range(1200):
+        x = _square(i, rng) * (1.0 if i < 900 else 3.0) + rng.gauss(0, 0.3)
+        det.learn_one(x)
+    assert sum(det.trans.values()) == det.n - 1
+    assert DefaultDetector.from_state(_json(det.to_state())).trans == det.trans

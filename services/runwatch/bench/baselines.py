@@ -11,6 +11,13 @@ learning) and ``learn_one``. Baselines:
 * ``hst``: river ``HalfSpaceTrees`` over the value min-max scaled by the
   range seen so far.
 * ``random``: seeded uniform scores.
+* ``cad_ose``: NAB's contextOSE (CAD OSE), made causal: the value range is
+  fixed from the first 150 values instead of the whole file's min / max, and
+  the rest period is 150 (NAB: probation / 5). See
+  :mod:`runwatch.core.detect.contextual`.
+* ``relative_entropy``: NAB's relative entropy detector, quantizing by the
+  range seen so far instead of the whole file's. See
+  :mod:`runwatch.core.detect.relentropy`.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from collections.abc import Callable
 from runwatch.bench.runner import BenchDetector
 from runwatch.core.detect import DefaultDetector, HalfSpaceTreesDetector
 from runwatch.core.detect.base import State
+from runwatch.core.detect.contextual import CadOseDetector
+from runwatch.core.detect.relentropy import RelativeEntropyDetector
 
 
 class WindowedGaussian:
@@ -123,4 +132,6 @@ DETECTORS: dict[str, Factory] = {
     "windowed_gaussian": lambda seed: WindowedGaussian(),
     "hst": lambda seed: ScaledHST(seed=seed),
     "random": lambda seed: RandomDetector(seed=seed),
+    "cad_ose": lambda seed: CadOseDetector(),
+    "relative_entropy": lambda seed: RelativeEntropyDetector(),
 }

@@ -21,7 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     nab.add_argument(
         "--detectors",
         default="default,windowed_gaussian,hst,random",
-        help="comma-separated detectors (default, windowed_gaussian, hst, random)",
+        help=(
+            "comma-separated detectors: default, windowed_gaussian, hst, random, and the"
+            " slower cad_ose and relative_entropy"
+        ),
     )
     nab.add_argument(
         "--hst-time-every",

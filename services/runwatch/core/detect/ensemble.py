@@ -13,7 +13,11 @@ Each raw score passes its own HTM-style likelihood layer
 against its own usual level of surprise in this series; the score is the
 maximum of the three. After a score of at least ``fire_level`` the next
 ``refractory`` updates are multiplied by ``damp`` (0 by default): repeated
-alarms about the same event only add false positives.
+alarms about the same event only add false positives. A score of at least
+``known_from`` is multiplied by ``known_damp`` (0) when the move from the
+previous value's histogram bin to this value's bin was already learned
+``known_after`` (3) times: a recurring move (a daily jump, a periodic spike)
+is the series' normal behaviour, as CAD OSE's context memory would predict.
 
 The score is in [0, 1]; it only uses the past. On NAB (35-file subset) this
 configuration was chosen by a 2-fold split, see the README note.
@@ -40,6 +44,7 @@ class DefaultConfig:
     raw_short: int = 5
     lik_fading: float = 0.002
     lik_warmup: int = 300
+    lik_min_std: float = 1e-3
     fire_level: float = 0.5
     refractory: int = 150
     damp: float = 0.0
@@ -47,10 +52,25 @@ class DefaultConfig:
     bins: int = 32
     hist_decay: float = 0.9999
     spike_z: float = 10.0
+    spike_min_n: int = 30
+    known_after: int = 3
+    known_damp: float = 0.0
+    known_from: float = 0.3
+
+
+_PAIR = 1 << 16
+_PAIR_OFF = 1 << 15
+
+
+def _pair(a: int, b: int) -> int:
+    """Pack two histogram bins (``-2**15 <= bin < 2**15``) into one int key."""
+    return (a + _PAIR_OFF) * _PAIR + (b + _PAIR_OFF)
 
 
 def _layers(cfg: DefaultConfig) -> list[Likelihood]:
-    return [Likelihood(cfg.raw_short, cfg.lik_fading, cfg.lik_warmup) for _ in range(3)]
+    return [
+        Likelihood(cfg.raw_short, cfg.lik_fading, cfg.lik_warmup, cfg.lik_min_std) for _ in range(3)
+    ]
 
 
 @dataclass(slots=True)
@@ -70,6 +90,7 @@ class DefaultDetector:
     hist: dict[int, float] = field(default_factory=dict)
     hist_total: float = 0.0
     hist_scale: float = 1.0
+    trans: dict[int, int] = field(default_factory=dict)
     layers: list[Likelihood] = field(default_factory=list)
     cache: list[float] = field(default_factory=list)
 
@@ -78,7 +99,7 @@ class DefaultDetector:
         if not self.layers:
             self.layers = _layers(self.cfg)
 
-    def _raws(self, x: float) -> tuple[float, float, float, float]:
+    def _raws(self, x: float) -> tuple[float, float, float, float, float]:
         """Raw evidence in [0, 1] (value z, difference z, rarity), and the value's z."""
         var = self.sq - self.mean * self.mean
         eps = 1e-9 * (abs(self.mean) + 1e-9)
@@ -92,14 +113,23 @@ class DefaultDetector:
         if self.hist_total > 0.0:
             p = self.hist.get(self._bin(x), 0.0) / (self.hist_total * self.hist_scale)
             r_rare = min(1.0, -math.log10(p + 1e-4) / 4.0)
-        return r_val, r_diff, r_rare, z_val
+        return r_val, r_diff, r_rare, z_val, x
 
-    def _combine(self, raws: tuple[float, float, float, float]) -> float:
+    def _combine(self, raws: tuple[float, float, float, float, float]) -> float:
         a, b, c = self.layers
         score = max(a.score(raws[0]), b.score(raws[1]), c.score(raws[2]))
-        if raws[3] > self.cfg.spike_z and a.n >= a.warmup:
+        if raws[3] > self.cfg.spike_z and a.n >= self.cfg.spike_min_n:
             score = max(score, 1.0 - 0.5 * self.cfg.spike_z / raws[3])
-        return score * self.cfg.damp if self.quiet > 0 else score
+        if self.quiet > 0:
+            return score * self.cfg.damp
+        cfg = self.cfg
+        if cfg.known_after and score >= cfg.known_from and self._seen(raws[4]) >= cfg.known_after:
+            return score * cfg.known_damp
+        return score
+
+    def _seen(self, x: float) -> int:
+        """Times the move from the previous value's bin to ``x``'s bin was learned."""
+        return self.trans.get(_pair(self._bin(self.prev), self._bin(x)), 0)
 
     def _bin(self, x: float) -> int:
         width = (self.hi - self.lo) / self.cfg.bins
@@ -114,7 +144,7 @@ class DefaultDetector:
             return 0.0
         cache = self.cache
         if cache and cache[0] == self.n and cache[1] == x:
-            return cache[6]
+            return cache[7]
         raws = self._raws(x)
         score = self._combine(raws)
         self.cache = [float(self.n), x, *raws, score]
@@ -145,6 +175,9 @@ class DefaultDetector:
             self.dmean = c * d + (1 - c) * self.dmean
             self.dsq = c * d * d + (1 - c) * self.dsq
         self._learn_hist(x)
+        if self.n > 0 and cfg.known_after:
+            key = _pair(self._bin(self.prev), self._bin(x))
+            self.trans[key] = self.trans.get(key, 0) + 1
         self.prev = x
         self.n += 1
 
@@ -167,18 +200,31 @@ class DefaultDetector:
         old_lo, old_width = self.lo, (self.hi - self.lo) / self.cfg.bins
         pad = 0.1 * (hi - lo)
         self.lo, self.hi = lo - pad, hi + pad
+        remap: dict[int, int] = {}
+
+        def new_bin(b: int) -> int:
+            if b not in remap:
+                centre = old_lo + (b + 0.5) * old_width if old_width > 0 else old_lo
+                remap[b] = self._bin(centre)
+            return remap[b]
+
         moved: dict[int, float] = {}
         for b, c in self.hist.items():
-            centre = old_lo + (b + 0.5) * old_width if old_width > 0 else old_lo
-            nb = self._bin(centre)
+            nb = new_bin(b)
             moved[nb] = moved.get(nb, 0.0) + c
         self.hist = moved
+        trans: dict[int, int] = {}
+        for key, count in self.trans.items():
+            nk = _pair(new_bin(key // _PAIR - _PAIR_OFF), new_bin(key % _PAIR - _PAIR_OFF))
+            trans[nk] = trans.get(nk, 0) + count
+        self.trans = trans
 
     def to_state(self) -> State:
         """Return the state as a JSON-able dict (histogram keys as strings)."""
-        skip = ("cfg", "hist", "layers")
+        skip = ("cfg", "hist", "trans", "layers")
         state = {f: getattr(self, f) for f in self.__slots__ if f not in skip}
         state["hist"] = {str(k): v for k, v in self.hist.items()}
+        state["trans"] = {str(k): v for k, v in self.trans.items()}
         state["layers"] = [layer.to_state() for layer in self.layers]
         return {"kind": "default", "cfg": asdict(self.cfg), **state}
 
@@ -193,5 +239,6 @@ class DefaultDetector:
         check_kind(state, "default")
         fields = {k: v for k, v in state.items() if k not in ("kind", "cfg")}
         fields["hist"] = {int(k): float(v) for k, v in fields["hist"].items()}
+        fields["trans"] = {int(k): int(v) for k, v in fields.get("trans", {}).items()}
         fields["layers"] = [Likelihood.from_state(s) for s in fields["layers"]]
         return cls(cfg=DefaultConfig(**state["cfg"]), **fields)

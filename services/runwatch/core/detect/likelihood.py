@@ -28,12 +28,15 @@ class Likelihood:
         short: Length of the short average (ring buffer).
         fading: EW fading factor of the long-run mean and second moment.
         warmup: Raw scores learned before the layer scores anything.
+        min_std: Floor of the long-run spread: a series whose raw scores barely
+            vary (a perfectly periodic one) is not alarmed by tiny wiggles.
 
     """
 
     short: int = 5
     fading: float = 0.002
     warmup: int = 300
+    min_std: float = 1e-3
     buf: list[float] = field(default_factory=list)
     pos: int = 0
     total: float = 0.0
@@ -51,7 +54,7 @@ class Likelihood:
         else:
             avg = (self.total - buf[self.pos] + raw) / self.short
         var = self.sq - self.mean * self.mean
-        std = math.sqrt(var) if var > 1e-6 else 1e-3
+        std = max(math.sqrt(var) if var > 0.0 else 0.0, self.min_std)
         tail = 0.5 * math.erfc((avg - self.mean) / (std * _SQRT2))
         if tail >= 1.0:
             return 0.0
