@@ -46,6 +46,14 @@ def same(a: float, b: float) -> bool:
         ),
         (ind.restart_count, (["queued", "running", "succeeded"],), 0.0),
         (ind.restart_count, ([],), 0.0),
+        # a repeated running state is not a restart
+        (ind.restart_count, (["queued", "running", "running", "running"], [1, 1, 1]), 0.0),
+        # a new attempt without a retrying/preempted state in between is one
+        (ind.restart_count, (["running", "running"], [1, 2]), 1.0),
+        (ind.restart_count, (["running", "retrying", "running"], [1, 2, 2]), 1.0),
+        (ind.restart_count, (["running", "preempted", "preempted"], [1, 1, 1]), 1.0),
+        (ind.restart_count, (["running", "retrying", "running", "retrying"], [1, 2, 2, 3]),
+         2.0),
         (ind.queue_delay_ratio, (1000, 61_000, 30_000.0), 2.0),
         (ind.queue_delay_ratio, (1000, 500, 30_000.0), 0.0),
         (ind.queue_delay_ratio, (0, 10, 0.0), NAN),

@@ -49,13 +49,24 @@ T = 1_700_000_000_000
         (lambda: rules.gpu_errors("n1", 3, 79, 0, T), "rule:gpu_xid", "infrastructure"),
         (lambda: rules.gpu_errors("n1", 3, 0, 2, T), "rule:gpu_ecc", "infrastructure"),
         (lambda: rules.gpu_errors("n1", 3, 0, 0, T), None, None),
+        # deadline_ms is an absolute epoch-ms time (JobEvent schema), not a duration
         (
-            lambda: rules.queue_deadline(T, None, T + 3_600_001, 3_600_000),
+            lambda: rules.queue_deadline(T, None, T + 3_600_001, T + 3_600_000),
             "rule:queue_deadline",
             "execution",
         ),
-        (lambda: rules.queue_deadline(T, T + 10, T + 9e9, 3_600_000), None, None),
+        (lambda: rules.queue_deadline(T, None, T + 3_599_999, T + 3_600_000), None, None),
+        (
+            lambda: rules.queue_deadline(T, T + 3_600_001, T + 9e9, T + 3_600_000),
+            "rule:queue_deadline",
+            "execution",
+        ),
+        (lambda: rules.queue_deadline(T, T + 10, T + 9e9, T + 3_600_000), None, None),
         (lambda: rules.queue_deadline(T, None, T + 9e9, 0), None, None),
+        (lambda: rules.queue_deadline(0, None, T + 9e9, T), None, None),
+        # a duration-sized value would be an epoch time in 1970: every queued job is past it
+        (lambda: rules.queue_deadline(T, T + 10, T + 20, 300_000), "rule:queue_deadline",
+         "execution"),
     ],
 )
 def test_rule_table(call, detector, signal) -> None:
@@ -79,3 +90,9 @@ def test_missing_data_reports(datasets, reported, now, missing) -> None:
     found = rules.missing_data_reports(datasets, reported, T, now, 600_000)
     assert [f.subject for f in found] == missing
     assert all(f.signal == "data" for f in found)
+
+
+def test_queue_deadline_reports_delay_against_the_allowed_wait() -> None:
+    f = rules.queue_deadline(T, T + 90_000, T + 90_000, T + 60_000)
+    assert f is not None
+    assert (f.observed, f.expected, f.at_ms) == (90_000.0, 60_000.0, T + 90_000)

@@ -73,6 +73,8 @@ class WatchSpec:
         min_effect: Smallest absolute gap that counts.
         rel_effect: Smallest gap relative to the baseline mean that counts.
         persist: Consecutive out-of-bound evaluations before firing.
+        trend: Also run a trend detector (slow creep) on the indicator.
+        adwin: Also run ADWIN (drift of the mean) on the indicator.
 
     """
 
@@ -83,6 +85,8 @@ class WatchSpec:
     min_effect: float = 0.0
     rel_effect: float = 0.0
     persist: int = 5
+    trend: bool = False
+    adwin: bool = False
 
 
 @dataclass(slots=True)

@@ -168,27 +168,30 @@ def rejected_sample_rate(rejected: float, total: float) -> float:
     return rate if math.isnan(rate) else min(max(rate, 0.0), 1.0)
 
 
-def restart_count(states: Sequence[str]) -> float:
-    """Restarts of a run from its job-state transitions.
+def restart_count(states: Sequence[str], attempts: Sequence[int] = ()) -> float:
+    """Restarts of a run from its attempts and job-state transitions.
 
-    A restart is entering ``running`` again after having been running before
-    (after a ``preempted``, ``retrying`` or ``failed`` state).
+    A restart is a new attempt (the ``attempt`` number rising above 1) or a
+    transition into ``retrying`` or ``preempted``; the count is the larger of
+    the two, since a retry usually shows as both. A repeated ``running``
+    state (a duplicate or a heartbeat) is not a restart.
 
     Args:
         states: Job states in arrival order.
+        attempts: Attempt numbers seen (1-based).
 
     Returns:
         The number of restarts.
 
     """
-    seen_running = False
-    restarts = 0
+    transitions = 0
+    prev = ""
     for state in states:
-        if state == "running":
-            if seen_running:
-                restarts += 1
-            seen_running = True
-    return float(restarts)
+        if state in ("retrying", "preempted") and state != prev:
+            transitions += 1
+        prev = state
+    top = max((a for a in attempts), default=1)
+    return float(max(transitions, top - 1, 0))
 
 
 def queue_delay_ratio(queued_at_ms: int, started_at_ms: int, expected_ms: float) -> float:

@@ -13,6 +13,8 @@ from typing import Any
 from runwatch.core import alerting, rules
 from runwatch.core import indicators as ind
 from runwatch.core.alerting import AlertBook
+from runwatch.core.held import expire_pending, hold, take_pending
+from runwatch.core.join_node import hst_evidence, node_sample
 from runwatch.core.records import (
     ArtifactEvent,
     CheckpointEvent,
@@ -34,16 +36,15 @@ from runwatch.core.runstate import (
     context,
     dead_letter,
     emit,
-    expire_pending,
     flush_waiting,
-    hold,
     observe,
-    take_pending,
 )
 
 Baseline = dict[str, list[float]]
 HIGHER_BETTER = ("accuracy", "acc", "top1", "f1", "auc", "map", "bleu", "rouge")
 _RECENT = 200
+GRAD_WINDOW = 10  # gradient norms behind one variance value
+RESTART_STATES = ("retrying", "preempted")
 
 
 def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes = b"",
@@ -90,7 +91,7 @@ def _dispatch(state: RunState, e: Any, at: int, now: int, cfg: RunConfig,
     if isinstance(e, StepTiming):
         return _step_timing(state, e, at, now, cfg, bl)
     if isinstance(e, NodeSample):
-        return _node(state, e, at, now, cfg, bl)
+        return node_sample(state, e, at, now, cfg, bl)
     if isinstance(e, LearningStep):
         return _learning(state, e, at, now, cfg, bl)
     if isinstance(e, ValidationResult):
@@ -136,7 +137,7 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
     if e.worker_restarts > s.worker_restarts:
         s.worker_restarts = e.worker_restarts
         out += _restart_evidence(s, cfg, float(e.worker_restarts), at, now, "worker_restarts")
-    return out
+    return out + hst_evidence(s, cfg, at, now)
 
 
 def clear(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int) -> list[Output]:
@@ -163,22 +164,6 @@ def _restart_evidence(s: RunState, cfg: RunConfig, count: float, at: int, now: i
     return emit(s, cfg, f, now, one_shot=True)
 
 
-def _node(s: RunState, e: NodeSample, at: int, now: int, cfg: RunConfig,
-          bl: Baseline | None) -> list[Output]:
-    mine = set(s.gpu_indices)
-    gpus = [g for g in e.gpus
-            if any(p.run_id == s.run_id for p in g.processes) or not mine or g.index in mine]
-    out: list[Output] = []
-    for g in gpus:
-        f = rules.gpu_errors(e.node, g.index, g.xid or 0, g.ecc_uncorrected, at)
-        if f:
-            out += emit(s, cfg, f, now, one_shot=True, node=e.node)
-    if gpus:
-        out += observe(s, cfg, "gpu_utilization", ind.gpu_utilization([g.util_pct for g in gpus]),
-                       at, now, bl, f"node {e.node}")
-    return out
-
-
 def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
               bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
@@ -193,8 +178,12 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
                                         "warning", slope, 0.0, 0.5, at, "Loss trending up",
                                         alert=False), now, one_shot=True)
-    if e.grad_norm is not None:
+    if e.grad_norm is not None and math.isfinite(e.grad_norm):
         out += observe(s, cfg, "grad_norm", e.grad_norm, at, now, bl)
+        _push(s.grads, e.grad_norm, GRAD_WINDOW)
+        if len(s.grads) >= GRAD_WINDOW:
+            out += observe(s, cfg, "grad_norm_variance", ind.grad_norm_variance(s.grads), at,
+                           now, bl, f"variance of the last {GRAD_WINDOW} gradient norms")
     return out
 
 
@@ -272,16 +261,16 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         s.gpu_indices = sorted(set(e.allocation.gpu_indices))
         s.gpu_model = e.allocation.gpu_model or s.gpu_model
         s.gpu_count = s.gpu_count or len(s.gpu_indices) * max(len(s.nodes), 1)
-    if e.state == "running":
-        if s.started_at_ms is None:
-            s.started_at_ms = at
-            f = rules.queue_deadline(s.queued_at_ms, at, now, s.deadline_ms)
-            if f:
-                out += emit(s, cfg, f, now, one_shot=True)
-        restarts = int(ind.restart_count(s.states))
-        if restarts > s.restarts:
-            s.restarts = restarts
-            out += _restart_evidence(s, cfg, float(restarts), at, now, "restart_count")
+    if e.state == "running" and s.started_at_ms is None:
+        s.started_at_ms = at
+        f = rules.queue_deadline(s.queued_at_ms, at, now, s.deadline_ms)
+        if f:
+            out += emit(s, cfg, f, now, one_shot=True)
+    # restarts: a rising attempt or a retrying/preempted transition, never a repeated running
+    restarts = int(ind.restart_count(s.states, [s.attempt]))
+    if restarts > s.restarts:
+        s.restarts = restarts
+        out += _restart_evidence(s, cfg, float(restarts), at, now, "restart_count")
     return out
 
 
@@ -367,6 +356,13 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig) -> tuple[RunState, list[O
         out += alerting.expire(book, context(s, cfg), now_ms, cfg.policy)
         s.alerts = book.to_state()
     return s, out
+
+
+def tick_fingerprint(state: RunState) -> tuple[int, ...]:
+    """Return a cheap summary of what :func:`tick` may change (to skip unchanged writes)."""
+    last = max((e["last"] for e in state.evidence.values()), default=0)
+    return (len(state.pending), len(state.waiting), state.dead_seq,
+            int(state.alerts.get("seq", 0)), len(state.evidence), int(last))
 
 
 def rules_ended() -> frozenset[str]:

@@ -165,3 +165,11 @@ def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> l
             if key.startswith(prefix):
                 runs.update(rs)
     return sorted(runs)
+
+
+def has_gpu_errors(sample: NodeSample) -> bool:
+    """Return whether any GPU of a node sample reports an XID or uncorrected ECC errors.
+
+    Such samples are never dropped when node samples are aggregated per batch.
+    """
+    return any((g.xid or 0) or g.ecc_uncorrected > 0 for g in sample.gpus)

@@ -280,13 +280,17 @@ def gpu_errors(
 def queue_deadline(
     queued_at_ms: int, started_at_ms: int | None, now_ms: int, deadline_ms: int
 ) -> Finding | None:
-    """Fire when a job waits in the queue past its deadline.
+    """Fire when a job is still queued past its deadline, or started after it.
+
+    ``deadline_ms`` follows the JobEvent schema: an absolute UTC epoch-ms time
+    (not a duration). The queue delay counts against the time the job had
+    between being queued and its deadline.
 
     Args:
         queued_at_ms: When it was queued (0 = unknown).
         started_at_ms: When it started, or None while still queued.
         now_ms: Current time.
-        deadline_ms: Longest acceptable queue delay (0 disables the rule).
+        deadline_ms: Epoch ms by which the job must have left the queue (0 disables).
 
     Returns:
         A warning execution finding, or None.
@@ -294,11 +298,14 @@ def queue_deadline(
     """
     if queued_at_ms <= 0 or deadline_ms <= 0:
         return None
-    delay = (started_at_ms if started_at_ms is not None else now_ms) - queued_at_ms
-    if delay <= deadline_ms:
+    left_at = started_at_ms if started_at_ms is not None else now_ms
+    if left_at <= deadline_ms:
         return None
+    delay = left_at - queued_at_ms
+    allowed = max(deadline_ms - queued_at_ms, 0)
+    late = left_at - deadline_ms
     return _hard(
-        "queue_deadline", "queue_delay_ms", "execution", float(delay), float(deadline_ms),
-        started_at_ms or now_ms, f"Queued {delay / 1000:.0f} s, past the deadline",
+        "queue_deadline", "queue_delay_ms", "execution", float(delay), float(allowed),
+        left_at, f"Queued {delay / 1000:.0f} s, {late / 1000:.0f} s past the deadline",
         severity="warning",
     )

@@ -11,48 +11,29 @@ Alert and DeadLetter records.
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from runwatch.core import alerting
 from runwatch.core.alerting import AlertBook, AlertContext, AlertPolicy
-from runwatch.core.baselines import RunningStats, Watch, WatchSpec, seeded_watch, workload_key
+from runwatch.core.baselines import RunningStats, WatchSpec, workload_key
 from runwatch.core.cause import classify
-from runwatch.core.records import RECORD_TYPES, Alert, DeadLetter, Source
+from runwatch.core.detect import HalfSpaceTreesDetector
+from runwatch.core.indwatch import (
+    ALERTING_WATCHES,
+    WATCH_SIGNAL,
+    IndicatorWatch,
+    Reading,
+    default_specs,
+)
+from runwatch.core.records import Alert, DeadLetter, Source
 from runwatch.core.rules import Finding
 
 Output = Alert | DeadLetter
 _NS = uuid.UUID("0b7f6a52-51c3-4c1e-a0a4-3d1f7e2b9c10")
-
-
-def default_specs() -> dict[str, WatchSpec]:
-    """Return the watch spec of every watched indicator."""
-    return {
-        "loader_share": WatchSpec("up", warmup=20, alpha=0.1, k=4.0, min_effect=0.1, persist=5),
-        "checkpoint_share": WatchSpec("up", warmup=5, alpha=0.3, k=4.0, min_effect=0.1,
-                                      persist=3),
-        "throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2, persist=5),
-        "effective_batch_size": WatchSpec("down", warmup=10, alpha=0.5, k=3.0, rel_effect=0.1,
-                                          persist=2),
-        "gpu_utilization": WatchSpec("down", warmup=30, alpha=0.1, k=4.0, min_effect=0.2,
-                                     persist=10),
-        "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=1.0, persist=5),
-        "rejected_sample_rate": WatchSpec("up", warmup=2, alpha=0.5, k=4.0, min_effect=0.05,
-                                          persist=1),
-    }
-
-
-# Watches that raise alerts on their own; the rest only feed evidence.
-ALERTING_WATCHES = frozenset({"loader_share", "checkpoint_share"})
-WATCH_SIGNAL = {
-    "loader_share": "execution", "checkpoint_share": "execution", "throughput": "execution",
-    "effective_batch_size": "execution", "gpu_utilization": "infrastructure",
-    "grad_norm": "learning", "rejected_sample_rate": "data",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,12 +118,13 @@ class RunState:
     checkpoint_ms: float = 0.0
     last_checkpoint: dict[str, Any] = field(default_factory=dict)
     losses: list[list[float]] = field(default_factory=list)
+    grads: list[float] = field(default_factory=list)
     val_metric: str = ""
     val_best: float | None = None
     val_history: list[list[float]] = field(default_factory=list)
     val_declines: int = 0
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
-    watches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    watches: dict[str, Any] = field(default_factory=dict)  # JSON dict or live IndicatorWatch
     stats: dict[str, list[float]] = field(default_factory=dict)
     evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
     alerts: dict[str, Any] = field(default_factory=dict)
@@ -150,6 +132,9 @@ class RunState:
     waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
     held_since_ms: int = 0
     dead_seq: int = 0
+    hst: Any = None
+    hst_n: int = 0
+    hst_saved: dict[str, Any] | None = None
 
     @property
     def workload(self) -> str:
@@ -162,13 +147,31 @@ def new_state(run_id: str) -> RunState:
     return RunState(run_id=run_id)
 
 
+_FIELDS = tuple(f.name for f in fields(RunState))
+
+
+def _state_of(obj: Any) -> Any:
+    return obj.to_state() if hasattr(obj, "to_state") else obj
+
+
 def dumps(state: RunState) -> bytes:
-    """Serialize a run state to JSON bytes (NaN allowed, never pickle)."""
-    return json.dumps(asdict(state), separators=(",", ":")).encode()
+    """Serialize a run state to JSON bytes (NaN allowed, never pickle).
+
+    Live detector objects (watches, HST) are written as their JSON state.
+    """
+    d = {name: getattr(state, name) for name in _FIELDS}
+    d["watches"] = {k: _state_of(v) for k, v in state.watches.items()}
+    # the HST's masses are written every HST_SAVE_EVERY updates (serializing
+    # them costs ~1 ms); a recovered run resumes from that snapshot
+    d["hst"] = state.hst_saved if isinstance(state.hst, HalfSpaceTreesDetector) else state.hst
+    d["hst_saved"] = None
+    return json.dumps(d, separators=(",", ":")).encode()
 
 
 def loads(data: bytes) -> RunState:
     """Rebuild a run state from :func:`dumps` output.
+
+    Detector states stay JSON dicts until first used (:func:`watch_of`).
 
     Raises:
         ValueError: If the bytes are not a run state.
@@ -180,6 +183,41 @@ def loads(data: bytes) -> RunState:
     except (TypeError, json.JSONDecodeError) as exc:
         msg = f"not a run state: {exc}"
         raise ValueError(msg) from exc
+
+
+def watch_of(state: RunState, cfg: RunConfig, name: str,
+             baseline: dict[str, list[float]] | None) -> IndicatorWatch:
+    """Return the live watch of an indicator (rebuilt from JSON, or new and warm-started)."""
+    raw = state.watches.get(name)
+    if isinstance(raw, IndicatorWatch):
+        return raw
+    w = (IndicatorWatch.from_state(raw) if raw is not None
+         else IndicatorWatch.new(name, cfg.specs[name], baseline, cfg.baseline_min_n))
+    state.watches[name] = w
+    return w
+
+
+HST_SAVE_EVERY = 25
+
+
+def hst_learned(state: RunState) -> None:
+    """Count one HST update; refresh the HST snapshot written to the changelog when due."""
+    state.hst_n += 1
+    if state.hst_saved is None or state.hst_n % HST_SAVE_EVERY == 0:
+        state.hst_saved = state.hst.to_state()
+
+
+def hst_of(state: RunState) -> HalfSpaceTreesDetector:
+    """Return the run's live HalfSpaceTrees over its normalized indicator vector."""
+    h = state.hst
+    if isinstance(h, HalfSpaceTreesDetector):
+        return h
+    saved = h
+    h = (HalfSpaceTreesDetector.from_state(h) if h is not None
+         else HalfSpaceTreesDetector(n_trees=5, height=4, window_size=50, seed=7))
+    state.hst = h
+    state.hst_saved = saved
+    return h
 
 
 # --------------------------------------------------------------------------- helpers
@@ -319,7 +357,8 @@ def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms
 
 
 def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, now_ms: int,
-            baseline: dict[str, list[float]] | None, detail: str = "") -> list[Output]:
+            baseline: dict[str, list[float]] | None, detail: str = "",
+            signal: str | None = None) -> list[Output]:
     """Feed one indicator value to its watch; emit evidence or an alert when it fires.
 
     Args:
@@ -331,6 +370,7 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
         now_ms: Current time.
         baseline: Finished-run statistics of the run's workload, if any.
         detail: Extra text for the evidence.
+        signal: Signal class of a firing finding (default: the indicator's own).
 
     Returns:
         Alerts to publish.
@@ -339,80 +379,35 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
     if not math.isfinite(x):
         return []
     spec = cfg.specs[name]
-    raw = state.watches.get(name)
-    watch = (Watch.from_state(raw) if raw is not None
-             else seeded_watch(baseline or {}, name, cfg.baseline_min_n))
     st = RunningStats.from_state(state.stats.get(name, [0, 0.0, 0.0]))
     st.add(x)
     state.stats[name] = st.to_state()
-    firing, score = watch.update(x, spec)
-    state.watches[name] = watch.to_state()
+    r = watch_of(state, cfg, name, baseline).update(x, spec)
+    out: list[Output] = []
+    if r.drift:
+        out += emit(state, cfg, _adwin_finding(name, r, at_ms), now_ms, one_shot=True)
     detector = f"watch:{name}"
-    if not firing:
-        return clear(state, cfg, detector, name, now_ms) if name in ALERTING_WATCHES else []
-    signal = WATCH_SIGNAL[name]
+    if not r.firing:
+        if name in ALERTING_WATCHES:
+            out += clear(state, cfg, detector, name, now_ms)
+        return out
     alerts = name in ALERTING_WATCHES
-    verb = "rose" if spec.direction == "up" else "fell"
+    verb = ("rose" if spec.direction == "up" else "fell") if r.kind == "level" else (
+        "trending up" if spec.direction == "up" else "trending down")
     f = Finding(
-        detector=detector, indicator=name, signal=signal,  # type: ignore[arg-type]
-        severity="warning", observed=watch.level, expected=watch.base.mean, score=score,
-        at_ms=at_ms, title=f"{name} {verb} to {watch.level:.3g} (baseline {watch.base.mean:.3g})",
-        detail=detail or f"{name}={x:.4g}", alert=alerts,
+        detector=detector, indicator=name,
+        signal=(signal or WATCH_SIGNAL[name]),  # type: ignore[arg-type]
+        severity="warning", observed=r.level, expected=r.expected, score=r.score,
+        at_ms=at_ms, title=f"{name} {verb} to {r.level:.3g} (baseline {r.expected:.3g})",
+        detail=(detail or f"{name}={x:.4g}") + f"; z={r.z:.2f} slope={r.slope:.3g}/update",
+        alert=alerts,
     )
-    return emit(state, cfg, f, now_ms, one_shot=False)
+    return out + emit(state, cfg, f, now_ms, one_shot=False)
 
 
-def hold(state: RunState, cfg: RunConfig, event: Any, now_ms: int) -> list[Output]:
-    """Hold an event of a run not seen yet (manifest or job event missing)."""
-    if not state.pending:
-        state.held_since_ms = now_ms
-    if len(state.pending) >= cfg.hold_max:
-        return [dead_letter(state, cfg, f"run {state.run_id} unseen; hold buffer full "
-                            f"({cfg.hold_max})", b"", "rw.internal.held", now_ms)]
-    state.pending.append({"t": event.AVRO_NAME, "d": _jsonable(event.to_dict())})
-    return []
-
-
-def _jsonable(d: Any) -> Any:
-    if isinstance(d, bytes):
-        return {"__b64": base64.b64encode(d).decode()}
-    if isinstance(d, dict):
-        return {k: _jsonable(v) for k, v in d.items()}
-    if isinstance(d, list | tuple):
-        return [_jsonable(v) for v in d]
-    return d
-
-
-def _unjson(d: Any) -> Any:
-    if isinstance(d, dict):
-        if set(d) == {"__b64"}:
-            return base64.b64decode(d["__b64"])
-        return {k: _unjson(v) for k, v in d.items()}
-    if isinstance(d, list):
-        return [_unjson(v) for v in d]
-    return d
-
-
-def take_pending(state: RunState) -> list[Any]:
-    """Remove and rebuild the held events of a run that has just become known."""
-    events = [RECORD_TYPES[p["t"]].from_dict(_unjson(p["d"])) for p in state.pending]
-    state.pending = []
-    state.held_since_ms = 0
-    return events
-
-
-def expire_pending(state: RunState, cfg: RunConfig, now_ms: int) -> list[Output]:
-    """Dead-letter held events of a still-unseen run after ``hold_ms``, with a summary."""
-    if not state.pending or state.known or now_ms - state.held_since_ms < cfg.hold_ms:
-        return []
-    counts: dict[str, int] = {}
-    for p in state.pending:
-        counts[p["t"]] = counts.get(p["t"], 0) + 1
-    summary = {"run_id": state.run_id, "held_since_ms": state.held_since_ms,
-               "events": counts, "total": len(state.pending)}
-    state.pending = []
-    state.held_since_ms = 0
-    reason = (f"unseen run {state.run_id}: no manifest or job event within "
-              f"{cfg.hold_ms} ms; {summary['total']} events dropped")
-    return [dead_letter(state, cfg, reason, json.dumps(summary).encode(), "rw.internal.held",
-                        now_ms)]
+def _adwin_finding(name: str, r: Reading, at_ms: int) -> Finding:
+    return Finding(
+        detector="detector:adwin", indicator=name, signal=WATCH_SIGNAL[name],  # type: ignore[arg-type]
+        severity="info", observed=r.level, expected=r.expected, score=0.3, at_ms=at_ms,
+        title=f"ADWIN drift in {name}", alert=False,
+    )

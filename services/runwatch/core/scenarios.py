@@ -14,6 +14,15 @@ Failure modes (with the alert the processor should raise):
   ``rule:validation_decline`` (execution).
 * ``nan_loss`` — the loss becomes NaN → ``rule:non_finite`` (learning).
 * ``checksum`` — a checkpoint's checksum mismatches → ``rule:checkpoint_checksum`` (artifact).
+* ``gpu_occupancy`` — SM occupancy of the run's GPUs declines while they
+  throttle → ``watch:gpu_occupancy`` (infrastructure).
+* ``grad_variance`` — the gradient-norm variance rises → ``watch:grad_norm_variance``
+  (learning).
+* ``rejected_samples`` — the data pipeline rejects a growing share of samples →
+  ``watch:rejected_sample_rate`` (data).
+
+``healthy``, ``gpu_occupancy``, ``grad_variance`` and ``rejected_samples`` also
+carry a data-quality report every ten steps.
 """
 
 from __future__ import annotations
@@ -60,7 +69,11 @@ EXPECTED: dict[str, Expected] = {
     "restarts": Expected("rule:validation_decline", "execution"),
     "nan_loss": Expected("rule:non_finite", "learning"),
     "checksum": Expected("rule:checkpoint_checksum", "artifact"),
+    "gpu_occupancy": Expected("watch:gpu_occupancy", "infrastructure"),
+    "grad_variance": Expected("watch:grad_norm_variance", "learning"),
+    "rejected_samples": Expected("watch:rejected_sample_rate", "data"),
 }
+PERIODIC_REPORTS = frozenset({"healthy", "gpu_occupancy", "grad_variance", "rejected_samples"})
 
 
 class _Run:
@@ -91,22 +104,24 @@ def dataset_for(run_id: str) -> DatasetRef:
 
 
 def _data_report(r: _Run, labels: dict[str, float], rows: int = 10_000,
-                 drifted: tuple[str, ...] = ()) -> None:
+                 drifted: tuple[str, ...] = (), rejected: int | None = None) -> None:
     ds = dataset_for(r.run_id)
     drift = DriftSummary(drifted_features=drifted, max_psi=0.4, max_ks=None,
                          psi_threshold=0.2) if drifted else None
     r.add(DataQualityReport, dataset_uri=ds.uri, dataset_version=ds.version,
           window_start_ms=r.t - 60_000, window_end_ms=r.t, row_count=rows, schema_failures=0,
-          duplicate_rows=0, label_distribution=dict(labels), rejected_samples=rows // 1000,
+          duplicate_rows=0, label_distribution=dict(labels),
+          rejected_samples=rows // 1000 if rejected is None else rejected,
           drift=drift)
 
 
-def _node_sample(r: _Run) -> None:
+def _node_sample(r: _Run, occupancy: float = 70.0, throttle: int = 0) -> None:
     gpus = tuple(
         GpuSample(index=i, uuid=f"GPU-{r.node}-{i}", util_pct=90 + r.rng.uniform(-3, 3),
-                  sm_active_pct=70.0, mem_used_bytes=60 << 30, mem_total_bytes=80 << 30,
-                  power_w=600.0, temp_c=65.0, sm_clock_mhz=1980, mem_clock_mhz=2619,
-                  throttle_reasons=0, ecc_corrected=0, ecc_uncorrected=0, xid=None,
+                  sm_active_pct=occupancy + r.rng.uniform(-1, 1), mem_used_bytes=60 << 30,
+                  mem_total_bytes=80 << 30, power_w=600.0, temp_c=88.0 if throttle else 65.0,
+                  sm_clock_mhz=1400 if throttle else 1980, mem_clock_mhz=2619,
+                  throttle_reasons=throttle, ecc_corrected=0, ecc_uncorrected=0, xid=None,
                   processes=(GpuProcess(pid=1000 + i, run_id=r.run_id, used_mem_bytes=1 << 30),))
         for i in range(8)
     )
@@ -170,10 +185,17 @@ def build(kind: str, run_id: str, t0_ms: int, *, steps: int = 120, step_ms: int 
         loss = 2.0 * (0.995 ** i) + r.rng.uniform(-0.02, 0.02)
         if kind == "nan_loss" and k > 0:
             loss = float("nan")
+        spread = 0.1 * (1 + 0.1 * k) if kind == "grad_variance" and k > 0 else 0.1
         r.add(LearningStep, step=i, epoch=0, loss=loss, metrics={}, lr=1e-3,
-              grad_norm=1.0 + r.rng.uniform(-0.1, 0.1), nonfinite_count=0)
+              grad_norm=1.0 + r.rng.uniform(-spread, spread), nonfinite_count=0)
         if i % 5 == 0:
-            _node_sample(r)
+            if kind == "gpu_occupancy" and k > 0:
+                _node_sample(r, occupancy=max(70.0 - 0.8 * k, 5.0), throttle=0x40)
+            else:
+                _node_sample(r)
+        if kind in PERIODIC_REPORTS and i % 10 == 9:
+            growth = max(k // 10, 0) if kind == "rejected_samples" else 0
+            _data_report(r, LABELS, rejected=10 + 300 * growth)
         if kind == "label_shift" and k == 0:
             _data_report(r, SHIFTED, drifted=("label",))
         if i % 10 == 9:

@@ -12,13 +12,29 @@ from runwatch.processor.settings import ProcessorSettings
 def main(argv: list[str] | None = None) -> None:
     """Build the app from env settings and hand the arguments to faust's worker CLI."""
     args = list(sys.argv[1:] if argv is None else argv) or ["worker", "-l", "info"]
-    if args[0] == "worker" and not any(a.startswith("--with") for a in args):
-        args.append("--without-web")  # no HTTP port: several workers share a host
     settings, kafka = ProcessorSettings(), KafkaSettings()
+    if args[0] == "worker":
+        args += worker_web_args(settings, args)
     ensure_internal_topics(settings, kafka)
     processor = build(settings, kafka)
     sys.argv = ["runwatch-processor", *args]
     processor.app.main()
+
+
+def worker_web_args(settings: ProcessorSettings, args: list[str]) -> list[str]:
+    """Return faust worker options that make the web settings take effect.
+
+    faust's worker CLI defaults to ``--with-web`` and would override the app's
+    ``web_enabled``; explicit options on the command line win over settings.
+    """
+    out: list[str] = []
+    if not any(a.startswith(("--with-web", "--without-web")) for a in args):
+        out.append("--with-web" if settings.web_enabled else "--without-web")
+    if settings.web_enabled and not any(a in ("-p", "--web-port") or a.startswith("--web-port=")
+                                        for a in args):
+        out += ["--web-port", str(settings.web_port), "--web-bind", settings.web_bind,
+                "--web-host", settings.web_bind]
+    return out
 
 
 if __name__ == "__main__":

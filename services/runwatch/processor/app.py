@@ -19,13 +19,16 @@ time-driven rules (stall, missing data report, hold expiry) for that partition.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import socket
 import time
+import weakref
 from typing import Any
 
 import faust
+from faust.streams import _current_event
 
 from runwatch import __version__
 from runwatch.adapters.settings import KafkaSettings
@@ -52,6 +55,18 @@ RUN_TOPICS = ("rw.lineage", "rw.exec.job", "rw.learning", "rw.artifact",
               "rw.internal.node-by-run", "rw.internal.data-by-run")
 TICK = b"tick"
 FIRST = b"\x00first"  # dataset-last key suffix: a dataset's first report (its reference)
+RECENT = b"\x00recent"  # dataset-last key suffix: its latest reports (JSON list of base64)
+RECENT_MAX = 16
+AGG_MS = 1_000  # node samples of one node for one run within this span collapse to the newest
+
+
+def as_current(event: Any) -> None:
+    """Make ``event`` faust's current event (tables take a key's partition from it).
+
+    ``take_events`` does not set it per event, and table writes need the
+    partition of the event that caused them.
+    """
+    _current_event.set(weakref.ref(event))
 
 
 def now_ms() -> int:
@@ -77,7 +92,15 @@ class Processor:
             policy=AlertPolicy(per_run_cap=settings.per_run_cap,
                                cooldown_ms=settings.cooldown_ms),
         )
+        if settings.image_allow_list:
+            logger.info("image allow-list: %s (rule:image_allow_list on)",
+                        ", ".join(settings.image_allow_list))
+        else:
+            logger.warning("image allow-list is empty: rule:image_allow_list is DISABLED "
+                           "(set RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST to enable it)")
         self.cache: dict[bytes, tuple[bytes, runstate.RunState]] = {}
+        self.parts: dict[bytes, int] = {}
+        self.base_cache: dict[bytes, tuple[bytes, dict[str, list[float]]]] = {}
         self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0}
         n = settings.partitions
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +116,10 @@ class Processor:
             processing_guarantee="at_least_once",
             consumer_auto_offset_reset="earliest",
             table_standby_replicas=0,
-            web_enabled=False,
+            web_enabled=settings.web_enabled,
+            web_port=settings.web_port,
+            web_bind=settings.web_bind,
+            web_host=settings.web_bind,
             broker_commit_every=100,
             broker_session_timeout=settings.session_timeout_s,
             broker_heartbeat_interval=max(settings.session_timeout_s / 4, 0.5),
@@ -179,13 +205,16 @@ class Processor:
         return rec
 
     def _partition(self, key: bytes) -> int:
-        return partition_for(key, self.s.partitions, self.s.partitioner)
+        part = self.parts.get(key)
+        if part is None:
+            part = self.parts[key] = partition_for(key, self.s.partitions, self.s.partitioner)
+        return part
 
     def _load(self, key: bytes) -> runstate.RunState:
         raw = self.runstate.get(key)
         hit = self.cache.get(key)
         if raw is not None and hit is not None and hit[0] is raw:
-            return hit[1]
+            return hit[1]  # live state (detectors as objects) still matches the table
         if raw is None:
             return runstate.new_state(key.decode())
         return runstate.loads(raw)
@@ -196,15 +225,33 @@ class Processor:
         self.cache[key] = (raw, state)
 
     def _baseline(self, state: runstate.RunState) -> dict[str, list[float]] | None:
-        raw = self.baselines.get(state.workload.encode())
-        return json.loads(raw) if raw else None
+        key = state.workload.encode()
+        raw = self.baselines.get(key)
+        if not raw:
+            return None
+        hit = self.base_cache.get(key)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        parsed: dict[str, list[float]] = json.loads(raw)
+        self.base_cache[key] = (raw, parsed)
+        return parsed
 
     # ------------------------------------------------------------------ agents
 
     async def _runs(self, stream: Any) -> None:
-        async for event in stream.events():
+        async for events in stream.take_events(self.s.batch_size, within=self.s.batch_within_s):
+            await self._run_batch(events)
+
+    async def _run_batch(self, events: list[Any]) -> None:
+        """Fold a batch into the run states: one load, one join pass, one table write per run."""
+        by_run: dict[bytes, list[tuple[Any, Any]]] = {}
+        for event in events:
             msg = event.message
+            as_current(event)
             if msg.topic == self.tick_topic:
+                await self._flush(by_run)
+                by_run = {}
+                as_current(event)
                 await self._tick(msg.partition, int(event.value or 0))
                 continue
             self.counters["events"] += 1
@@ -216,18 +263,30 @@ class Processor:
                 await self._dead(msg.topic, msg.partition, msg.offset,
                                  "run-keyed record without run_id", event.value, event.key)
                 continue
-            key = rec.run_id.encode()
             if isinstance(rec, JobEvent):
                 self._index_job(rec)
             elif isinstance(rec, RunManifest):
                 await self._index_manifest(rec)
+            by_run.setdefault(rec.run_id.encode(), []).append((rec, event))
+        await self._flush(by_run)
+
+    async def _flush(self, by_run: dict[bytes, list[tuple[Any, Any]]]) -> None:
+        now = now_ms()
+        outputs: list[Any] = []
+        for key, items in by_run.items():
+            as_current(items[0][1])
             state = self._load(key)
-            state, outputs = join.step(state, rec, now_ms(), self.cfg, raw=bytes(event.value),
-                                       topic=msg.topic, baseline=self._baseline(state))
-            if isinstance(rec, JobEvent):
+            finished = False
+            for rec, event in items:
+                state, outs = join.step(state, rec, now, self.cfg, raw=bytes(event.value),
+                                        topic=event.message.topic,
+                                        baseline=self._baseline(state))
+                outputs += outs
+                finished = finished or isinstance(rec, JobEvent)
+            if finished:
                 self._learn_baseline(state)
             self._save(key, state)
-            await self._publish(outputs)
+        await self._publish(outputs)
 
     async def _tick(self, partition: int, at_ms: int) -> None:
         now = max(at_ms, now_ms())
@@ -235,9 +294,9 @@ class Processor:
             if self._partition(key) != partition:
                 continue
             state = self._load(key)
-            before = runstate.dumps(state)
+            before = join.tick_fingerprint(state)
             state, outputs = join.tick(state, now, self.cfg)
-            if outputs or runstate.dumps(state) != before:
+            if outputs or join.tick_fingerprint(state) != before:
                 self._save(key, state)
             await self._publish(outputs)
 
@@ -259,8 +318,9 @@ class Processor:
             if rekey.apply_manifest(index, rec):
                 self.dataset_runs[ref.encode()] = json.dumps(index[ref]).encode()
             first = self.dataset_last.get(ref.encode() + FIRST)
-            last = self.dataset_last.get(ref.encode())
-            for report in (first, last) if first != last else (last,):
+            raw = self.dataset_last.get(ref.encode() + RECENT)
+            recent = [base64.b64decode(x) for x in json.loads(raw)] if raw else []
+            for report in ([first] if first not in recent else []) + recent:
                 if report is not None and rec.run_id:
                     await self._forward(self.data_by_run, rec.run_id, report)
 
@@ -280,18 +340,42 @@ class Processor:
 
     async def _nodes(self, stream: Any) -> None:
         async for events in stream.take_events(self.s.batch_size, within=self.s.batch_within_s):
-            for event in events:
-                msg = event.message
-                rec = self._decode(msg.topic, event.value)
-                if isinstance(rec, str) or not isinstance(rec, NodeSample):
-                    reason = rec if isinstance(rec, str) else "not a NodeSample"
-                    await self._dead(msg.topic, msg.partition, msg.offset, reason, event.value,
-                                     event.key)
-                    continue
+            await self._node_batch(events)
+
+    async def _node_batch(self, events: list[Any]) -> None:
+        """Forward a batch of node samples, aggregated per (node, run).
+
+        Within a batch only the newest sample of a node per ``AGG_MS`` of event
+        time goes to each of its runs, plus any older one that carries an error
+        (XID, uncorrected ECC); a replayed backlog keeps its history.
+        """
+        latest: dict[tuple[str, str, int], bytes] = {}
+        keep: list[tuple[str, bytes]] = []
+        index_cache: dict[str, dict[str, Any]] = {}
+        for event in events:
+            msg = event.message
+            rec = self._decode(msg.topic, event.value)
+            if isinstance(rec, str) or not isinstance(rec, NodeSample):
+                reason = rec if isinstance(rec, str) else "not a NodeSample"
+                await self._dead(msg.topic, msg.partition, msg.offset, reason, event.value,
+                                 event.key)
+                continue
+            index = index_cache.get(rec.node)
+            if index is None:
                 raw = self.node_index.get(rec.node.encode())
-                routes = rekey.route_node_sample(rec, json.loads(raw) if raw else {})
-                for run_id in routes:
-                    await self._forward(self.node_by_run, run_id, bytes(event.value))
+                index = index_cache[rec.node] = json.loads(raw) if raw else {}
+            value = bytes(event.value)
+            errors = rekey.has_gpu_errors(rec)
+            for run_id in rekey.route_node_sample(rec, index):
+                slot = (rec.node, run_id, rec.emitted_at_ms // AGG_MS)
+                prev = latest.get(slot)
+                if errors and prev is not None:
+                    keep.append((run_id, prev))
+                latest[slot] = value
+        for run_id, value in keep:
+            await self._forward(self.node_by_run, run_id, value)
+        for (_node, run_id, _slot), value in latest.items():
+            await self._forward(self.node_by_run, run_id, value)
 
     async def _data(self, stream: Any) -> None:
         async for event in stream.events():
@@ -306,6 +390,10 @@ class Processor:
             if self.dataset_last.get(ref + FIRST) is None:
                 self.dataset_last[ref + FIRST] = bytes(event.value)
             self.dataset_last[ref] = bytes(event.value)
+            raw = self.dataset_last.get(ref + RECENT)
+            recent = [*json.loads(raw), base64.b64encode(bytes(event.value)).decode()] if raw else [
+                base64.b64encode(bytes(event.value)).decode()]
+            self.dataset_last[ref + RECENT] = json.dumps(recent[-RECENT_MAX:]).encode()
             index: dict[str, list[str]] = {
                 k.decode(): json.loads(v) for k, v in self.dataset_runs.items() if v
             }

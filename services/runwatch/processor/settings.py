@@ -34,6 +34,10 @@ class ProcessorSettings(BaseSettings):
             partitions move to the others.
         batch_size: ``stream.take`` batch bound.
         batch_within_s: ``stream.take`` wait bound.
+        web_enabled: Serve faust's web interface (off by default: several
+            workers may share a host).
+        web_port: Port of the web interface when enabled (``RUNWATCH_PROCESSOR_WEB_PORT``).
+        web_bind: Address the web interface binds to when enabled.
 
     """
 
@@ -58,6 +62,9 @@ class ProcessorSettings(BaseSettings):
     session_timeout_s: float = 10.0
     batch_size: int = 500
     batch_within_s: float = 0.05
+    web_enabled: bool = False
+    web_port: int = Field(default=6066, ge=1, le=65535)
+    web_bind: str = "127.0.0.1"
 
     def topic(self, name: str) -> str:
         """Return the deployed name of a default topic name."""

@@ -1,0 +1,256 @@
+"""Indicator watches: the detector library applied to one run's leading indicators.
+
+Each watched indicator of a run has an :class:`IndicatorWatch` that combines
+
+* a level gate (:class:`~runwatch.core.baselines.Watch`): the recent EW level
+  against a baseline frozen after warm-up, with an effect-size bound and
+  persistence — this decides how big a move must be before anyone is paged;
+* :class:`~runwatch.core.detect.EWZScore`: the spike score of each value;
+* :class:`~runwatch.core.detect.TrendDetector` (trend indicators): a CUSUM on
+  residuals, so a slow creep is caught as a trend before the level gate's
+  persistence would see it;
+* :class:`~runwatch.core.detect.AdwinDetector` (key metrics): drift in the
+  metric's mean, kept as evidence.
+
+All three statistical detectors start from the workload baseline (finished runs
+of the same family and hardware) through :func:`~runwatch.core.detect.warm_start`
+when it has enough samples. Watches are live objects while a worker owns the
+run and JSON dicts in the changelog (:meth:`IndicatorWatch.to_state`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from runwatch.core.baselines import RunningStats, Watch, WatchSpec, seeded_watch
+from runwatch.core.detect import AdwinDetector, BaselineStats, EWZScore, TrendDetector, warm_start
+
+Baseline = dict[str, list[float]]
+
+
+def default_specs() -> dict[str, WatchSpec]:
+    """Return the watch spec of every watched indicator."""
+    return {
+        "loader_share": WatchSpec("up", warmup=20, alpha=0.1, k=4.0, min_effect=0.1, persist=5,
+                                  trend=True, adwin=True),
+        "checkpoint_share": WatchSpec("up", warmup=5, alpha=0.3, k=4.0, min_effect=0.1,
+                                      persist=3, trend=True),
+        "throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2, persist=5,
+                                adwin=True),
+        "effective_batch_size": WatchSpec("down", warmup=10, alpha=0.5, k=3.0, rel_effect=0.1,
+                                          persist=2),
+        "gpu_utilization": WatchSpec("down", warmup=5, alpha=0.3, k=4.0, min_effect=0.2,
+                                     persist=3, adwin=True),
+        "gpu_occupancy": WatchSpec("down", warmup=5, alpha=0.3, k=4.0, min_effect=0.15,
+                                   persist=3, trend=True),
+        "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=1.0, persist=5),
+        "grad_norm_variance": WatchSpec("up", warmup=15, alpha=0.2, k=6.0, rel_effect=3.0,
+                                        min_effect=0.01, persist=5, trend=True),
+        "rejected_sample_rate": WatchSpec("up", warmup=2, alpha=0.5, k=4.0, min_effect=0.05,
+                                          persist=1),
+    }
+
+
+# Watches that raise alerts on their own; the rest only feed evidence.
+ALERTING_WATCHES = frozenset({"loader_share", "checkpoint_share", "gpu_occupancy",
+                              "grad_norm_variance", "rejected_sample_rate"})
+WATCH_SIGNAL = {
+    "loader_share": "execution", "checkpoint_share": "execution", "throughput": "execution",
+    "effective_batch_size": "execution", "gpu_utilization": "infrastructure",
+    "gpu_occupancy": "infrastructure", "grad_norm": "learning",
+    "grad_norm_variance": "learning", "rejected_sample_rate": "data",
+}
+ADWIN_REPLAY = 64  # values kept in the changelog to rebuild ADWIN (small JSON state)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one update of a watch says.
+
+    Attributes:
+        firing: The indicator is beyond its bound (level gate or trend).
+        kind: ``level`` or ``trend`` (what made it fire), ``""`` when not firing.
+        score: Strength in [0, 1]: the largest of the gate, spike and trend scores.
+        z: Spike z-score of the value against its EW baseline (0 in warm-up).
+        drift: ADWIN detected a drift in the bad direction on this update.
+        level: The recent level.
+        expected: The baseline mean.
+        slope: EW slope per update (trend indicators; 0 otherwise).
+
+    """
+
+    firing: bool
+    kind: str
+    score: float
+    z: float
+    drift: bool
+    level: float
+    expected: float
+    slope: float
+
+
+def _stats(baseline: Baseline | None, name: str, min_n: int) -> BaselineStats | None:
+    raw = (baseline or {}).get(name)
+    if raw is None or raw[0] < min_n:
+        return None
+    st = RunningStats.from_state(raw)
+    return BaselineStats(mean=st.mean, var=st.std ** 2, n=st.n)
+
+
+class IndicatorWatch:
+    """Level gate, spike z-score, trend CUSUM and ADWIN of one indicator of one run."""
+
+    __slots__ = ("gate", "z", "trend", "adwin", "latched")
+
+    def __init__(self, gate: Watch, z: EWZScore, trend: TrendDetector | None,
+                 adwin: AdwinDetector | None, latched: bool = False) -> None:
+        """Assemble a watch from its parts (see :meth:`new` and :meth:`from_state`)."""
+        self.gate, self.z, self.trend, self.adwin, self.latched = gate, z, trend, adwin, latched
+
+    @classmethod
+    def new(cls, name: str, spec: WatchSpec, baseline: Baseline | None,
+            min_n: int) -> IndicatorWatch:
+        """Return a watch for a run's indicator, warm-started from its workload baseline.
+
+        Args:
+            name: The indicator.
+            spec: How it is watched.
+            baseline: Indicator → ``[n, mean, m2]`` of finished runs of the workload.
+            min_n: Least finished-run samples for the baseline to seed the detectors.
+
+        Returns:
+            The watch (seeded when the baseline has at least ``min_n`` samples).
+
+        """
+        z = EWZScore(fading_factor=0.05, min_n=max(spec.warmup, 5))
+        trend = TrendDetector(warmup=max(spec.warmup, 10)) if spec.trend else None
+        adwin = AdwinDetector(replay=ADWIN_REPLAY) if spec.adwin else None
+        stats = _stats(baseline, name, min_n)
+        if stats is not None:
+            warm_start(z, [stats])
+            if trend is not None:
+                warm_start(trend, [stats])
+        return cls(seeded_watch(baseline or {}, name, min_n), z, trend, adwin)
+
+    def update(self, x: float, spec: WatchSpec) -> Reading:
+        """Score ``x`` with every detector, then learn it (river semantics).
+
+        Args:
+            x: A finite indicator value.
+            spec: How the indicator is watched.
+
+        Returns:
+            The reading.
+
+        """
+        sign = 1.0 if spec.direction == "up" else -1.0
+        warm = self.z.n >= self.z.min_n
+        zscore = self.z.zscore(x) if warm else 0.0
+        spike = self.z.score_one(x) if sign * zscore > 0 else 0.0
+        self.z.learn_one(x)
+        level_firing, level_score = self.gate.update(x, spec)
+        base = self.gate.base.mean
+        gap = sign * (self.gate.level - base) if math.isfinite(self.gate.level) else 0.0
+        effect = gap > max(spec.min_effect, spec.rel_effect * abs(base))
+        trend_score, slope = 0.0, 0.0
+        if self.trend is not None:
+            trend_score = self.trend.score_one(x) if sign * (x - self.trend.mean) > 0 else 0.0
+            self.trend.learn_one(x)
+            slope = self.trend.slope
+            if trend_score >= 1.0 and effect:
+                self.latched = True
+        if not effect:
+            self.latched = False
+        drift = False
+        if self.adwin is not None:
+            before = self.adwin.estimation
+            self.adwin.learn_one(x)
+            drift = self.adwin.drift_detected and sign * (self.adwin.estimation - before) > 0
+        firing = level_firing or self.latched
+        kind = ("level" if level_firing else "trend") if firing else ""
+        score = max(level_score, spike if firing else 0.0, trend_score)
+        return Reading(firing, kind, min(score, 1.0), zscore, drift, self.gate.level, base,
+                       slope)
+
+    def to_state(self) -> dict[str, Any]:
+        """Return the watch as a JSON-able dict."""
+        out: dict[str, Any] = {"w": self.gate.to_state(), "z": self.z.to_state()}
+        if self.trend is not None:
+            out["t"] = self.trend.to_state()
+        if self.adwin is not None:
+            out["a"] = self.adwin.to_state()
+        if self.latched:
+            out["l"] = True
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> IndicatorWatch:
+        """Rebuild from :meth:`to_state` output."""
+        return cls(
+            Watch.from_state(state["w"]), EWZScore.from_state(state["z"]),
+            TrendDetector.from_state(state["t"]) if "t" in state else None,
+            AdwinDetector.from_state(state["a"]) if "a" in state else None,
+            bool(state.get("l", False)),
+        )
+
+
+HST_FEATURES = ("loader_share", "checkpoint_share", "throughput", "effective_batch_size",
+                "gpu_utilization", "gpu_occupancy", "grad_norm_variance", "rejected_sample_rate")
+_FRACTIONS = frozenset({"loader_share", "checkpoint_share", "gpu_utilization", "gpu_occupancy",
+                        "rejected_sample_rate"})
+HST_WARMUP = 100  # updates before HST scores count (two of its windows)
+HST_LEVEL = 0.9  # HST score that counts as anomalous
+HST_MIN_Z = 3.0  # ...when the most deviating indicator also sits this many sigmas out
+
+
+def normalized_vector(watches: dict[str, IndicatorWatch]) -> dict[str, float]:
+    """Return the run's indicator vector scaled to [0, 1] for HalfSpaceTrees.
+
+    Fractions are used as they are; other indicators are scaled by twice their
+    baseline mean. Indicators not seen yet sit at 0.5.
+
+    Args:
+        watches: The run's live indicator watches.
+
+    Returns:
+        Feature → value in [0, 1], one entry per :data:`HST_FEATURES`.
+
+    """
+    out = {}
+    for name in HST_FEATURES:
+        w = watches.get(name)
+        v = 0.5
+        if w is not None and math.isfinite(w.gate.level):
+            if name in _FRACTIONS:
+                v = w.gate.level
+            else:
+                base = abs(w.gate.base.mean)
+                v = w.gate.level / (2 * base) if base > 0 else 0.5
+        out[name] = min(max(v, 0.0), 1.0)
+    return out
+
+
+def most_deviating(watches: dict[str, IndicatorWatch], specs: dict[str, WatchSpec]) -> tuple[
+        str, float]:
+    """Return the indicator whose current level sits furthest out (bad way), and its z.
+
+    Args:
+        watches: The run's live indicator watches.
+        specs: Indicator → spec (for the bad direction).
+
+    Returns:
+        ``(name, z)``; ``("", 0.0)`` when nothing is warm.
+
+    """
+    best, best_z = "", 0.0
+    for name, w in watches.items():
+        if w.z.n < w.z.min_n or not math.isfinite(w.gate.level):
+            continue
+        z = w.z.zscore(w.gate.level)
+        if specs[name].direction == "down":
+            z = -z
+        if z > best_z:
+            best, best_z = name, z
+    return best, best_z
