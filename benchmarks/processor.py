@@ -5,7 +5,9 @@ step events (StepTiming) from 1,000 runs, each run owning two nodes.
 
 Figures, all measured in this run:
   1. ceiling   — codec.decode_many over the same events (bare batch decode);
-  2. core      — decode + run join (core.join.step) + JSON state, in process;
+  2. core      — decode + run join (core.join.step) + JSON state, in process: per event,
+                 batched per run, and as the worker now does it (node samples decoded
+                 to dicts, one compact aggregate per run per batch);
   3. broker    — (with --broker) one real worker on the local Kafka: events/s
                  sustained at the offered load and event-to-alert latency p50/p99
                  of probe runs that emit a NaN loss.
@@ -171,6 +173,59 @@ def bench_core_batched(encoded_setup: list[bytes], encoded: list[bytes], seconds
     return n / (time.perf_counter() - t0)
 
 
+def bench_core_agg(encoded_setup: list[bytes], encoded: list[bytes], seconds: int,
+                   batch: int = 2000) -> float:
+    """The worker's current path: node samples decoded to dicts and reduced to one compact
+    NodeAgg per run per batch (JSON round trip as on the internal topic), then the batched join."""
+    from runwatch.core import rekey
+    from runwatch.core.join_node import NodeAgg
+    from runwatch.core.records import RECORD_TYPES
+    from runwatch.processor.forward import aggregate
+
+    codec = load_codec()
+    cfg = runstate.RunConfig(source=SRC)
+    states: dict[str, tuple[bytes, runstate.RunState]] = {}
+    index = {f"n{n}": {f"bench-{n // 2}": list(range(GPUS))} for n in range(NODES)}
+
+    def run(chunk: list[bytes], now: int) -> None:
+        by_run: dict[str, list] = {}
+        pairs = []
+        for dec in codec.decode_many_dicts(chunk):
+            name, d = dec
+            if name == NodeSample.AVRO_NAME:
+                pairs.extend(rekey.node_entries(d, index.get(d["node"], {})).items())
+            else:
+                by_run.setdefault(d["run_id"], []).append(RECORD_TYPES[name].from_dict(d))
+        for agg in aggregate(pairs):
+            by_run.setdefault(agg.run_id, []).append(NodeAgg.from_json(agg.to_json()))
+        for run_id, recs in by_run.items():
+            hit = states.get(run_id)
+            st = hit[1] if hit else runstate.new_state(run_id)
+            for rec in recs:
+                st, _ = join.step(st, rec, now, cfg)
+            states[run_id] = (runstate.dumps(st), st)
+
+    now = int(time.time() * 1000)
+    bench_setup(codec, cfg, states, encoded_setup, now)
+    for i in range(0, len(encoded), batch):
+        run(encoded[i:i + batch], now)
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(seconds):
+        for i in range(0, len(encoded), batch):
+            run(encoded[i:i + batch], now)
+        n += len(encoded)
+    return n / (time.perf_counter() - t0)
+
+
+def bench_setup(codec, cfg, states, encoded_setup: list[bytes], now: int) -> None:
+    for rec in codec.decode_many(encoded_setup):
+        hit = states.get(rec.run_id)
+        st = hit[1] if hit else runstate.new_state(rec.run_id)
+        st, _ = join.step(st, rec, now, cfg)
+        states[rec.run_id] = (runstate.dumps(st), st)
+
+
 def bench_broker(bootstrap: str, seconds: int) -> dict[str, float]:
     from confluent_kafka.admin import AdminClient
 
@@ -292,6 +347,12 @@ def main() -> None:
     print(
         f"core     batched per run        : {batched:12,.0f} events/s  "
         f"({batched / ceiling:.2f} x ceiling, {batched / core:.2f} x per-event core)"
+    )
+    agg = bench_core_agg(enc_setup, enc, max(2, args.seconds // 4))
+    print(
+        f"core     per-run node aggregates: {agg:12,.0f} events/s  "
+        f"({agg / ceiling:.2f} x ceiling, {agg / batched:.2f} x batched, "
+        f"{agg / len(enc):.2f} x load)"
     )
     if args.broker:
         r = bench_broker(args.broker, args.seconds)

@@ -12,6 +12,7 @@ import base64
 import json
 from typing import Any
 
+from runwatch.core.join_node import NODE_AGG, NodeAgg
 from runwatch.core.records import RECORD_TYPES
 from runwatch.core.runstate import Output, RunConfig, RunState, dead_letter
 
@@ -49,7 +50,8 @@ def _unjson(d: Any) -> Any:
 
 def take_pending(state: RunState) -> list[Any]:
     """Remove and rebuild the held events of a run that has just become known."""
-    events = [RECORD_TYPES[p["t"]].from_dict(_unjson(p["d"])) for p in state.pending]
+    events = [(NodeAgg if p["t"] == NODE_AGG else RECORD_TYPES[p["t"]]).from_dict(_unjson(p["d"]))
+              for p in state.pending]
     state.pending = []
     state.held_since_ms = 0
     return events

@@ -20,6 +20,7 @@ run and JSON dicts in the changelog (:meth:`IndicatorWatch.to_state`).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,12 @@ WATCH_SIGNAL = {
     "grad_norm_variance": "learning", "rejected_sample_rate": "data",
 }
 ADWIN_REPLAY = 64  # values kept in the changelog to rebuild ADWIN (small JSON state)
+HEAVY_EVERY = 20
+"""Updates between refreshes of a watch's detector snapshot (z-score, trend, ADWIN) in the
+changelog. The level gate and the trend latch are written on every save; a worker that
+recovers a run from the changelog resumes its detectors from a snapshot at most this many
+updates old."""
+_SEP = (",", ":")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +109,14 @@ def _stats(baseline: Baseline | None, name: str, min_n: int) -> BaselineStats | 
 class IndicatorWatch:
     """Level gate, spike z-score, trend CUSUM and ADWIN of one indicator of one run."""
 
-    __slots__ = ("gate", "z", "trend", "adwin", "latched")
+    __slots__ = ("gate", "z", "trend", "adwin", "latched", "_heavy", "_since")
 
     def __init__(self, gate: Watch, z: EWZScore, trend: TrendDetector | None,
                  adwin: AdwinDetector | None, latched: bool = False) -> None:
         """Assemble a watch from its parts (see :meth:`new` and :meth:`from_state`)."""
         self.gate, self.z, self.trend, self.adwin, self.latched = gate, z, trend, adwin, latched
+        self._heavy: str | None = None  # JSON members of the last detector snapshot
+        self._since = 0  # updates since that snapshot
 
     @classmethod
     def new(cls, name: str, spec: WatchSpec, baseline: Baseline | None,
@@ -146,6 +155,7 @@ class IndicatorWatch:
 
         """
         sign = 1.0 if spec.direction == "up" else -1.0
+        self._since += 1
         warm = self.z.n >= self.z.min_n
         zscore = self.z.zscore(x) if warm else 0.0
         spike = self.z.score_one(x) if sign * zscore > 0 else 0.0
@@ -184,6 +194,32 @@ class IndicatorWatch:
         if self.latched:
             out["l"] = True
         return out
+
+    def to_json(self, every: int = HEAVY_EVERY) -> str:
+        """Return the watch as JSON text for the changelog, cheaply.
+
+        The level gate and the latch are always current; the detector part
+        (z-score, trend, ADWIN with its replay tail: most of the bytes) is the
+        snapshot taken at most ``every`` updates ago. :meth:`from_state` reads
+        it like :meth:`to_state` output.
+
+        Args:
+            every: Refresh the detector snapshot after this many updates (1: always).
+
+        Returns:
+            A JSON object.
+
+        """
+        if self._heavy is None or self._since >= every:
+            heavy: dict[str, Any] = {"z": self.z.to_state()}
+            if self.trend is not None:
+                heavy["t"] = self.trend.to_state()
+            if self.adwin is not None:
+                heavy["a"] = self.adwin.to_state()
+            self._heavy = json.dumps(heavy, separators=_SEP)[1:-1]
+            self._since = 0
+        light = '{"w":' + json.dumps(self.gate.to_state(), separators=_SEP)
+        return light + (',"l":true,' if self.latched else ",") + self._heavy + "}"
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> IndicatorWatch:

@@ -14,7 +14,7 @@ from runwatch.core import alerting, rules
 from runwatch.core import indicators as ind
 from runwatch.core.alerting import AlertBook
 from runwatch.core.held import expire_pending, hold, take_pending
-from runwatch.core.join_node import hst_evidence, node_sample
+from runwatch.core.join_node import NodeAgg, hst_evidence, node_agg, node_sample
 from runwatch.core.records import (
     ArtifactEvent,
     CheckpointEvent,
@@ -90,6 +90,8 @@ def _dispatch(state: RunState, e: Any, at: int, now: int, cfg: RunConfig,
               bl: Baseline | None) -> list[Output]:
     if isinstance(e, StepTiming):
         return _step_timing(state, e, at, now, cfg, bl)
+    if isinstance(e, NodeAgg):
+        return node_agg(state, e, now, cfg, bl)
     if isinstance(e, NodeSample):
         return node_sample(state, e, at, now, cfg, bl)
     if isinstance(e, LearningStep):

@@ -7,7 +7,11 @@ the HST anomaly score over the run's normalized indicator vector.
 
 from __future__ import annotations
 
-from runwatch.core import indicators as ind
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
 from runwatch.core import rules
 from runwatch.core.indwatch import HST_LEVEL, HST_MIN_Z, HST_WARMUP, WATCH_SIGNAL, most_deviating
 from runwatch.core.indwatch import normalized_vector as hst_vector
@@ -26,6 +30,92 @@ from runwatch.core.runstate import (
 )
 
 Baseline = dict[str, list[float]]
+Gpu = tuple[int, float, float | None, int, int, int]
+"""One GPU of a node entry: index, util %, SM active % (or None), throttle reasons, XID, ECC
+uncorrected."""
+NODE_AGG = "runwatch.internal.NodeAgg"
+NODE_AGG_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEntry:
+    """One node sample reduced to what a run's join uses: the run's own GPUs."""
+
+    node: str
+    at_ms: int
+    gpus: tuple[Gpu, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAgg:
+    """Node samples of one run, aggregated per batch (the ``rw.internal.node-by-run`` payload).
+
+    Compact JSON, internal to the processor: ``{"v":1,"run":..,"n":[[node, at_ms,
+    [[index, util, sm, throttle, xid, ecc_unc], ...]], ...]}``.
+    """
+
+    run_id: str
+    emitted_at_ms: int
+    nodes: tuple[NodeEntry, ...]
+    AVRO_NAME: ClassVar[str] = NODE_AGG
+
+    def to_json(self) -> bytes:
+        """Return the compact JSON payload."""
+        n = [[e.node, e.at_ms, [list(g) for g in e.gpus]] for e in self.nodes]
+        return json.dumps({"v": NODE_AGG_VERSION, "run": self.run_id, "n": n},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> NodeAgg:
+        """Parse :meth:`to_json` output.
+
+        Raises:
+            ValueError: If the bytes are not a node aggregate (with the reason).
+
+        """
+        try:
+            d = json.loads(data)
+            if d.get("v") != NODE_AGG_VERSION:
+                msg = f"node aggregate version {d.get('v')!r} unsupported"
+                raise ValueError(msg)
+            nodes = tuple(NodeEntry(str(node), int(at), tuple(_gpu(g) for g in gpus))
+                          for node, at, gpus in d["n"])
+            run = d["run"]
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            msg = f"not a node aggregate: {exc}"
+            raise ValueError(msg) from exc
+        if not isinstance(run, str) or not run or not nodes:
+            msg = "not a node aggregate: run id or nodes missing"
+            raise ValueError(msg)
+        return cls(run, max(e.at_ms for e in nodes), nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-able dict (held events)."""
+        return json.loads(self.to_json())  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeAgg:
+        """Rebuild from :meth:`to_dict` output."""
+        return cls.from_json(json.dumps(d).encode())
+
+
+def _gpu(g: Any) -> Gpu:
+    index, util, sm, throttle, xid, ecc = g
+    return (int(index), float(util), None if sm is None else float(sm), int(throttle),
+            int(xid), int(ecc))
+
+
+def entry_of(s: RunState, e: NodeSample) -> NodeEntry:
+    """Reduce a full node sample to the run's own GPUs.
+
+    Those running its processes, else its allocation (all GPUs when it has none).
+    """
+    mine = set(s.gpu_indices)
+    return NodeEntry(e.node, int(e.emitted_at_ms), tuple(
+        (g.index, g.util_pct, g.sm_active_pct, g.throttle_reasons, g.xid or 0,
+         g.ecc_uncorrected)
+        for g in e.gpus
+        if any(p.run_id == s.run_id for p in g.processes) or not mine or g.index in mine))
 
 
 def hst_evidence(s: RunState, cfg: RunConfig, at: int, now: int) -> list[Output]:
@@ -53,29 +143,52 @@ def hst_evidence(s: RunState, cfg: RunConfig, at: int, now: int) -> list[Output]
 
 
 def node_sample(s: RunState, e: NodeSample, at: int, now: int, cfg: RunConfig,
-          bl: Baseline | None) -> list[Output]:
-    """Fold a node sample (already re-keyed to this run) into the run state.
+                bl: Baseline | None) -> list[Output]:
+    """Fold a full node sample (already re-keyed to this run) into the run state.
 
     Only the run's own GPUs count: those running its processes, else its allocation.
     """
-    mine = set(s.gpu_indices)
-    gpus = [g for g in e.gpus
-            if any(p.run_id == s.run_id for p in g.processes) or not mine or g.index in mine]
+    return node_entry(s, entry_of(s, e), at, now, cfg, bl)
+
+
+def node_agg(s: RunState, e: NodeAgg, now: int, cfg: RunConfig,
+             bl: Baseline | None) -> list[Output]:
+    """Fold a per-run node aggregate (GPUs already reduced to the run's own) into the state."""
     out: list[Output] = []
-    for g in gpus:
-        f = rules.gpu_errors(e.node, g.index, g.xid or 0, g.ecc_uncorrected, at)
-        if f:
-            out += emit(s, cfg, f, now, one_shot=True, node=e.node)
+    for entry in e.nodes:
+        out += node_entry(s, entry, entry.at_ms, now, cfg, bl)
+    return out
+
+
+def pct_mean(pct: list[float]) -> float:
+    """Return :func:`~runwatch.core.indicators.gpu_utilization` without numpy (8 values).
+
+    The mean of the finite percentages as a fraction clipped to [0, 1]; nan for none.
+    """
+    xs = [x for x in pct if math.isfinite(x)]
+    return min(max(sum(xs) / len(xs) / 100.0, 0.0), 1.0) if xs else math.nan
+
+
+def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
+               bl: Baseline | None) -> list[Output]:
+    """Fold one node's reading of the run's GPUs: errors, throttling, utilization, occupancy."""
+    gpus = e.gpus
+    out: list[Output] = []
+    for index, _util, _sm, _thr, xid, ecc in gpus:
+        if xid or ecc:
+            f = rules.gpu_errors(e.node, index, xid, ecc, at)
+            if f:
+                out += emit(s, cfg, f, now, one_shot=True, node=e.node)
     if gpus:
-        out += observe(s, cfg, "gpu_utilization", ind.gpu_utilization([g.util_pct for g in gpus]),
-                       at, now, bl, f"node {e.node}")
-        throttled = [g.index for g in gpus if g.throttle_reasons]
+        out += observe(s, cfg, "gpu_utilization", pct_mean([g[1] for g in gpus]), at, now, bl,
+                       f"node {e.node}")
+        throttled = [g[0] for g in gpus if g[3]]
         if throttled:
             out += emit(s, cfg, Finding("indicator:gpu_throttle", "throttle_reasons",
                                         "infrastructure", "warning", float(len(throttled)),
                                         0.0, 0.5, at, f"GPUs {throttled} throttled on {e.node}",
                                         subject=e.node, alert=False), now, one_shot=True)
-        occ = ind.gpu_occupancy([g.sm_active_pct for g in gpus if g.sm_active_pct is not None])
+        occ = pct_mean([g[2] for g in gpus if g[2] is not None])
         out += observe(s, cfg, "gpu_occupancy", occ, at, now, bl,
                        f"node {e.node}: SM occupancy {occ:.0%}", signal=occupancy_cause(s, at,
                                                                                      cfg))

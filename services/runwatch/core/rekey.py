@@ -9,7 +9,9 @@ the processor forwards the records to internal topics keyed by run id.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+from runwatch.core.join_node import NodeEntry
 from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, NodeSample, RunManifest
 
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
@@ -173,3 +175,68 @@ def has_gpu_errors(sample: NodeSample) -> bool:
     Such samples are never dropped when node samples are aggregated per batch.
     """
     return any((g.xid or 0) or g.ecc_uncorrected > 0 for g in sample.gpus)
+
+
+def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex) -> dict[str, list[int]]:
+    """:func:`route_node_sample` on the decoded dict of a node sample's ``gpus``.
+
+    Args:
+        gpus: The sample's GPUs as decoded dicts (``Codec.decode_dict``).
+        runs_on_node: Run id → allocated GPU indices on this node.
+
+    Returns:
+        Run id → sorted GPU indices; empty when no run is known on the node.
+
+    """
+    out: dict[str, set[int]] = {}
+    attributed: set[int] = set()
+    for gpu in gpus:
+        for proc in gpu["processes"]:
+            run_id = proc.get("run_id")
+            if run_id:
+                out.setdefault(run_id, set()).add(gpu["index"])
+                attributed.add(gpu["index"])
+    if not runs_on_node:
+        return {r: sorted(g) for r, g in out.items()}
+    all_gpus = {g["index"] for g in gpus}
+    for run_id, mine in runs_on_node.items():
+        owned = (set(mine) if mine else all_gpus) - attributed
+        if owned or run_id not in out:
+            out.setdefault(run_id, set()).update(owned)
+    return {r: sorted(g) for r, g in out.items()}
+
+
+def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex) -> dict[str, NodeEntry]:
+    """Reduce a decoded node sample to one compact entry per run it concerns.
+
+    Each entry keeps only that run's GPUs (see :func:`route_gpus`) and the
+    fields the run join reads (utilization, SM activity, throttling, XID, ECC).
+
+    Args:
+        sample: A NodeSample as a decoded dict.
+        runs_on_node: Run id → allocated GPU indices on this node.
+
+    Returns:
+        Run id → entry; empty when no run owns any GPU of the node.
+
+    """
+    gpus = sample["gpus"]
+    routes = route_gpus(gpus, runs_on_node)
+    if not routes:
+        return {}
+    by_index = {g["index"]: g for g in gpus}
+    node, at = sample["node"], int(sample["emitted_at_ms"])
+    out = {}
+    for run_id, indices in routes.items():
+        if not indices:
+            continue
+        sel = [by_index[i] for i in indices]
+        out[run_id] = NodeEntry(node, at, tuple(
+            (g["index"], g["util_pct"], g["sm_active_pct"], g["throttle_reasons"],
+             g["xid"] or 0, g["ecc_uncorrected"]) for g in sel))
+    return out
+
+
+def entry_has_errors(entry: NodeEntry) -> bool:
+    """Return whether a node entry carries an XID or uncorrected ECC errors (never dropped)."""
+    return any(g[4] or g[5] > 0 for g in entry.gpus)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.processor.app import build, ensure_internal_topics
+from runwatch.processor.app import build
+from runwatch.processor.provision import ensure_internal_topics
 from runwatch.processor.settings import ProcessorSettings
 
 

@@ -7,8 +7,9 @@ Agents:
   the run's state (:mod:`runwatch.core.join`), kept as JSON bytes in the
   ``runstate`` table (changelog-backed, never pickle), publishes alerts to
   rw.alerts (key = dedup key) and rejects to rw.dlq.
-* ``nodes`` — rw.exec.node: forwards each node sample to the runs that own its
-  GPUs through rw.internal.node-by-run (batched with ``stream.take``).
+* ``nodes`` — rw.exec.node: reduces each batch of node samples to one compact
+  aggregate per run that owns their GPUs and forwards it through
+  rw.internal.node-by-run (:mod:`runwatch.processor.forward`).
 * ``data`` — rw.data: forwards each data-quality report to the runs consuming
   that dataset version through rw.internal.data-by-run.
 
@@ -19,7 +20,6 @@ time-driven rules (stall, missing data report, hold expiry) for that partition.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import socket
@@ -36,28 +36,20 @@ from runwatch.core import join, rekey, runstate
 from runwatch.core.alerting import AlertPolicy
 from runwatch.core.baselines import merge_finished
 from runwatch.core.codec import DecodeError, load_codec
-from runwatch.core.records import (
-    Alert,
-    DataQualityReport,
-    DeadLetter,
-    JobEvent,
-    NodeSample,
-    RunManifest,
-    Source,
-)
+from runwatch.core.join_node import NodeAgg
+from runwatch.core.records import Alert, DeadLetter, JobEvent, RunManifest, Source
 from runwatch.core.topics import load_topics
+from runwatch.processor import forward
 from runwatch.processor.partitioning import partition_for
 from runwatch.processor.settings import ProcessorSettings
+from runwatch.processor.timing import Sections
 
 logger = logging.getLogger(__name__)
 
 RUN_TOPICS = ("rw.lineage", "rw.exec.job", "rw.learning", "rw.artifact",
               "rw.internal.node-by-run", "rw.internal.data-by-run")
 TICK = b"tick"
-FIRST = b"\x00first"  # dataset-last key suffix: a dataset's first report (its reference)
-RECENT = b"\x00recent"  # dataset-last key suffix: its latest reports (JSON list of base64)
-RECENT_MAX = 16
-AGG_MS = 1_000  # node samples of one node for one run within this span collapse to the newest
+NODE_BY_RUN = "rw.internal.node-by-run"
 
 
 def as_current(event: Any) -> None:
@@ -101,7 +93,8 @@ class Processor:
         self.cache: dict[bytes, tuple[bytes, runstate.RunState]] = {}
         self.parts: dict[bytes, int] = {}
         self.base_cache: dict[bytes, tuple[bytes, dict[str, list[float]]]] = {}
-        self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0}
+        self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0, "unowned": 0}
+        self.sections = Sections(settings.sections_log_s)
         n = settings.partitions
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.app = faust.App(
@@ -124,6 +117,9 @@ class Processor:
             broker_session_timeout=settings.session_timeout_s,
             broker_heartbeat_interval=max(settings.session_timeout_s / 4, 0.5),
             broker_commit_interval=1.0,
+            stream_buffer_maxsize=settings.stream_buffer_maxsize,
+            broker_max_poll_records=settings.max_poll_records,
+            consumer_max_fetch_size=settings.max_fetch_bytes,
         )
         app, t = self.app, settings.topic
 
@@ -195,6 +191,11 @@ class Processor:
         """Return the record, or a reason string when it must be dead-lettered."""
         if not isinstance(value, bytes | bytearray):
             return f"value is not bytes ({type(value).__name__})"
+        if value[:1] == b"{" and self._deployed(topic) == NODE_BY_RUN:
+            try:
+                return NodeAgg.from_json(bytes(value))
+            except ValueError as exc:
+                return str(exc)
         try:
             rec = self.codec.decode(bytes(value))
         except DecodeError as exc:
@@ -244,6 +245,11 @@ class Processor:
 
     async def _run_batch(self, events: list[Any]) -> None:
         """Fold a batch into the run states: one load, one join pass, one table write per run."""
+        with self.sections.timed("runs.batch", len(events)):
+            await self._run_batch_inner(events)
+        self.sections.maybe_log()
+
+    async def _run_batch_inner(self, events: list[Any]) -> None:
         by_run: dict[bytes, list[tuple[Any, Any]]] = {}
         for event in events:
             msg = event.message
@@ -273,20 +279,24 @@ class Processor:
     async def _flush(self, by_run: dict[bytes, list[tuple[Any, Any]]]) -> None:
         now = now_ms()
         outputs: list[Any] = []
+        sec = self.sections
         for key, items in by_run.items():
             as_current(items[0][1])
             state = self._load(key)
             finished = False
-            for rec, event in items:
-                state, outs = join.step(state, rec, now, self.cfg, raw=bytes(event.value),
-                                        topic=event.message.topic,
-                                        baseline=self._baseline(state))
-                outputs += outs
-                finished = finished or isinstance(rec, JobEvent)
+            with sec.timed("runs.join", len(items)):
+                for rec, event in items:
+                    state, outs = join.step(state, rec, now, self.cfg, raw=bytes(event.value),
+                                            topic=event.message.topic,
+                                            baseline=self._baseline(state))
+                    outputs += outs
+                    finished = finished or isinstance(rec, JobEvent)
             if finished:
                 self._learn_baseline(state)
-            self._save(key, state)
-        await self._publish(outputs)
+            with sec.timed("runs.save"):
+                self._save(key, state)
+        with sec.timed("runs.publish", len(outputs)):
+            await self._publish(outputs)
 
     async def _tick(self, partition: int, at_ms: int) -> None:
         now = max(at_ms, now_ms())
@@ -317,11 +327,8 @@ class Processor:
             index = {ref: json.loads(raw) if raw else []}
             if rekey.apply_manifest(index, rec):
                 self.dataset_runs[ref.encode()] = json.dumps(index[ref]).encode()
-            first = self.dataset_last.get(ref.encode() + FIRST)
-            raw = self.dataset_last.get(ref.encode() + RECENT)
-            recent = [base64.b64decode(x) for x in json.loads(raw)] if raw else []
-            for report in ([first] if first not in recent else []) + recent:
-                if report is not None and rec.run_id:
+            for report in forward.recent_reports(self, ref):
+                if rec.run_id:
                     await self._forward(self.data_by_run, rec.run_id, report)
 
     def _learn_baseline(self, state: runstate.RunState) -> None:
@@ -340,65 +347,11 @@ class Processor:
 
     async def _nodes(self, stream: Any) -> None:
         async for events in stream.take_events(self.s.batch_size, within=self.s.batch_within_s):
-            await self._node_batch(events)
-
-    async def _node_batch(self, events: list[Any]) -> None:
-        """Forward a batch of node samples, aggregated per (node, run).
-
-        Within a batch only the newest sample of a node per ``AGG_MS`` of event
-        time goes to each of its runs, plus any older one that carries an error
-        (XID, uncorrected ECC); a replayed backlog keeps its history.
-        """
-        latest: dict[tuple[str, str, int], bytes] = {}
-        keep: list[tuple[str, bytes]] = []
-        index_cache: dict[str, dict[str, Any]] = {}
-        for event in events:
-            msg = event.message
-            rec = self._decode(msg.topic, event.value)
-            if isinstance(rec, str) or not isinstance(rec, NodeSample):
-                reason = rec if isinstance(rec, str) else "not a NodeSample"
-                await self._dead(msg.topic, msg.partition, msg.offset, reason, event.value,
-                                 event.key)
-                continue
-            index = index_cache.get(rec.node)
-            if index is None:
-                raw = self.node_index.get(rec.node.encode())
-                index = index_cache[rec.node] = json.loads(raw) if raw else {}
-            value = bytes(event.value)
-            errors = rekey.has_gpu_errors(rec)
-            for run_id in rekey.route_node_sample(rec, index):
-                slot = (rec.node, run_id, rec.emitted_at_ms // AGG_MS)
-                prev = latest.get(slot)
-                if errors and prev is not None:
-                    keep.append((run_id, prev))
-                latest[slot] = value
-        for run_id, value in keep:
-            await self._forward(self.node_by_run, run_id, value)
-        for (_node, run_id, _slot), value in latest.items():
-            await self._forward(self.node_by_run, run_id, value)
+            await forward.node_batch(self, events)
 
     async def _data(self, stream: Any) -> None:
         async for event in stream.events():
-            msg = event.message
-            rec = self._decode(msg.topic, event.value)
-            if isinstance(rec, str) or not isinstance(rec, DataQualityReport):
-                reason = rec if isinstance(rec, str) else "not a DataQualityReport"
-                await self._dead(msg.topic, msg.partition, msg.offset, reason, event.value,
-                                 event.key)
-                continue
-            ref = rekey.report_ref(rec).encode()
-            if self.dataset_last.get(ref + FIRST) is None:
-                self.dataset_last[ref + FIRST] = bytes(event.value)
-            self.dataset_last[ref] = bytes(event.value)
-            raw = self.dataset_last.get(ref + RECENT)
-            recent = [*json.loads(raw), base64.b64encode(bytes(event.value)).decode()] if raw else [
-                base64.b64encode(bytes(event.value)).decode()]
-            self.dataset_last[ref + RECENT] = json.dumps(recent[-RECENT_MAX:]).encode()
-            index: dict[str, list[str]] = {
-                k.decode(): json.loads(v) for k, v in self.dataset_runs.items() if v
-            }
-            for run_id in rekey.runs_for_report(index, rec):
-                await self._forward(self.data_by_run, run_id, bytes(event.value))
+            await forward.data_event(self, event)
 
     async def _timer(self) -> None:
         assigned = self.app.consumer.assignment()
@@ -406,45 +359,6 @@ class Processor:
         for tp in assigned:
             if tp.topic == self.tick_topic:
                 await self.tick_out.send(key=TICK, value=now, partition=tp.partition)
-
-
-TABLES = ("runstate", "node-index", "dataset-runs", "dataset-last", "baselines")
-
-
-def ensure_internal_topics(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
-    """Create the tick topic and the tables' changelog topics if missing.
-
-    Faust would create the changelogs itself, but a worker that joins its group
-    before the new topics show in the metadata can stall in recovery; creating
-    them first avoids that race.
-
-    Args:
-        settings: Processor settings.
-        kafka: Where Kafka is.
-    """
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    n, app_id = settings.partitions, settings.app_id
-    wanted = {f"{app_id}-tick": {"retention.ms": "3600000"}}
-    wanted.update({f"{app_id}-{t}-changelog": {"cleanup.policy": "compact"} for t in TABLES})
-    admin = AdminClient(dict(kafka.client_config()))  # type: ignore[arg-type]
-    existing = admin.list_topics(timeout=30).topics
-    new = [NewTopic(name, num_partitions=n, replication_factor=1, config=conf)
-           for name, conf in wanted.items() if name not in existing]
-    if not new:
-        return
-    for fut in admin.create_topics(new, operation_timeout=30).values():
-        try:
-            fut.result(timeout=30)
-        except Exception as exc:  # noqa: BLE001 - another worker may have created it
-            if "exist" not in str(exc).lower():
-                raise
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        topics = admin.list_topics(timeout=10).topics
-        if all(name in topics for name in wanted):
-            return
-        time.sleep(0.2)
 
 
 def build(settings: ProcessorSettings, kafka: KafkaSettings) -> Processor:

@@ -34,6 +34,11 @@ class ProcessorSettings(BaseSettings):
             partitions move to the others.
         batch_size: ``stream.take`` batch bound.
         batch_within_s: ``stream.take`` wait bound.
+        stream_buffer_maxsize: Faust's per-stream buffer (events) before the
+            consumer pauses fetching.
+        max_poll_records: Most records one consumer fetch hands over (None: no bound).
+        max_fetch_bytes: Most bytes one consumer fetch may return.
+        sections_log_s: How often a worker logs where its time went (INFO).
         web_enabled: Serve faust's web interface (off by default: several
             workers may share a host).
         web_port: Port of the web interface when enabled (``RUNWATCH_PROCESSOR_WEB_PORT``).
@@ -62,6 +67,10 @@ class ProcessorSettings(BaseSettings):
     session_timeout_s: float = 10.0
     batch_size: int = 500
     batch_within_s: float = 0.05
+    stream_buffer_maxsize: int = 16384
+    max_poll_records: int | None = None
+    max_fetch_bytes: int = 16 * 1024 * 1024
+    sections_log_s: float = 10.0
     web_enabled: bool = False
     web_port: int = Field(default=6066, ge=1, le=65535)
     web_bind: str = "127.0.0.1"

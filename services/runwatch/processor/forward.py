@@ -1,0 +1,122 @@
+"""Re-keying agents of the processor: node samples and data reports forwarded to runs.
+
+Split from :mod:`runwatch.processor.app`. Node samples are decoded to dicts
+(no record objects), nodes that no run owns are skipped at once, and what a
+run's join needs goes out as one compact :class:`~runwatch.core.join_node.NodeAgg`
+per run per batch on ``rw.internal.node-by-run`` (JSON, internal topic).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import TYPE_CHECKING, Any
+
+from runwatch.core import rekey
+from runwatch.core.codec import DecodeError
+from runwatch.core.join_node import NodeAgg, NodeEntry
+from runwatch.core.records import DataQualityReport, NodeSample
+
+if TYPE_CHECKING:
+    from runwatch.processor.app import Processor
+
+AGG_MS = 1_000  # entries of one node for one run within this span collapse to the newest
+FIRST = b"\x00first"  # dataset-last key suffix: a dataset's first report (its reference)
+RECENT = b"\x00recent"  # dataset-last key suffix: its latest reports (JSON list of base64)
+RECENT_MAX = 16
+
+
+def aggregate(entries: list[tuple[str, NodeEntry]]) -> list[NodeAgg]:
+    """Collapse a batch's (run, node entry) pairs into one aggregate per run.
+
+    Per (run, node) only the newest entry per ``AGG_MS`` of event time is kept,
+    plus every older one that carries an XID or uncorrected ECC error; a
+    replayed backlog keeps its history.
+
+    Args:
+        entries: (run id, entry) in arrival order.
+
+    Returns:
+        One :class:`NodeAgg` per run, entries in event-time order.
+
+    """
+    latest: dict[tuple[str, str, int], NodeEntry] = {}
+    keep: dict[str, list[NodeEntry]] = {}
+    for run_id, e in entries:
+        slot = (run_id, e.node, e.at_ms // AGG_MS)
+        prev = latest.get(slot)
+        if prev is not None and rekey.entry_has_errors(prev) and prev.at_ms <= e.at_ms:
+            keep.setdefault(run_id, []).append(prev)
+        if prev is None or prev.at_ms <= e.at_ms:
+            latest[slot] = e
+        elif rekey.entry_has_errors(e):
+            keep.setdefault(run_id, []).append(e)
+    for (run_id, _node, _slot), e in latest.items():
+        keep.setdefault(run_id, []).append(e)
+    return [NodeAgg(run_id, max(e.at_ms for e in es), tuple(sorted(es, key=lambda e: e.at_ms)))
+            for run_id, es in keep.items()]
+
+
+async def node_batch(p: Processor, events: list[Any]) -> None:
+    """Forward a batch of node samples as per-run aggregates."""
+    with p.sections.timed("node.decode", len(events)):
+        decoded = p.codec.decode_many_dicts([bytes(ev.value) if isinstance(
+            ev.value, bytes | bytearray) else b"" for ev in events])
+    pairs: list[tuple[str, NodeEntry]] = []
+    with p.sections.timed("node.route", len(events)):
+        index_cache: dict[str, dict[str, Any]] = {}
+        for event, dec in zip(events, decoded, strict=True):
+            msg = event.message
+            if isinstance(dec, DecodeError) or dec[0] != NodeSample.AVRO_NAME:
+                reason = (f"undecodable: {dec.reason}" if isinstance(dec, DecodeError)
+                          else f"record {dec[0]} not allowed on topic {p._deployed(msg.topic)}")
+                await p._dead(msg.topic, msg.partition, msg.offset, reason, event.value,
+                              event.key)
+                continue
+            d = dec[1]
+            node = d["node"]
+            index = index_cache.get(node)
+            if index is None:
+                raw = p.node_index.get(node.encode())
+                index = index_cache[node] = json.loads(raw) if raw else {}
+            if not index and not any(pr.get("run_id") for g in d["gpus"]
+                                     for pr in g["processes"]):
+                p.counters["unowned"] += 1  # no run owns a GPU here: skip early
+                continue
+            pairs.extend(rekey.node_entries(d, index).items())
+        aggs = aggregate(pairs)
+    with p.sections.timed("node.forward", len(aggs)):
+        for agg in aggs:
+            await p._forward(p.node_by_run, agg.run_id, agg.to_json())
+    p.sections.maybe_log()
+
+
+async def data_event(p: Processor, event: Any) -> None:
+    """Remember a data report per dataset and forward it to the runs consuming it."""
+    msg = event.message
+    rec = p._decode(msg.topic, event.value)
+    if isinstance(rec, str) or not isinstance(rec, DataQualityReport):
+        reason = rec if isinstance(rec, str) else "not a DataQualityReport"
+        await p._dead(msg.topic, msg.partition, msg.offset, reason, event.value, event.key)
+        return
+    value = bytes(event.value)
+    ref = rekey.report_ref(rec).encode()
+    if p.dataset_last.get(ref + FIRST) is None:
+        p.dataset_last[ref + FIRST] = value
+    p.dataset_last[ref] = value
+    raw = p.dataset_last.get(ref + RECENT)
+    recent = [*(json.loads(raw) if raw else []), base64.b64encode(value).decode()]
+    p.dataset_last[ref + RECENT] = json.dumps(recent[-RECENT_MAX:]).encode()
+    index: dict[str, list[str]] = {
+        k.decode(): json.loads(v) for k, v in p.dataset_runs.items() if v
+    }
+    for run_id in rekey.runs_for_report(index, rec):
+        await p._forward(p.data_by_run, run_id, value)
+
+
+def recent_reports(p: Processor, ref: str) -> list[bytes]:
+    """Return a dataset's first report (its reference) and its latest ones, oldest first."""
+    first = p.dataset_last.get(ref.encode() + FIRST)
+    raw = p.dataset_last.get(ref.encode() + RECENT)
+    recent = [base64.b64decode(x) for x in json.loads(raw)] if raw else []
+    return [r for r in ([first] if first not in recent else []) + recent if r is not None]

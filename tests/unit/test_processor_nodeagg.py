@@ -1,0 +1,128 @@
+"""Node samples reduced to compact per-run aggregates (internal topic) and cheap state saves."""
+
+import json
+import math
+import random
+
+import pytest
+
+from runwatch.core import indicators as ind
+from runwatch.core import join, rekey, runstate, scenarios
+from runwatch.core.codec import load_codec
+from runwatch.core.indwatch import HEAVY_EVERY
+from runwatch.core.join_node import NodeAgg, NodeEntry, pct_mean
+from runwatch.core.records import Alert, GpuProcess, GpuSample, NodeSample, Source
+from runwatch.processor.forward import aggregate
+
+SRC = Source(kind="processor", host="h", runwatch_version="0")
+CFG = runstate.RunConfig(source=SRC)
+T0 = 1_700_000_000_000
+
+
+def gpu(i, util=90.0, sm=70.0, xid=None, ecc=0, run=None):
+    procs = (GpuProcess(pid=1, run_id=run, used_mem_bytes=1),) if run else ()
+    return GpuSample(index=i, uuid=f"g{i}", util_pct=util, sm_active_pct=sm, mem_used_bytes=1,
+                     mem_total_bytes=2, power_w=1.0, temp_c=1.0, sm_clock_mhz=1,
+                     mem_clock_mhz=1, throttle_reasons=0, ecc_corrected=0,
+                     ecc_uncorrected=ecc, xid=xid, processes=procs)
+
+
+def sample(gpus, node="n0", at=T0):
+    return NodeSample(event_id="e", run_id=None, emitted_at_ms=at, source=SRC, seq=0, node=node,
+                      cpu_pct=1.0, mem_used_bytes=1, mem_total_bytes=2, disk_read_bps=0.0,
+                      disk_write_bps=0.0, net_rx_bps=0.0, net_tx_bps=0.0, gpus=tuple(gpus))
+
+
+@pytest.mark.parametrize(("gpus", "index"), [
+    ([gpu(i) for i in range(8)], {"a": [0, 1, 2, 3], "b": [4, 5, 6, 7]}),
+    ([gpu(0, run="c"), gpu(1)], {"a": []}),
+    ([gpu(i, run="x") for i in range(4)], {}),
+    ([gpu(0), gpu(1)], {"a": [1], "b": []}),
+])
+def test_dict_routing_equals_record_routing(gpus, index) -> None:
+    codec = load_codec()
+    rec = sample(gpus)
+    _, d = codec.decode_dict(codec.encode(rec))
+    assert rekey.route_gpus(d["gpus"], index) == rekey.route_node_sample(rec, index)
+    entries = rekey.node_entries(d, index)
+    routes = rekey.route_node_sample(rec, index)
+    assert {r: [g[0] for g in e.gpus] for r, e in entries.items()} == {
+        r: g for r, g in routes.items() if g}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pct_mean_equals_the_indicator(seed) -> None:
+    rng = random.Random(seed)
+    xs = [rng.choice([rng.uniform(-10, 120), math.nan]) for _ in range(rng.randint(0, 8))]
+    want, got = ind.gpu_utilization(xs), pct_mean(xs)
+    assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, abs=1e-12)
+
+
+def test_node_agg_json_roundtrip_and_bad_payloads() -> None:
+    agg = NodeAgg("r", T0 + 5, (NodeEntry("n0", T0, ((0, 90.0, None, 0, 0, 0),)),
+                                NodeEntry("n1", T0 + 5, ((3, 50.0, 40.0, 1, 79, 2),))))
+    assert NodeAgg.from_json(agg.to_json()) == agg
+    assert NodeAgg.from_dict(agg.to_dict()) == agg
+    for bad in (b"{}", b'{"v":2,"run":"r","n":[]}', b'{"v":1,"run":"r","n":[]}',
+                b'{"v":1,"run":"r","n":[["n",1,[[1,2]]]]}', b"{nope"):
+        with pytest.raises(ValueError, match="node aggregate"):
+            NodeAgg.from_json(bad)
+
+
+def test_aggregate_keeps_newest_per_slot_and_every_error() -> None:
+    ok = ((0, 90.0, 70.0, 0, 0, 0),)
+    err = ((0, 90.0, 70.0, 0, 79, 0),)
+    pairs = [("r", NodeEntry("n0", T0, err)), ("r", NodeEntry("n0", T0 + 100, ok)),
+             ("r", NodeEntry("n0", T0 + 200, ok)), ("r", NodeEntry("n1", T0 + 50, ok)),
+             ("s", NodeEntry("n0", T0 + 1500, ok))]
+    got = {a.run_id: [(e.node, e.at_ms) for e in a.nodes] for a in aggregate(pairs)}
+    assert got == {"r": [("n0", T0), ("n1", T0 + 50), ("n0", T0 + 200)],
+                   "s": [("n0", T0 + 1500)]}
+
+
+@pytest.mark.parametrize("kind", ["gpu_occupancy", "healthy"])
+def test_scenario_alerts_are_the_same_through_node_aggregates(kind) -> None:
+    """The join gives the same alerts for full node samples and their compact aggregates."""
+    codec = load_codec()
+    events = scenarios.build(kind, "run-x", T0)
+
+    def play(convert):
+        st, outs, index = runstate.new_state("run-x"), [], {}
+        for e in events:
+            if isinstance(e, NodeSample) and convert:
+                _, d = codec.decode_dict(codec.encode(e))
+                ent = rekey.node_entries(d, index.get(e.node, {}))
+                if "run-x" not in ent:
+                    continue
+                e = NodeAgg("run-x", e.emitted_at_ms, (ent["run-x"],))  # noqa: PLW2901
+            elif not isinstance(e, NodeSample) and e.AVRO_NAME.endswith("JobEvent"):
+                rekey.apply_job_event(index, e)
+            st, o = join.step(st, e, e.emitted_at_ms, CFG)
+            outs += o
+        return [(a.detector, a.probable_cause, a.status) for a in outs if isinstance(a, Alert)]
+
+    exp = scenarios.EXPECTED[kind]
+    want = [] if exp.detector is None else [(exp.detector, exp.probable_cause, "firing")]
+    assert play(False) == want
+    assert play(True) == want
+
+
+@pytest.mark.parametrize("updates", [1, HEAVY_EVERY - 1, HEAVY_EVERY, 3 * HEAVY_EVERY + 2])
+def test_detector_snapshot_lags_at_most_heavy_every_and_gates_are_exact(updates) -> None:
+    """Gates are written on every save; detector snapshots only every HEAVY_EVERY updates."""
+    spec = CFG.specs["loader_share"]
+    st = runstate.new_state("r")
+    w = runstate.watch_of(st, CFG, "loader_share", None)
+    rng = random.Random(updates)
+    runstate.dumps(st)  # first save: snapshot at 0 updates
+    states = [w.to_state()]
+    for _ in range(updates):
+        w.update(rng.uniform(0.05, 0.5), spec)
+        states.append(w.to_state())
+        saved = json.loads(runstate.dumps(st))["watches"]["loader_share"]
+        assert saved["w"] == w.gate.to_state()
+        lag = next(i for i, s in enumerate(reversed(states))
+                   if {k: s[k] for k in ("z", "t", "a")} == {k: saved[k] for k in ("z", "t", "a")})
+        assert lag < HEAVY_EVERY
+    back = runstate.loads(runstate.dumps(st))
+    assert runstate.watch_of(back, CFG, "loader_share", None).gate.to_state() == w.gate.to_state()
