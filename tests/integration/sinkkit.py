@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from runwatch.adapters import clickhouse as ch
 from runwatch.adapters.settings import ClickHouseSettings
+from runwatch.adapters.topics import ensure_topics
 from runwatch.core.codec import load_codec
 from runwatch.core.retention import RetentionRules, parse_rules
 from runwatch.core.rows import Origin, record_rows
+from runwatch.core.topics import load_topics
+from runwatch.sink.settings import default_topics
 from runwatch.sink.synth import TOPIC_OF, Event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,10 +99,28 @@ def migrate(store_url: str, db: str, rules: RetentionRules | None = None) -> Any
     return client
 
 
-def make_topics(fresh_topic: Any, partitions: int = 4) -> dict[str, str]:
-    """Map each default topic name to a fresh topic."""
-    names = sorted(set(TOPIC_OF.values()) | {"rw.dlq"})
-    return {n: fresh_topic(partitions=partitions, prefix=n) for n in names}
+def make_topics(bootstrap: str, partitions: int = 4) -> dict[str, str]:
+    """Create the sink's topics of schemas/topics.yaml under a fresh prefix.
+
+    Uses the shared provisioning helper (``ensure_topics``); returns
+    ``{map name: broker name}``. Delete them with :func:`delete_topics`.
+    """
+    wanted = set(default_topics())
+    specs = [s for s in load_topics().values() if s.name in wanted]
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    ensure_topics(
+        {"bootstrap.servers": bootstrap}, prefix=prefix, specs=specs, partitions=partitions
+    )
+    return {s.name: prefix + s.name for s in specs}
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for name, fut in admin.delete_topics(names, operation_timeout=30).items():
+        try:
+            fut.result(timeout=30)
+        except Exception as exc:  # noqa: BLE001 - cleanup must not mask the test result
+            print(f"could not delete topic {name}: {exc}")
 
 
 def publish(
@@ -107,7 +129,7 @@ def publish(
     events: list[Event],
     garbage: int = 0,
     duplicates: int = 0,
-) -> None:
+) -> list[bytes]:
     codec = load_codec()
     producer = Producer(
         {
@@ -132,6 +154,7 @@ def publish(
     for i in range(garbage):
         producer.produce(topics["rw.exec.job"], value=b"\x00garbage" + bytes([i % 256]), key=b"x")
     assert producer.flush(60) == 0
+    return encoded
 
 
 def expected_counts(events: list[Event]) -> Counter[str]:

@@ -7,7 +7,9 @@ benchmarks/sink.py runs the 1M.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 from sinkkit import (
     SinkProc,
     Store,
+    delete_topics,
     expected_counts,
     make_topics,
     migrate,
@@ -23,7 +26,10 @@ from sinkkit import (
     table_counts,
 )
 
-from runwatch.sink.synth import mixed_events
+from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
+from runwatch.sink.service import Sink
+from runwatch.sink.settings import SinkSettings
+from runwatch.sink.synth import Event, mixed_events
 
 pytestmark = pytest.mark.integration
 EVENTS = int(os.environ.get("RUNWATCH_SINK_TEST_EVENTS", "60000"))
@@ -37,6 +43,14 @@ def own_store(tmp_path: Path):
     store.stop()
 
 
+@pytest.fixture
+def sink_topics(stack):
+    """The sink's topics from schemas/topics.yaml, created by ensure_topics under a fresh prefix."""
+    topics = make_topics(stack.bootstrap_servers)
+    yield topics
+    delete_topics(stack.bootstrap_servers, list(topics.values()))
+
+
 def _wait(cond, timeout: float, what: str, step: float = 1.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -47,11 +61,11 @@ def _wait(cond, timeout: float, what: str, step: float = 1.0) -> None:
 
 
 def test_sink_exact_counts_through_kill9_and_store_outage(
-    stack, fresh_topic, own_store, tmp_path: Path
+    stack, sink_topics, own_store, tmp_path: Path
 ) -> None:
     db = f"t_{uuid.uuid4().hex[:10]}"
     client = migrate(own_store.url, db)
-    topics = make_topics(fresh_topic)
+    topics = sink_topics
     runs = 20
     ticks = max(10, EVENTS // (runs * 3))
     events = mixed_events(
@@ -117,3 +131,58 @@ def test_sink_exact_counts_through_kill9_and_store_outage(
     ).result_rows
     assert {o: c for o, c, _s, _g in summaries} == {"failed": 7, "succeeded": 13}
     assert all(s == ticks - 1 and g > 0 for _o, _c, s, g in summaries)
+
+
+@pytest.mark.parametrize("bad_at", [(3,), (0, 1, 17)])
+def test_rows_clickhouse_rejects_are_dead_lettered_and_the_rest_stored(
+    stack, sink_topics, own_store, bad_at: tuple[int, ...]
+) -> None:
+    """step_ms < 0 passes the sink's own checks but violates a CONSTRAINT (code 469).
+
+    Uses its own store: a store process started before the chDB insert fix
+    drops such a block silently instead of raising.
+    """
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(own_store.url, db)
+    events = mixed_events(seed=5, runs=2, ticks=12, start_ms=int(time.time() * 1000) - 600_000)
+    steps = [i for i, e in enumerate(events) if e.kind == "StepTiming"]
+    bad = {steps[i] for i in bad_at}
+    events = [
+        Event(e.kind, e.key, dataclasses.replace(e.record, step_ms=-5.0)) if i in bad else e
+        for i, e in enumerate(events)
+    ]
+    expected = expected_counts(events)
+    encoded = publish(stack.bootstrap_servers, sink_topics, events)
+    stop = threading.Event()
+    sink = Sink(
+        SinkSettings(group_id=f"sink-{uuid.uuid4().hex[:8]}", topics=tuple(sink_topics.values())),
+        KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
+        ClickHouseSettings(url=own_store.url, database=db),
+        stop,
+    )
+    worker = threading.Thread(target=sink.run)
+    worker.start()
+    try:
+        want = dict(expected, step_timings=expected["step_timings"] - len(bad))
+        _wait(lambda: table_counts(client, db, sorted(want)) == want, 40, f"rows {want}", step=0.5)
+        _wait(
+            lambda: table_counts(client, db, ["dead_letters"])["dead_letters"] == len(bad),
+            60,
+            "dead letters",
+            step=0.5,
+        )
+    finally:
+        stop.set()
+        worker.join(60)
+    assert not worker.is_alive()
+    dead = client.query(
+        f"SELECT stage, target_table, reason, original, event_id FROM {db}.dead_letters"
+    ).result_rows
+    assert {(stage, table) for stage, table, *_ in dead} == {("insert", "step_timings")}
+    assert all("469" in reason and "step_ms_sane" in reason for _s, _t, reason, *_ in dead)
+    originals = {bytes(original, "latin-1") if isinstance(original, str) else original
+                 for *_x, original, _e in dead}
+    assert originals == {encoded[i] for i in bad}
+    stored = {r[0] for r in client.query(f"SELECT event_id FROM {db}.step_timings").result_rows}
+    assert stored.isdisjoint({events[i].record.event_id for i in bad})
+    assert sink.stats["dead_letters"] == len(bad)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from runwatch.core.rows import Origin
-from runwatch.sink.batch import SeenEvents, dedup_token, should_skip
+from runwatch.sink.batch import FlushBatch, SeenEvents, dedup_token, should_skip
 
 
 @pytest.mark.parametrize(
@@ -20,8 +20,32 @@ from runwatch.sink.batch import SeenEvents, dedup_token, should_skip
     ],
 )
 def test_dedup_token_follows_offset_ranges(a: list[Origin], b: list[Origin], same: bool) -> None:
-    assert (dedup_token("gpu_samples", a) == dedup_token("gpu_samples", b)) is same
-    assert dedup_token("gpu_samples", a) != dedup_token("host_samples", a)
+    rows_a = [("x", o.topic, o.partition, o.offset) for o in a]
+    rows_b = [("y", o.topic, o.partition, o.offset) for o in b]
+    assert (dedup_token("gpu_samples", rows_a) == dedup_token("gpu_samples", rows_b)) is same
+    assert dedup_token("gpu_samples", rows_a) != dedup_token("host_samples", rows_a)
+
+
+@pytest.mark.parametrize(
+    ("lost", "left", "offsets"),
+    [
+        (set(), 4, {("t", 0): 3, ("t", 1): 9}),
+        ({("t", 0)}, 1, {("t", 1): 9}),
+        ({("t", 0), ("t", 1)}, 0, {}),
+        ({("u", 0)}, 4, {("t", 0): 3, ("t", 1): 9}),
+    ],
+)
+def test_flush_batch_drops_revoked_partitions(
+    lost: set[tuple[str, int]], left: int, offsets: dict[tuple[str, int], int]
+) -> None:
+    batch = FlushBatch()
+    for table, part, off in [("a", 0, 1), ("a", 0, 2), ("b", 0, 2), ("a", 1, 8)]:
+        batch.add(table, ("row", "t", part, off))
+    batch.offsets.update({("t", 0): 3, ("t", 1): 9})
+    batch.drop_partitions(lost)
+    assert batch.rows == left == sum(len(r) for r in batch.tables.values())
+    assert batch.offsets == offsets
+    assert all((r[1], r[2]) not in lost for rows in batch.tables.values() for r in rows)
 
 
 def test_seen_events_tells_replays_from_duplicates() -> None:
@@ -39,3 +63,14 @@ def test_watermark_skip(offset: int, skip: bool) -> None:
     marks = {("gpu_samples", "rw.exec.node", 2): 10}
     assert should_skip(marks, "gpu_samples", Origin("rw.exec.node", 2, offset)) is skip
     assert not should_skip(marks, "host_samples", Origin("rw.exec.node", 2, offset))
+
+
+def test_sink_topics_come_from_the_topic_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runwatch.core.topics import load_topics
+    from runwatch.sink.settings import SinkSettings
+
+    monkeypatch.delenv("RUNWATCH_SINK_TOPICS", raising=False)
+    specs = load_topics().values()
+    assert SinkSettings().topic_list() == tuple(s.name for s in specs if not s.internal)
+    assert not any(s.internal and s.name in SinkSettings().topic_list() for s in specs)
+    assert SinkSettings(topics=("a", "b")).topic_list() == ("a", "b")

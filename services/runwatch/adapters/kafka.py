@@ -25,7 +25,8 @@ How records reach the spool (the design choice):
   When the spool is empty again the transport returns to direct mode.
 
 Consumer side (:class:`BatchConsumer`): subscribe, poll batches, commit the
-offsets you processed explicitly.
+offsets you processed explicitly, pause/resume for backpressure, rebalance
+callbacks.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -457,11 +458,20 @@ class _Closed:
         return 0
 
 
+Partitions = list[TopicPartition]
+RebalanceCallback = Callable[[Partitions], None]
+
+
 class BatchConsumer:
     """A generic Kafka consumer with explicit commits.
 
     ``enable.auto.commit`` is off: call :meth:`commit` with the messages you
-    have processed (their offsets + 1 are committed per partition).
+    have processed (their offsets + 1 are committed per partition), or
+    :meth:`commit_offsets` with the next offsets to read. :meth:`pause` and
+    :meth:`resume` stop and restart fetching on every assigned partition
+    (backpressure; polling a paused consumer keeps its group membership), and
+    ``on_assign``/``on_revoke`` are called on rebalances from inside
+    :meth:`poll_batch`, on the polling thread.
     """
 
     def __init__(
@@ -471,6 +481,8 @@ class BatchConsumer:
         topics: Sequence[str],
         *,
         extra: dict[str, Any] | None = None,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
     ) -> None:
         """Create the consumer and subscribe.
 
@@ -479,6 +491,9 @@ class BatchConsumer:
             group_id: Consumer group.
             topics: Topics to subscribe to.
             extra: More librdkafka settings (override the defaults).
+            on_assign: Called with the partitions assigned by a rebalance.
+            on_revoke: Called with the partitions revoked (or lost) by a
+                rebalance, before they go to another member.
 
         """
         conf: dict[str, Any] = dict(kafka.client_config())
@@ -492,7 +507,28 @@ class BatchConsumer:
         )
         conf.update(extra or {})
         self._consumer = Consumer(conf)
-        self._consumer.subscribe(list(topics))
+        self._paused = False
+        self._user_assign = on_assign
+        self._user_revoke = on_revoke
+        if on_assign is None and on_revoke is None:
+            self._consumer.subscribe(list(topics))
+        else:
+            self._consumer.subscribe(
+                list(topics),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_revoke,
+            )
+
+    def _on_assign(self, consumer: Consumer, parts: Partitions) -> None:
+        if self._paused and parts:
+            consumer.pause(parts)  # stay paused across a rebalance
+        if self._user_assign is not None:
+            self._user_assign(list(parts))
+
+    def _on_revoke(self, _consumer: Consumer, parts: Partitions) -> None:
+        if self._user_revoke is not None:
+            self._user_revoke(list(parts))
 
     def poll_batch(self, max_records: int = 500, timeout: float = 1.0) -> list[Message]:
         """Return up to ``max_records`` messages (errors are logged and skipped).
@@ -513,7 +549,8 @@ class BatchConsumer:
                 if err.fatal():
                     msg = f"fatal consumer error: {err}"
                     raise KafkaException(err) from RuntimeError(msg)
-                logger.warning("consumer error: %s", err)
+                if err.code() != KafkaError._PARTITION_EOF:
+                    logger.warning("consumer error: %s", err)
                 continue
             out.append(m)
         return out
@@ -531,12 +568,54 @@ class BatchConsumer:
             topic, part, off = m.topic(), m.partition(), m.offset()
             if topic is None or part is None or off is None:
                 continue
-            best[(topic, part)] = max(best.get((topic, part), -1), off)
-        if not best:
+            best[(topic, part)] = max(best.get((topic, part), -1), off + 1)
+        self.commit_offsets(best, asynchronous=asynchronous)
+
+    def commit_offsets(
+        self, offsets: Mapping[tuple[str, int], int], *, asynchronous: bool = False
+    ) -> None:
+        """Commit explicit positions.
+
+        Args:
+            offsets: ``{(topic, partition): next offset to read}`` (the last
+                processed offset + 1, Kafka's convention).
+            asynchronous: Do not wait for the broker's answer.
+
+        """
+        if not offsets:
             return
-        offsets = [TopicPartition(t, p, o + 1) for (t, p), o in best.items()]
+        parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         consumer: Any = self._consumer
-        consumer.commit(offsets=offsets, asynchronous=asynchronous)
+        consumer.commit(offsets=parts, asynchronous=asynchronous)
+
+    def assignment(self) -> Partitions:
+        """Return the partitions currently assigned to this member."""
+        return list(self._consumer.assignment())
+
+    @property
+    def paused(self) -> bool:
+        """Whether :meth:`pause` is in effect."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Stop fetching from every assigned partition (also those assigned later).
+
+        Keep calling :meth:`poll_batch` meanwhile: it returns nothing new but
+        serves rebalances and keeps the membership.
+        """
+        if not self._paused:
+            self._paused = True
+            parts = self._consumer.assignment()
+            if parts:
+                self._consumer.pause(parts)
+
+    def resume(self) -> None:
+        """Resume fetching on every assigned partition, from the consumed position."""
+        if self._paused:
+            self._paused = False
+            parts = self._consumer.assignment()
+            if parts:
+                self._consumer.resume(parts)
 
     def close(self) -> None:
         """Leave the group and close."""

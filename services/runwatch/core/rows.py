@@ -82,37 +82,45 @@ def _node(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
             ),
         )
     ]
+    eid, ts, node = r["event_id"], r["emitted_at_ms"], r["node"]
+    append = out.append
     for g in gpus:
-        procs = g.get("processes") or ()
-        gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
-        out.append(
+        procs = g.get("processes")
+        if procs:
+            gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
+            nprocs = len(procs)
+            pmem = sum(p.get("used_mem_bytes", 0) for p in procs)
+        else:
+            gpu_run, nprocs, pmem = run, 0, 0
+        get = g.get
+        append(
             (
                 "gpu_samples",
                 (
-                    r["event_id"],
-                    r["emitted_at_ms"],
-                    r["node"],
+                    eid,
+                    ts,
+                    node,
                     g["index"],
                     g["uuid"],
                     gpu_run,
                     g["util_pct"],
-                    g.get("sm_active_pct"),
+                    get("sm_active_pct"),
                     g["mem_used_bytes"],
                     g["mem_total_bytes"],
                     g["power_w"],
                     g["temp_c"],
-                    g.get("sm_clock_mhz", 0),
-                    g.get("mem_clock_mhz", 0),
-                    g.get("throttle_reasons", 0),
-                    g.get("ecc_corrected", 0),
-                    g.get("ecc_uncorrected", 0),
-                    g.get("xid"),
-                    g.get("pcie_rx_bps"),
-                    g.get("pcie_tx_bps"),
-                    g.get("nvlink_rx_bps"),
-                    g.get("nvlink_tx_bps"),
-                    len(procs),
-                    sum(p.get("used_mem_bytes", 0) for p in procs),
+                    get("sm_clock_mhz", 0),
+                    get("mem_clock_mhz", 0),
+                    get("throttle_reasons", 0),
+                    get("ecc_corrected", 0),
+                    get("ecc_uncorrected", 0),
+                    get("xid"),
+                    get("pcie_rx_bps"),
+                    get("pcie_tx_bps"),
+                    get("nvlink_rx_bps"),
+                    get("nvlink_tx_bps"),
+                    nprocs,
+                    pmem,
                     *tail,
                 ),
             )

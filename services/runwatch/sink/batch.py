@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,37 +30,71 @@ Row = tuple[Any, ...]
 
 
 @dataclass(slots=True)
-class Pending:
-    """Rows of one table waiting for an insert, with where each came from."""
+class FlushBatch:
+    """Everything consumed since the previous flush, handed to the writer as one unit.
 
-    rows: list[Row] = field(default_factory=list)
-    origins: list[Origin] = field(default_factory=list)
-    raw: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    Attributes:
+        seq: Sequence number (batches are written and committed in this order).
+        tables: Rows per table; every row ends with its Kafka topic/partition/offset.
+        offsets: ``{(topic, partition): next offset}`` to commit once every
+            row of this batch (and of every earlier batch) is stored.
+        messages: The consumed messages (their bytes go into dead letters).
+        ended_runs: Runs that reached a terminal state (summaries to rewrite).
+    """
 
-    def add(self, row: Row, origin: Origin, value: bytes, key: bytes | None) -> None:
-        """Append a row."""
-        self.rows.append(row)
-        self.origins.append(origin)
-        self.raw.append((value, key))
+    seq: int = 0
+    tables: dict[str, list[Row]] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    messages: list[Any] = field(default_factory=list)
+    ended_runs: set[str] = field(default_factory=set)
+    rows: int = 0
+
+    def add(self, table: str, row: Row) -> None:
+        """Append a row to its table."""
+        rows = self.tables.get(table)
+        if rows is None:
+            rows = self.tables[table] = []
+        rows.append(row)
+        self.rows += 1
+
+    def drop_partitions(self, lost: set[tuple[str, int]]) -> None:
+        """Forget the rows and offsets of partitions this member no longer owns."""
+        for table, rows in self.tables.items():
+            self.tables[table] = [r for r in rows if (r[-3], r[-2]) not in lost]
+        self.rows = sum(len(r) for r in self.tables.values())
+        for key in lost:
+            self.offsets.pop(key, None)
+
+    def raw_of(self, topic: str, partition: int, offset: int) -> tuple[bytes, bytes | None]:
+        """Return the original value and key of a consumed message (b'' when unknown)."""
+        for m in self.messages:
+            if m.offset() == offset and m.partition() == partition and m.topic() == topic:
+                return m.value() or b"", m.key()
+        return b"", None
 
 
-def dedup_token(table: str, origins: list[Origin]) -> str:
+def dedup_token(table: str, rows: Sequence[Row]) -> str:
     """Return the insert deduplication token of a batch.
 
     Args:
         table: Target table.
-        origins: Kafka coordinates of the batch's rows.
+        rows: The batch; each row ends with its Kafka topic, partition, offset.
 
     Returns:
         ``table`` plus a digest of the per-partition offset ranges and row count.
     """
     ranges: dict[tuple[str, int], list[int]] = {}
-    for o in origins:
-        lo_hi = ranges.setdefault((o.topic, o.partition), [o.offset, o.offset])
-        lo_hi[0] = min(lo_hi[0], o.offset)
-        lo_hi[1] = max(lo_hi[1], o.offset)
+    for r in rows:
+        off = r[-1]
+        lo_hi = ranges.get((r[-3], r[-2]))
+        if lo_hi is None:
+            ranges[(r[-3], r[-2])] = [off, off]
+        elif off > lo_hi[1]:
+            lo_hi[1] = off
+        elif off < lo_hi[0]:
+            lo_hi[0] = off
     text = ";".join(f"{t}/{p}/{lo}-{hi}" for (t, p), (lo, hi) in sorted(ranges.items()))
-    digest = hashlib.sha256(f"{text}#{len(origins)}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{text}#{len(rows)}".encode()).hexdigest()[:32]
     return f"{table}:{digest}"
 
 

@@ -1,12 +1,16 @@
 """``runwatch sink``: Kafka rw.* topics → ClickHouse raw tables.
 
-Loop: poll → decode (fast dict path) → rows per table → flush by size or
-time → commit offsets only after every table's insert succeeded. ClickHouse
-unavailable → pause the partitions, retry with exponential backoff (polling
-keeps the group membership), resume. A batch ClickHouse rejects is split in
-halves until the bad rows are isolated; those go to ``dead_letters`` with the
-error and the rest is stored. Undecodable records go to ``dead_letters`` too.
-See :mod:`runwatch.sink.batch` for idempotency.
+Two threads. The consuming thread polls (:class:`BatchConsumer`), decodes
+(fast dict path), maps records to rows per table and, by size or time, hands
+the rows consumed since the last flush to the :class:`~runwatch.sink.writer.Writer`
+thread, which inserts them while the next batch is consumed. Offsets are
+committed (from the consuming thread) only after the writer stored every batch
+up to them; batches are written strictly in order. When the writer's bounded
+queue is full (ClickHouse slow or down) the consumer pauses its partitions and
+keeps polling only to keep the group membership; it resumes when there is room.
+On a rebalance the consumer waits for the writer to finish, commits, and drops
+the not yet flushed rows of the revoked partitions (the next owner re-reads
+them). See :mod:`runwatch.sink.batch` for idempotency.
 """
 
 from __future__ import annotations
@@ -17,18 +21,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from runwatch.adapters import clickhouse as ch
+from runwatch.adapters.kafka import BatchConsumer
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.core.codec import DecodeError, load_codec
 from runwatch.core.rows import COLUMNS, Origin, RowError, check_row, dead_letter_row, rows_for
-from runwatch.sink.batch import Pending, SeenEvents, dedup_token, should_skip
+from runwatch.sink.batch import FlushBatch, SeenEvents
 from runwatch.sink.settings import SinkSettings
+from runwatch.sink.writer import Writer, WriterStopped
 
 logger = logging.getLogger(__name__)
 
-_TERMINAL = {"succeeded", "failed", "cancelled"}
+_TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 _STATE = COLUMNS["job_events"].index("state")
 _RUN = COLUMNS["job_events"].index("run_id")
 SUMMARY_SQL = Path(__file__).resolve().parents[3] / "schemas" / "clickhouse" / "summary"
@@ -48,87 +54,88 @@ class Sink:
         clickhouse: ClickHouseSettings,
         stop: threading.Event | None = None,
     ) -> None:
-        """Wire the consumer, the codec and the ClickHouse client."""
+        """Wire the consumer, the codec, the ClickHouse client and the writer thread."""
         self.settings = settings
         self.db = clickhouse.database
         self.stop = stop or threading.Event()
         self.codec = load_codec()
         self.clickhouse = clickhouse
         self.client: Any = None
-        self.pending: dict[str, Pending] = {}
-        self.consumed: dict[tuple[str, int], int] = {}
-        self.watermarks: dict[tuple[str, str, int], int] = {}
+        self.batch = FlushBatch()
+        self.seq = 0
+        # (topic, partition) -> {table: largest stored offset}
+        self.watermarks: dict[tuple[str, int], dict[str, int]] = {}
         self.refresh_marks = True
         self.seen = SeenEvents(settings.dedup_window)
-        self.ended_runs: set[str] = set()
         self.first_pending_ms: int | None = None
-        self.stats = {"messages": 0, "rows": 0, "dead_letters": 0, "duplicates": 0, "skipped": 0}
+        self.counts = {"messages": 0, "dead_letters": 0, "duplicates": 0, "skipped": 0}
         summary = settings.summary_sql or SUMMARY_SQL / "run_summary.sql"
-        self.summary_sql = summary.read_text(encoding="utf-8").replace("${db}", self.db)
-        conf: dict[str, Any] = dict(kafka.client_config())
-        conf.update(
-            {
-                "group.id": settings.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "max.poll.interval.ms": 600_000,
-            }
+        summary_sql = summary.read_text(encoding="utf-8").replace("${db}", self.db)
+        self.writer = Writer(settings, self._new_client, self.db, summary_sql, self.stop)
+        self.consumer = BatchConsumer(
+            kafka,
+            settings.group_id,
+            list(settings.topic_list()),
+            extra={"max.poll.interval.ms": 600_000},
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
         )
-        self.consumer = Consumer(conf)
-        self.consumer.subscribe(
-            list(settings.topic_list()), on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: messages, rows stored, dead letters, duplicates, skipped."""
+        w = self.writer.stats
+        return {
+            **self.counts,
+            "rows": w["rows"],
+            "dead_letters": self.counts["dead_letters"] + w["dead_letters"],
+        }
 
     # ---------------------------------------------------------------- group
-    def _on_assign(self, _consumer: Consumer, _parts: list[TopicPartition]) -> None:
+    def _on_assign(self, _parts: list[TopicPartition]) -> None:
         self.refresh_marks = True
 
-    def _on_revoke(self, _consumer: Consumer, parts: list[TopicPartition]) -> None:
-        # Flushing here would block the rebalance; uncommitted rows are re-read
-        # by the next owner and the high-water marks keep them exact.
-        lost = {(p.topic, p.partition) for p in parts}
-        for pend in self.pending.values():
-            keep = [i for i, o in enumerate(pend.origins) if (o.topic, o.partition) not in lost]
-            pend.rows = [pend.rows[i] for i in keep]
-            pend.origins = [pend.origins[i] for i in keep]
-            pend.raw = [pend.raw[i] for i in keep]
-        for key in lost:
-            self.consumed.pop(key, None)
+    def _on_revoke(self, parts: list[TopicPartition]) -> None:
+        # Whatever the writer holds is stored (or given up) before the next
+        # owner reads the high-water marks; unflushed rows are re-read by it.
+        self.writer.wait_idle()
+        self._commit()
+        self.batch.drop_partitions({(p.topic, p.partition) for p in parts})
 
     # ---------------------------------------------------------------- client
-    def _client(self) -> Any:
-        if self.client is None:
-            self.client = ch.make_client(self.clickhouse, database="")
-        return self.client
+    def _new_client(self) -> Any:
+        return ch.make_client(self.clickhouse, database="")
 
-    def _with_retry(self, what: str, fn: Any) -> Any:
-        """Run ``fn`` until ClickHouse answers, pausing consumption meanwhile."""
+    def _read_watermarks(self) -> None:
+        """Read the stored high-water marks, pausing consumption while ClickHouse is away."""
         delay = self.settings.backoff_initial_s
-        paused: list[TopicPartition] = []
-        try:
-            while True:
-                try:
-                    return fn()
-                except ch.ClickHouseUnavailable as exc:
-                    if not paused:
-                        paused = list(self.consumer.assignment())
-                        self.consumer.pause(paused)
-                    logger.warning(
-                        "ClickHouse unavailable during %s (%s); retry in %.1fs",
-                        what,
-                        str(exc)[:200],
-                        delay,
-                    )
-                    self.client = None
-                    deadline = time.monotonic() + delay
-                    while time.monotonic() < deadline:
-                        self.consumer.poll(0.1)  # paused: keeps the group membership only
-                        if self.stop.is_set():
-                            raise
-                    delay = min(delay * 2, self.settings.backoff_max_s)
-        finally:
-            if paused:
-                self.consumer.resume(paused)
+        while True:
+            try:
+                if self.client is None:
+                    self.client = self._new_client()
+                marks = ch.read_watermarks(self.client, self.db)
+                break
+            except ch.ClickHouseUnavailable as exc:
+                logger.warning(
+                    "ClickHouse unavailable during read watermarks (%s); retry in %.1fs",
+                    str(exc)[:200],
+                    delay,
+                )
+                self.client = None
+                was_paused = self.consumer.paused
+                self.consumer.pause()
+                deadline = time.monotonic() + delay
+                while time.monotonic() < deadline:
+                    self._take(self.consumer.poll_batch(self.settings.poll_records, 0.1))
+                    if self.stop.is_set():
+                        raise
+                if not was_paused:
+                    self.consumer.resume()
+                delay = min(delay * 2, self.settings.backoff_max_s)
+        by_tp: dict[tuple[str, int], dict[str, int]] = {}
+        for (table, topic, part), off in marks.items():
+            by_tp.setdefault((topic, part), {})[table] = off
+        self.watermarks = by_tp
 
     # ---------------------------------------------------------------- intake
     def _dead(
@@ -144,132 +151,112 @@ class Sink:
             original=value,
             key=key,
         )
-        self.pending.setdefault("dead_letters", Pending()).add(row, origin, value, key)
-        self.stats["dead_letters"] += 1
+        self.batch.add("dead_letters", row)
+        self.counts["dead_letters"] += 1
 
-    def _take(self, msg: Message) -> None:
-        origin = Origin(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))
-        value: bytes = msg.value() or b""
-        key: bytes | None = msg.key()
-        self.stats["messages"] += 1
-        self.consumed[(origin.topic, origin.partition)] = origin.offset
-        try:
-            name, record = self.codec.decode_dict(value)
-            rows = rows_for(name, record, origin)
-        except DecodeError as exc:
-            self._dead(origin, "decode", "", exc.reason, value, key)
+    def _take(self, msgs: list[Message]) -> None:
+        """Decode and map consumed messages into the current batch."""
+        if not msgs:
             return
-        except RowError as exc:
-            self._dead(origin, "map", "", str(exc), value, key)
-            return
-        if self.seen.is_duplicate(str(record.get("event_id")), origin):
-            self.stats["duplicates"] += 1
-            return
+        batch = self.batch
+        batch.messages.extend(msgs)
+        offsets = batch.offsets
+        marks_of = self.watermarks
+        seen = self.seen
+        add = batch.add
         now = _now_ms()
-        for table, row in rows:
-            if should_skip(self.watermarks, table, origin):
-                self.stats["skipped"] += 1
+        values = [m.value() or b"" for m in msgs]
+        decoded = self.codec.decode_many_dicts(values)
+        self.counts["messages"] += len(msgs)
+        for msg, value, item in zip(msgs, values, decoded, strict=True):
+            topic, part, off = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
+            offsets[(topic, part)] = off + 1
+            origin = Origin(topic, part, off)
+            if isinstance(item, DecodeError):
+                self._dead(origin, "decode", "", item.reason, value, msg.key())
                 continue
-            reason = check_row(table, row, now)
-            if reason is not None:
-                self._dead(origin, "validate", table, reason, value, key)
+            name, record = item
+            try:
+                rows = rows_for(name, record, origin)
+            except RowError as exc:
+                self._dead(origin, "map", "", str(exc), value, msg.key())
                 continue
-            self.pending.setdefault(table, Pending()).add(row, origin, value, key)
-            if table == "job_events" and row[_STATE] in _TERMINAL:
-                self.ended_runs.add(str(row[_RUN]))
+            if seen.is_duplicate(str(record.get("event_id")), origin):
+                self.counts["duplicates"] += 1
+                continue
+            marks = marks_of.get((topic, part))
+            for table, row in rows:
+                if table == "job_events" and row[_STATE] in _TERMINAL:
+                    # also on a replay: the summary may not have been written yet
+                    batch.ended_runs.add(str(row[_RUN]))
+                if marks is not None and off <= marks.get(table, -1):
+                    self.counts["skipped"] += 1
+                    continue
+                reason = check_row(table, row, now)
+                if reason is not None:
+                    self._dead(origin, "validate", table, reason, value, msg.key())
+                    continue
+                add(table, row)
 
     # ---------------------------------------------------------------- output
-    def _insert(self, table: str, pend: Pending) -> None:
-        """Insert, splitting around rows ClickHouse rejects."""
-        stack = [(0, len(pend.rows))]
-        while stack:
-            lo, hi = stack.pop()
-            rows, origins = pend.rows[lo:hi], pend.origins[lo:hi]
-            token = dedup_token(table, origins)
-            try:
-                self._with_retry(
-                    f"insert into {table}",
-                    lambda r=rows, t=token: ch.insert_rows(
-                        self._client(),
-                        f"{self.db}.{table}",
-                        COLUMNS[table],
-                        r,
-                        dedup_token=t,
-                        settings={"deduplicate_blocks_in_dependent_materialized_views": 1},
-                    ),
-                )
-            except ch.ClickHouseRejected as exc:
-                if hi - lo == 1:
-                    value, key = pend.raw[lo]
-                    logger.warning("%s rejected a row from %s: %s", table, origins[0], exc)
-                    if table == "dead_letters":
-                        logger.error("dropping a dead letter ClickHouse refuses: %s", exc)
-                        continue
-                    self._dead(origins[0], "insert", table, str(exc), value, key)
-                    continue
-                mid = (lo + hi) // 2
-                stack += [(mid, hi), (lo, mid)]
-                continue
-            self.stats["rows"] += hi - lo
+    def _commit(self) -> None:
+        offsets = self.writer.committable()
+        if not offsets:
+            return
+        try:
+            self.consumer.commit_offsets(offsets)
+        except Exception as exc:  # noqa: BLE001 - a lost commit only means a replay
+            logger.warning("offset commit failed (rows are stored; replay is exact): %s", exc)
 
-    def flush(self) -> None:
-        """Insert every pending batch, then commit the consumed offsets."""
-        for table in [t for t in self.pending if t != "dead_letters"] + ["dead_letters"]:
-            pend = self.pending.pop(table, None)
-            if pend and pend.rows:
-                self._insert(table, pend)
-        leftover = self.pending.pop("dead_letters", None)  # rejected rows found just now
-        if leftover and leftover.rows:
-            self._insert("dead_letters", leftover)
-        if self.ended_runs:
-            runs = sorted(self.ended_runs)
-            self._with_retry(
-                "run summaries",
-                lambda: self._client().command(
-                    self.summary_sql,
-                    parameters={"runs": runs, "idle_pct": self.settings.idle_util_pct},
-                ),
-            )
-            self.ended_runs.clear()
-        if self.consumed:
-            offsets = [TopicPartition(t, p, o + 1) for (t, p), o in self.consumed.items()]
-            try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            except Exception as exc:  # noqa: BLE001 - a lost commit only means a replay
-                logger.warning("offset commit failed (rows are stored; replay is exact): %s", exc)
-            self.consumed.clear()
+    def _hand_over(self) -> None:
+        """Queue the current batch for the writer and start a new one."""
+        if self.batch.offsets:
+            self.seq += 1
+            self.batch.seq = self.seq
+            self.writer.submit(self.batch)
+        self.batch = FlushBatch()
         self.first_pending_ms = None
 
+    def flush(self) -> None:
+        """Write everything consumed so far, wait for it, then commit the offsets."""
+        self._hand_over()
+        self.writer.wait_idle()
+        self.writer.check()
+        self._commit()
+
     def _due(self) -> bool:
-        size = sum(len(p.rows) for p in self.pending.values())
-        if size >= self.settings.batch_rows:
+        if self.batch.rows >= self.settings.batch_rows:
             return True
         if self.first_pending_ms is None:
             return False
         return _now_ms() - self.first_pending_ms >= self.settings.batch_ms
 
     def run_once(self) -> int:
-        """Poll once and flush when due. Returns the number of messages taken."""
+        """Poll once, hand over a batch when due, commit what is stored.
+
+        Returns:
+            The number of messages taken.
+        """
+        self.writer.check()
         if self.refresh_marks:
-            self.watermarks = self._with_retry(
-                "read watermarks", lambda: ch.read_watermarks(self._client(), self.db)
-            )
             self.refresh_marks = False
-        msgs = self.consumer.consume(num_messages=self.settings.poll_records, timeout=0.2)
-        taken = 0
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    logger.warning("consumer error: %s", err)
-                continue
-            self._take(msg)
-            taken += 1
-        if (taken or self.consumed) and self.first_pending_ms is None:
+            self._read_watermarks()
+        timeout = 0.2
+        if self.consumer.paused:  # the writer is behind: wait for it, then poll
+            self.writer.wait_room(0.2)
+            timeout = 0.0
+        msgs = self.consumer.poll_batch(self.settings.poll_records, timeout)
+        self._take(msgs)
+        if self.batch.offsets and self.first_pending_ms is None:
             self.first_pending_ms = _now_ms()
-        if self._due() or (not msgs and self.consumed):
-            self.flush()
-        return taken
+        if self._due() or (not msgs and self.batch.offsets):
+            if self.writer.has_room():
+                self._hand_over()
+                self.consumer.resume()
+            else:
+                self.consumer.pause()  # backpressure: the writer is behind
+        self._commit()
+        return len(msgs)
 
     def run(self) -> None:
         """Run until ``stop`` is set; flush and close on the way out."""
@@ -277,7 +264,14 @@ class Sink:
         try:
             while not self.stop.is_set():
                 self.run_once()
-            self.flush()
+            self._hand_over()
+            self.writer.wait_idle()
+            if isinstance(self.writer.error, WriterStopped):
+                logger.warning("stopped during a ClickHouse outage: the last batches are replayed")
+            else:
+                self.writer.check()
         finally:
+            self.writer.close()
+            self._commit()
             self.consumer.close()
             logger.info("sink stopped: %s", self.stats)

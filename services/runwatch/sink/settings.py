@@ -28,6 +28,7 @@ class SinkSettings(BaseSettings):
     batch_rows: int = 50_000
     batch_ms: int = 1_000
     poll_records: int = 5_000
+    inflight_batches: int = 2
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 15.0
     dedup_window: int = 1_000_000
