@@ -90,3 +90,43 @@ def test_status_and_down_on_an_empty_state_dir(tmp_path: Path) -> None:
     down = _runwatch("stack", "down", env=env)
     assert down.returncode == 0
     assert "nothing to stop" in down.stderr
+
+
+def test_optional_services_are_supervised_beside_a_running_stack(stack, tmp_path: Path) -> None:
+    """``stack up processor sink pager`` in a fresh state dir reuses the healthy stack,
+    records the three services, shows them in status and ``stack down`` stops them
+    (and nothing else: the stack's own services are not recorded there)."""
+    import uuid
+
+    tag = uuid.uuid4().hex[:8]
+    env = {"RUNWATCH_STACK_STATE_DIR": str(tmp_path),
+           "CLICKHOUSE_DATABASE": f"stackcli_{tag}",
+           "RUNWATCH_PROCESSOR_APP_ID": f"rw-stackcli-{tag}",
+           "RUNWATCH_PROCESSOR_TOPIC_PREFIX": f"stackcli{tag}.",
+           "RUNWATCH_SINK_GROUP_ID": f"rw-stackcli-sink-{tag}",
+           "RUNWATCH_SINK_TOPICS": json.dumps([f"stackcli{tag}.rw.learning"]),
+           "RUNWATCH_PAGER_GROUP_ID": f"rw-stackcli-pager-{tag}",
+           "RUNWATCH_PAGER_ALERTS_TOPIC": f"stackcli{tag}.rw.alerts",
+           "RUNWATCH_PAGER_DLQ_TOPIC": f"stackcli{tag}.rw.dlq"}
+    from runwatch.adapters.topics import ensure_topics
+
+    ensure_topics({"bootstrap.servers": stack.bootstrap_servers}, prefix=f"stackcli{tag}.")
+    try:
+        up = _runwatch("stack", "up", "--with-services", "--no-topics", env=env)
+        assert up.returncode == 0, up.stderr
+        status = _runwatch("stack", "status", "--json", env=env)
+        rows = {s["name"]: s for s in json.loads(status.stdout)["services"]}
+        for name in ("processor", "sink", "pager"):
+            assert rows[name]["state"] == "healthy", (name, rows[name])
+            assert rows[name]["pid"]
+            assert (tmp_path / "logs" / f"{name}.log").is_file()
+        again = _runwatch("stack", "up", "processor", "sink", "pager", env=env)
+        assert again.returncode == 0 and "already running" in again.stderr
+    finally:
+        down = _runwatch("stack", "down", env=env)
+    assert down.returncode == 0
+    for name in ("processor", "sink", "pager"):
+        assert f"{name}: stopping pid" in down.stderr
+    assert "kafka: stopping" not in down.stderr
+    after = json.loads(_runwatch("stack", "status", "--json", env=env).stdout)
+    assert [s["name"] for s in after["services"]] == list(SERVICES)

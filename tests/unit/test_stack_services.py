@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from runwatch.stack.services import (
+    ALL_SERVICES,
+    OPTIONAL_SERVICES,
     SERVICES,
     StackError,
     build_specs,
@@ -58,7 +60,7 @@ def test_cluster_ids_are_kafka_uuids() -> None:
 def test_specs_start_the_real_programs(tmp_path: Path) -> None:
     s = _settings(tmp_path, python="/venv/bin/python")
     specs = build_specs(s)
-    assert tuple(specs) == SERVICES
+    assert tuple(specs) == ALL_SERVICES == SERVICES + OPTIONAL_SERVICES
     kafka = specs["kafka"].argv
     assert kafka[0] == "java" and "kafka.Kafka" in kafka
     assert kafka[kafka.index("-cp") + 1] == f"{s.lib}/*"
@@ -77,3 +79,57 @@ def test_missing_jars_is_a_clear_error(tmp_path: Path) -> None:
     s = _settings(tmp_path, kafka_lib=tmp_path / "nolib")
     with pytest.raises(StackError, match="make jars"):
         prepare_kafka(s, lambda _line: None)
+
+
+@pytest.mark.parametrize("name,argv,needs", [
+    ("processor", ("processor", "worker", "-l", "info"), ("kafka",)),
+    ("sink", ("sink",), ("kafka", "store")),
+    ("pager", ("pager",), ("kafka", "alertmanager")),
+])
+def test_optional_services_run_runwatch_with_this_stacks_addresses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name, argv, needs) -> None:
+    monkeypatch.delenv("RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST", raising=False)
+    s = _settings(tmp_path, python="/venv/bin/python", kafka_port=19092, store_port=18123,
+                  alertmanager_port=19093)
+    spec = build_specs(s)[name]
+    assert spec.argv == ("/venv/bin/python", "-m", "runwatch", *argv)
+    assert spec.ports == () and spec.port == 0 and spec.needs == needs
+    assert spec.log == tmp_path / "state" / "logs" / f"{name}.log"
+    assert spec.env["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:19092"
+    assert spec.env["CLICKHOUSE_URL"] == "http://127.0.0.1:18123"
+    assert spec.env["RUNWATCH_ALERTMANAGER_URL"] == "http://127.0.0.1:19093"
+    assert spec.env["RUNWATCH_PROCESSOR_DATA_DIR"] == str(tmp_path / "state" / "processor")
+    assert spec.env["RUNWATCH_PAGER_RULES_FILE"].endswith("infra/pager/routes.yaml")
+    assert spec.cwd == s.root
+    assert spec.probe() is False  # nothing recorded
+
+
+def test_caller_env_wins_for_service_settings_but_not_addresses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST", '["registry.x/"]')
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "elsewhere:1")
+    env = build_specs(_settings(tmp_path))["processor"].env
+    assert env["RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST"] == '["registry.x/"]'
+    assert env["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
+
+
+@pytest.mark.parametrize("marker_logged,expect", [(True, True), (False, False)])
+def test_processor_is_healthy_once_its_worker_is_ready(
+        tmp_path: Path, marker_logged: bool, expect: bool) -> None:
+    import sys
+
+    from runwatch.stack import process
+
+    s = _settings(tmp_path)
+    log = s.logs / "processor.log"
+    rec = process.spawn("processor", (sys.executable, "-c", "import time; time.sleep(30)"), log,
+                        tmp_path)
+    try:
+        process.Registry(s.state / "stack.json").put(rec)
+        if marker_logged:
+            with log.open("a") as f:
+                f.write("[^Worker]: Ready\n")
+        assert build_specs(s)["processor"].probe() is expect
+        assert build_specs(s)["sink"].probe() is False  # not recorded
+    finally:
+        process.stop(rec, 5.0)

@@ -11,7 +11,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,8 @@ def init(
     capture_lineage: bool = True,
     install_hooks: bool = True,
     queue_max: int = 100_000,
+    clock: Callable[[], int] | None = None,
+    lineage: Mapping[str, Any] | None = None,
 ) -> Any:
     """Start a run and publish its RunManifest and JobEvent(running).
 
@@ -82,6 +84,13 @@ def init(
         capture_lineage: Run git/NVML/version probes.
         install_hooks: Chain sys.excepthook, SIGTERM and atexit.
         queue_max: Bound of the in-memory event queue.
+        clock: Callable returning UTC epoch milliseconds; stamps every record
+            whose call gives no ``now_ms`` (default: the wall clock). Replays
+            and simulators pass a virtual clock; see ``Run.step`` for explicit
+            step and loader timings.
+        lineage: RunManifest fields that replace what the probes find
+            (e.g. ``image_digest``, ``code_revision``, ``hardware``,
+            ``framework_versions``).
 
     Returns:
         The :class:`~runwatch.client.run.Run` (a :class:`NullRun` if it cannot start).
@@ -103,7 +112,7 @@ def init(
             os.environ.get("RUNWATCH_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT") or 0
         )
         return Run(
-            Publisher(transport, kind="sdk", topics=topics),
+            Publisher(transport, kind="sdk", topics=topics, clock=clock),
             run_id=rid,
             experiment_family=experiment_family or project,
             team=team,
@@ -118,6 +127,8 @@ def init(
             queue_max=queue_max,
             capture_lineage=capture_lineage,
             install_hooks=install_hooks,
+            clock=clock,
+            lineage=lineage,
         )
     except Exception:
         if strict:

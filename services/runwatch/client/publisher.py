@@ -15,7 +15,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from runwatch import __version__
@@ -109,6 +109,7 @@ class Publisher:
         kind: str,
         topics: Mapping[str, str] | None = None,
         codec: Any = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         """Create a publisher.
 
@@ -117,8 +118,11 @@ class Publisher:
             kind: Source kind (sdk, agent, hook, cli).
             topics: Overrides: logical topic (``rw.learning``) -> actual topic.
             codec: An Avro codec (default: :func:`runwatch.core.codec.load_codec`).
+            clock: Epoch milliseconds used when a caller gives no time (default:
+                the wall clock); replays and simulators pass their own.
 
         """
+        self.clock = clock
         if codec is None:
             from runwatch.core.codec import load_codec
 
@@ -158,8 +162,12 @@ class Publisher:
             "event_id": uuid.uuid4().hex,
             "seq": next(self._seq) if seq is None else seq,
             "source": self.source,
-            "emitted_at_ms": now_ms if now_ms is not None else int(time.time() * 1000),
+            "emitted_at_ms": now_ms if now_ms is not None else self.now_ms(),
         }
+
+    def now_ms(self) -> int:
+        """Return the publisher's clock now (epoch ms): ``clock`` or the wall clock."""
+        return self.clock() if self.clock is not None else int(time.time() * 1000)
 
     def next_seq(self) -> int:
         """Return the next per-producer sequence number."""
@@ -181,7 +189,7 @@ class Publisher:
             event_id=uuid.uuid4().hex,
             seq=next(self._seq),
             source=self.source,
-            emitted_at_ms=now_ms if now_ms is not None else int(time.time() * 1000),
+            emitted_at_ms=now_ms if now_ms is not None else self.now_ms(),
         )
 
     def publish(self, records: Iterable[Any]) -> int:

@@ -4,6 +4,15 @@ The hot path (:meth:`Run.step`) checks types, reads a monotonic clock and
 appends one small tuple to a bounded deque; a background thread builds the
 records, encodes them in batches and hands them to the transport. No call
 raises into user code unless the run was created with ``strict=True``.
+
+Explicit times. By default the SDK times steps itself (monotonic clock,
+:meth:`Run.data_wait`) and stamps records with the wall clock. Callers that
+know better (replays, simulators, frameworks that time steps themselves) pass
+them explicitly: ``step(..., now_ms=, step_ms=, loader_wait_ms=,
+effective_batch_size=, worker_restarts=)`` and ``now_ms=`` on every other
+call, or a ``clock`` (a callable returning epoch milliseconds) to
+:func:`runwatch.init` / :class:`Run`, which then stamps every call that gives
+no ``now_ms``.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runwatch.client import lineage
@@ -80,8 +89,10 @@ class Run(ExitHooks):
         queue_max: int = 100_000,
         capture_lineage: bool = True,
         install_hooks: bool = True,
+        clock: Callable[[], int] | None = None,
+        lineage: Mapping[str, Any] | None = None,
     ) -> None:
-        """Start a run (use :func:`runwatch.init`)."""
+        """Start a run (use :func:`runwatch.init`; its docstring explains the arguments)."""
         self.run_id = run_id
         self.publisher = publisher
         self.strict = strict
@@ -96,6 +107,12 @@ class Run(ExitHooks):
         self._wait_ns = 0
         self._last_ns = time.perf_counter_ns()
         self._dw = _DataWait(self)
+        self._clock: Callable[[], int] | None = (
+            clock if clock is not None else getattr(publisher, "clock", None)
+        )
+        self._started_ms = self._clock() if self._clock is not None else None
+        self._lineage = dict(lineage or {})
+        self._attempt0 = attempt
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._manifest_args: dict[str, Any] = dict(
@@ -127,8 +144,18 @@ class Run(ExitHooks):
         samples: int = 0,
         tokens: int | None = None,
         epoch: int = 0,
+        *,
+        now_ms: int | None = None,
+        step_ms: float | None = None,
+        loader_wait_ms: float | None = None,
+        effective_batch_size: int | None = None,
+        worker_restarts: int | None = None,
     ) -> None:
         """Record one training step (cheap; never blocks).
+
+        Without the keyword-only arguments the SDK measures the step itself:
+        the step's wall time is the time since the previous ``step`` call and
+        the loader wait is what :meth:`data_wait` timed since then.
 
         Args:
             step: Global step.
@@ -139,6 +166,13 @@ class Run(ExitHooks):
             samples: Samples in this step.
             tokens: Tokens in this step.
             epoch: Epoch.
+            now_ms: Event time (UTC epoch ms) of the step; default: the run's
+                ``clock`` if it has one, else the wall clock when the record is built.
+            step_ms: The step's wall time in ms (default: measured).
+            loader_wait_ms: Time the step waited for data in ms (default: measured
+                by :meth:`data_wait`).
+            effective_batch_size: Effective (global) batch size of the step.
+            worker_restarts: Data-loader/worker restarts since the previous step.
 
         """
         now = time.perf_counter_ns()
@@ -158,8 +192,21 @@ class Run(ExitHooks):
         self._wait_ns = 0
         last = self._last_ns
         self._last_ns = now
+        extra = None
+        if (
+            now_ms is not None
+            or step_ms is not None
+            or loader_wait_ms is not None
+            or effective_batch_size is not None
+            or worker_restarts is not None
+            or self._clock is not None
+        ):
+            if now_ms is None and self._clock is not None:
+                now_ms = self._clock()
+            extra = (now_ms, step_ms, loader_wait_ms, effective_batch_size, worker_restarts)
         self._q.append(
-            (_STEP, step, loss, metrics, lr, grad_norm, samples, tokens, epoch, now - last, wait)
+            (_STEP, step, loss, metrics, lr, grad_norm, samples, tokens, epoch, now - last, wait,
+             extra)
         )
 
     def data_wait(self) -> _DataWait:
@@ -233,6 +280,16 @@ class Run(ExitHooks):
             return
         self._q.append((kind, *item))
 
+    def _when(self, now_ms: int | None) -> int | None:
+        """Event time of a cold-path call: explicit, else the run's clock, else None."""
+        if now_ms is not None:
+            return int(now_ms)
+        return self._clock() if self._clock is not None else None
+
+    def now_ms(self) -> int:
+        """Return the run's time now (UTC epoch ms): its ``clock``, else the wall clock."""
+        return self._clock() if self._clock is not None else int(time.time() * 1000)
+
     def validation(
         self,
         step: int,
@@ -241,6 +298,7 @@ class Run(ExitHooks):
         epoch: int = 0,
         dataset: DatasetRef | str | None = None,
         slice: str | None = None,  # noqa: A002
+        now_ms: int | None = None,
     ) -> None:
         """Record validation metrics.
 
@@ -250,6 +308,7 @@ class Run(ExitHooks):
             epoch: Epoch.
             dataset: Validation dataset.
             slice: Slice name, if any.
+            now_ms: Event time (UTC epoch ms); default: the run's clock.
 
         """
         metrics = self._fix_metrics(metrics)
@@ -258,6 +317,7 @@ class Run(ExitHooks):
             _REC,
             ValidationResult,
             dict(step=step, epoch=epoch, metrics=metrics, dataset=ds, slice=slice),
+            self._when(now_ms),
         )
 
     def checkpoint(
@@ -269,6 +329,7 @@ class Run(ExitHooks):
         duration_ms: float | None = None,
         expected_sha256: str | None = None,
         outcome: str = "ok",
+        now_ms: int | None = None,
     ) -> None:
         """Record a checkpoint; size and sha256 of a local file are computed off-thread.
 
@@ -279,15 +340,16 @@ class Run(ExitHooks):
             duration_ms: How long writing took.
             expected_sha256: Checksum the writer expected, when known.
             outcome: ok, failed, corrupt, timeout, unknown.
+            now_ms: When writing ended (UTC epoch ms); default: the run's clock.
 
         """
-        now_ms = int(time.time() * 1000)
+        end = int(now_ms) if now_ms is not None else self.now_ms()
         dur = float(duration_ms or 0.0)
-        start = started_at_ms if started_at_ms is not None else now_ms - int(dur)
+        start = started_at_ms if started_at_ms is not None else end - int(dur)
         self._put(
             _FN,
             self._build_checkpoint,
-            (str(path_or_uri), step, start, now_ms, dur, expected_sha256, outcome),
+            (str(path_or_uri), step, start, end, dur, expected_sha256, outcome),
         )
 
     def _build_checkpoint(self, args: tuple[Any, ...]) -> CheckpointEvent:
@@ -296,7 +358,7 @@ class Run(ExitHooks):
         if expected and digest and expected != digest and outcome == "ok":
             outcome = "corrupt"
         return CheckpointEvent(
-            **self._meta(),
+            **self._meta(end if self._clock is not None else None),
             step=step,
             started_at_ms=start,
             ended_at_ms=end,
@@ -317,6 +379,7 @@ class Run(ExitHooks):
         sha256: str | None = None,
         serialization_ok: bool = True,
         registry_status: str | None = None,
+        now_ms: int | None = None,
     ) -> None:
         """Record an artifact (size and sha256 of a local file computed off-thread).
 
@@ -326,14 +389,16 @@ class Run(ExitHooks):
             sha256: Known checksum (skips hashing).
             serialization_ok: Whether it loaded back.
             registry_status: Registry state, if any.
+            now_ms: Event time (UTC epoch ms); default: the run's clock.
 
         """
+        when = self._when(now_ms)
 
         def build(a: tuple[str, str, str | None, bool, str | None]) -> ArtifactEvent:
             u, k, sha, ok, reg = a
             size, digest = file_digest(u) if sha is None else (file_size(u), sha)
             return ArtifactEvent(
-                **self._meta(),
+                **self._meta(when),
                 uri=u,
                 kind=k,
                 size_bytes=size,
@@ -354,6 +419,7 @@ class Run(ExitHooks):
         slices: Sequence[SliceResult] = (),
         reasons: Sequence[str] = (),
         evaluator: str = "sdk",
+        now_ms: int | None = None,
     ) -> None:
         """Record a release-gate decision.
 
@@ -365,6 +431,7 @@ class Run(ExitHooks):
             slices: Per-slice results.
             reasons: Why.
             evaluator: Who decided.
+            now_ms: Event time (UTC epoch ms); default: the run's clock.
 
         """
         self._put(
@@ -379,17 +446,29 @@ class Run(ExitHooks):
                 reasons=tuple(reasons),
                 evaluator=evaluator,
             ),
+            self._when(now_ms),
         )
 
-    def job_state(self, state: str, reason: str | None = None) -> None:
+    def job_state(
+        self,
+        state: str,
+        reason: str | None = None,
+        *,
+        attempt: int | None = None,
+        now_ms: int | None = None,
+    ) -> None:
         """Publish a job state transition.
 
         Args:
             state: A JobState.
             reason: Why.
+            attempt: The run's attempt from now on (a restart increments it).
+            now_ms: Event time (UTC epoch ms); default: the run's clock.
 
         """
-        self._put(_REC, JobEvent, self._job_fields(state, reason))
+        if attempt is not None:
+            self.attempt = int(attempt)
+        self._put(_REC, JobEvent, self._job_fields(state, reason), self._when(now_ms))
 
     def _job_fields(self, state: str, reason: str | None) -> dict[str, Any]:
         return dict(
@@ -401,7 +480,12 @@ class Run(ExitHooks):
         )
 
     def finish(
-        self, status: str = "succeeded", reason: str | None = None, timeout: float = 10.0
+        self,
+        status: str = "succeeded",
+        reason: str | None = None,
+        timeout: float = 10.0,
+        *,
+        now_ms: int | None = None,
     ) -> dict[str, int]:
         """Publish the final JobEvent, drain, flush and close the transport.
 
@@ -409,6 +493,7 @@ class Run(ExitHooks):
             status: Final JobState (succeeded, failed, cancelled, preempted).
             reason: Why.
             timeout: Seconds to wait for delivery.
+            now_ms: Event time (UTC epoch ms); default: the run's clock.
 
         Returns:
             SDK and transport counters.
@@ -417,7 +502,7 @@ class Run(ExitHooks):
         with self._lock:
             if self.finished:
                 return dict(self.counters)
-            self._put(_REC, JobEvent, self._job_fields(status, reason))
+            self._put(_REC, JobEvent, self._job_fields(status, reason), self._when(now_ms))
             self.finished = True
         self._stop.set()
         self._thread.join(timeout=max(timeout, 1.0))
@@ -432,8 +517,8 @@ class Run(ExitHooks):
         return dict(self.counters)
 
     # ------------------------------------------------------------- worker
-    def _meta(self) -> dict[str, Any]:
-        m = self.publisher.meta()
+    def _meta(self, now_ms: int | None = None) -> dict[str, Any]:
+        m = self.publisher.meta(now_ms)
         m["run_id"] = self.run_id
         return m
 
@@ -441,8 +526,8 @@ class Run(ExitHooks):
         a = self._manifest_args
         rev, dirty = lineage.git_revision() if a["capture"] else (None, False)
         count, model = lineage.gpu_hardware() if a["capture"] else (0, None)
-        return RunManifest(
-            **self._meta(),
+        fields: dict[str, Any] = dict(
+            **self._meta(self._started_ms),
             datasets=a["datasets"],
             code_revision=rev,
             code_dirty=dirty,
@@ -458,12 +543,17 @@ class Run(ExitHooks):
             resumed_from_checkpoint=a["resumed_from"],
             labels=a["labels"],
         )
+        fields.update(self._lineage)
+        return RunManifest(**fields)
 
     def _work(self) -> None:
         try:
             first = [
                 self._manifest(),
-                JobEvent(**self._meta(), **self._job_fields("running", None)),
+                JobEvent(
+                    **self._meta(self._started_ms),
+                    **{**self._job_fields("running", None), "attempt": self._attempt0},
+                ),
             ]
             self.publisher.publish(first)
         except Exception:
@@ -493,7 +583,14 @@ class Run(ExitHooks):
     def _build(self, item: tuple[Any, ...]) -> list[Any]:
         kind = item[0]
         if kind == _STEP:
-            _, step, loss, metrics, lr, gn, samples, tokens, epoch, dt_ns, wait_ns = item
+            _, step, loss, metrics, lr, gn, samples, tokens, epoch, dt_ns, wait_ns, extra = item
+            when = ebs = restarts = None
+            step_ms = dt_ns / 1e6
+            wait_ms = wait_ns / 1e6
+            if extra is not None:
+                when, sms, wms, ebs, restarts = extra
+                step_ms = float(sms) if sms is not None else step_ms
+                wait_ms = float(wms) if wms is not None else wait_ms
             bad = 0
             for v in (loss, lr, gn):
                 if v is not None and not math.isfinite(v):
@@ -504,11 +601,9 @@ class Run(ExitHooks):
                     bad += 1
             if bad:
                 self.counters["nonfinite"] += bad
-            step_ms = dt_ns / 1e6
-            wait_ms = wait_ns / 1e6
             return [
                 LearningStep(
-                    **self._meta(),
+                    **self._meta(when),
                     step=step,
                     epoch=epoch,
                     loss=float(loss) if loss is not None else math.nan,
@@ -518,17 +613,19 @@ class Run(ExitHooks):
                     nonfinite_count=bad,
                 ),
                 StepTiming(
-                    **self._meta(),
+                    **self._meta(when),
                     step=step,
                     loader_wait_ms=wait_ms,
                     compute_ms=max(step_ms - wait_ms, 0.0),
                     step_ms=step_ms,
                     samples=int(samples or 0),
                     tokens=tokens,
+                    effective_batch_size=int(ebs) if ebs is not None else None,
+                    worker_restarts=int(restarts) if restarts is not None else 0,
                 ),
             ]
         if kind == _REC:
-            return [item[1](**self._meta(), **item[2])]
+            return [item[1](**self._meta(item[3]), **item[2])]
         return [item[1](item[2])]
 
     def __enter__(self) -> Run:

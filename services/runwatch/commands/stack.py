@@ -1,4 +1,8 @@
-"""``runwatch stack up|down|status``: the local Kafka, ClickHouse store and Alertmanager."""
+"""``runwatch stack up|down|status``: the local Kafka, ClickHouse store and Alertmanager.
+
+``runwatch stack up processor sink pager`` (or ``up --with-services``) also
+starts runwatch's own services under the same supervision.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runwatch.stack.manager import Stack
-from runwatch.stack.services import SERVICES, StackError
+from runwatch.stack.services import ALL_SERVICES, OPTIONAL_SERVICES, SERVICES, StackError
 from runwatch.stack.settings import StackSettings
 
 _STYLE = {"healthy": "green", "running": "yellow", "stopped": "red"}
@@ -28,13 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = actions.add_parser("up", help="start Kafka, the ClickHouse store and Alertmanager")
     up.add_argument("--no-topics", action="store_true",
                     help="do not create the topics of schemas/topics.yaml")
+    up.add_argument("--with-services", action="store_true",
+                    help=f"also start {', '.join(OPTIONAL_SERVICES)}")
     up.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
-                    help=f"services to start (default: all of {', '.join(SERVICES)})")
+                    help=f"services to start (default: {', '.join(SERVICES)}; optional: "
+                    f"{', '.join(OPTIONAL_SERVICES)})")
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop the processes the stack started")
     down.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
-                      help="services to stop (default: all)")
+                      help="services to stop (default: everything recorded)")
     down.set_defaults(func=_down)
 
     status = actions.add_parser("status", help="report each service")
@@ -43,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _service(value: str) -> str:
-    if value not in SERVICES:
-        msg = f"unknown service {value!r} (choose from {', '.join(SERVICES)})"
+    if value not in ALL_SERVICES:
+        msg = f"unknown service {value!r} (choose from {', '.join(ALL_SERVICES)})"
         raise argparse.ArgumentTypeError(msg)
     return value
 
@@ -58,31 +65,55 @@ def _stack(args: argparse.Namespace) -> Stack:
 def _up(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
     stack = _stack(args)
-    services = args.services or SERVICES
+    requested = list(args.services or SERVICES)
+    if args.with_services:
+        requested += [s for s in OPTIONAL_SERVICES if s not in requested]
+    core = [s for s in requested if s in SERVICES]
+    optional = [s for s in requested if s in OPTIONAL_SERVICES]
+    if optional:  # reuse a healthy stack whoever started it; add what the services need
+        for name in [c for c in core if stack.running(c) is None and stack.healthy(c)]:
+            console.print(f"{name}: healthy at {stack.url(name)}; reusing it")
+            core.remove(name)
+        for name in optional:
+            core += [n for n in stack.specs[name].needs
+                     if n not in core and not stack.healthy(n)]
+    failed: dict[str, str] = {}
     try:
-        result = stack.up(console.print, services)
+        if core:
+            failed.update(stack.up(console.print, core).failed)
+        if "kafka" in core and "kafka" not in failed and not args.no_topics:
+            from runwatch.stack.prepare import PrepareError, ensure_topics
+
+            try:
+                created = ensure_topics(stack.settings)
+            except PrepareError as exc:
+                console.print(f"[red]topics:[/red] {exc}")
+                return 1
+            if created:
+                console.print(f"topics: created {len(created)} from schemas/topics.yaml")
+        todo = [s for s in optional if stack.running(s) is None]
+        if optional:
+            from runwatch.stack.prepare import PrepareError, prepare
+
+            try:
+                prepare(stack.settings, todo, console.print)
+            except PrepareError as exc:
+                console.print("[red]error:[/red]", end=" ")
+                console.print(str(exc), markup=False)
+                return 1
+            failed.update(stack.up(console.print, optional).failed)
     except StackError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 1
-    for name, why in result.failed.items():
+    for name, why in failed.items():
         console.print(f"[red]{name} failed:[/red]", end=" ")
         console.print(why, markup=False)
-    if "kafka" in services and "kafka" not in result.failed and not args.no_topics:
-        from runwatch.adapters.topics import TopicProvisionError, ensure_topics
-
-        try:
-            created = ensure_topics({"bootstrap.servers": stack.settings.bootstrap_servers})
-        except TopicProvisionError as exc:
-            console.print(f"[red]topics:[/red] {exc}")
-            return 1
-        if created:
-            console.print(f"topics: created {len(created)} from schemas/topics.yaml")
-    return 0 if result.ok else 1
+    return 0 if not failed else 1
 
 
 def _down(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
-    outcome = _stack(args).down(console.print, args.services or SERVICES)
+    outcome = _stack(args).down(console.print, args.services or ALL_SERVICES)
     if all(v == "not running" for v in outcome.values()):
         console.print("nothing to stop")
     return 0
@@ -102,6 +133,6 @@ def _status(args: argparse.Namespace) -> int:
         for r in rows:
             style = _STYLE[r.state]
             table.add_row(r.name, f"[{style}]{r.state}[/{style}]", str(r.pid or "-"),
-                          str(r.port), r.url, r.detail)
+                          str(r.port or "-"), r.url, r.detail)
         Console().print(table)
     return 0 if all(r.state == "healthy" for r in rows) else 3

@@ -1,37 +1,35 @@
-"""``runwatch demo``: stack up, services up, two simulated minutes of faults, a summary.
+"""``runwatch demo``: the stack and services, two simulated minutes of faults, a summary.
 
-Reuses whatever already runs: the stack (``runwatch stack up``) and the
-processor, sink and pager started by an earlier demo (recorded with their PIDs
-in ``<state>/demo-services.json``, logs in ``<state>/logs``). Everything is
-left running at the end.
+Reuses whatever already runs. The stack (Kafka, store, Alertmanager) and the
+runwatch services (processor, sink, pager) are started through the stack
+supervisor (:class:`runwatch.stack.manager.Stack`), so they have PID records,
+logs in ``<state>/logs``, show in ``runwatch stack status`` and stop with
+``runwatch stack down`` / ``make down``. A second demo reuses them. Everything
+is left running at the end.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from runwatch.sim.scenarios import ALLOWED_IMAGE_PREFIX, DEMO_SCENARIOS, get
 
-SERVICES: dict[str, tuple[str, ...]] = {
-    "processor": ("processor", "worker", "-l", "warn"),
-    "sink": ("sink",),
-    "pager": ("pager",),
-}
 QUERIES: tuple[tuple[str, str], ...] = (
     ("Alerts by probable cause",
-     "SELECT probable_cause, detector, count() AS alerts FROM alerts "
-     "WHERE status = 'firing' GROUP BY probable_cause, detector ORDER BY alerts DESC"),
+     "SELECT probable_cause, detector, count() AS n_alerts FROM alerts "
+     "WHERE status = 'firing' AND startsWith(run_id, '{p}') "
+     "GROUP BY probable_cause, detector ORDER BY n_alerts DESC"),
     ("Mean loader share and step time per run (slowest loaders first)",
      "SELECT run_id, round(avg(loader_wait_ms / step_ms), 3) AS loader_share, "
-     "round(avg(step_ms)) AS step_ms, count() AS steps FROM step_timings "
-     "GROUP BY run_id ORDER BY loader_share DESC LIMIT 5"),
+     "round(avg(step_ms)) AS mean_step_ms, count() AS steps FROM step_timings "
+     "WHERE startsWith(run_id, '{p}') GROUP BY run_id ORDER BY loader_share DESC LIMIT 5"),
     ("GPU utilization per node",
      "SELECT node, round(avg(util_pct), 1) AS util_pct, count() AS samples FROM gpu_samples "
-     "GROUP BY node ORDER BY node"),
+     "WHERE ts >= now() - INTERVAL 1 DAY GROUP BY node ORDER BY node"),
 )
 
 
@@ -44,145 +42,115 @@ def _runwatch(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess
                           text=True, timeout=timeout, check=False)
 
 
-def ensure_stack(state_dir: Path | None) -> int:
-    """Start what is missing of the stack; return 0 when every service is healthy."""
+def ensure_services(state_dir: Path | None) -> int:
+    """Start what is missing of the stack and of the services; 0 when all are up.
+
+    The stack first, then its topics and the ClickHouse schema (``runwatch db
+    migrate``, idempotent), then the processor, sink and pager.
+
+    Args:
+        state_dir: Stack state directory (default ``.runwatch``).
+
+    Returns:
+        0 on success, 1 when something could not start (the reason is printed).
+
+    """
     from runwatch.stack.manager import Stack
-    from runwatch.stack.services import SERVICES as STACK
-    from runwatch.stack.services import StackError
+    from runwatch.stack.prepare import PrepareError, ensure_topics, grow_partitions, migrate
+    from runwatch.stack.services import OPTIONAL_SERVICES, SERVICES, StackError
     from runwatch.stack.settings import StackSettings
 
+    # the simulated registry is the processor's allow-list (unless the user set one)
+    os.environ.setdefault("RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST",
+                          json.dumps([ALLOWED_IMAGE_PREFIX]))
     settings = StackSettings(state_dir=state_dir) if state_dir else StackSettings()
     stack = Stack(settings)
-    down = [s for s in STACK if not stack.healthy(s)]
-    if not down:
-        _say("stack already running: reusing it")
-        return 0
-    _say(f"starting {', '.join(down)}")
     try:
-        result = stack.up(_say, down)
-    except StackError as exc:
-        _say(f"the stack cannot start: {exc}")
-        return 1
-    if not result.ok:
-        for name, why in result.failed.items():
-            _say(f"{name} failed: {why}")
+        down = [s for s in SERVICES if not stack.healthy(s)]
+        if down:
+            _say(f"starting {', '.join(down)}")
+            if not _ok(stack.up(_say, down)):
+                return 1
+        else:
+            _say("stack already running: reusing it")
+        made = ensure_topics(settings)
+        _say(f"topics: created {len(made)}" if made else "topics: all present")
+        grown = grow_partitions(settings)
+        for line in grown:
+            _say(f"topics: grew {line} (the topic map's partition count)")
+        if grown:  # the processor's tables and the sink must see the new partitions
+            stack.down(_say, [s for s in ("processor", "sink") if stack.running(s)])
+        out = migrate(settings)
+        _say(f"database: {out.splitlines()[-1] if out else 'migrated'}")
+        live = [s for s in OPTIONAL_SERVICES if stack.running(s) is not None
+                and stack.healthy(s)]
+        if live:
+            _say(f"reusing {', '.join(live)}")
+        todo = [s for s in OPTIONAL_SERVICES if s not in live]
+        if todo:
+            _say(f"starting {', '.join(todo)}")
+            if not _ok(stack.up(_say, todo)):
+                return 1
+    except (StackError, PrepareError) as exc:
+        _say(f"cannot start: {exc}")
         return 1
     return 0
 
 
-def ensure_topics(bootstrap: str, prefix: str = "") -> list[str]:
-    """Create the topics of ``schemas/topics.yaml`` that do not exist yet.
+def _ok(result: object) -> bool:
+    from runwatch.stack.manager import UpResult
 
-    Args:
-        bootstrap: Kafka bootstrap servers.
-        prefix: Topic name prefix.
-
-    Returns:
-        The topics created.
-
-    """
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from runwatch.core.topics import load_topics
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    have = set(admin.list_topics(timeout=10).topics)
-    new = [NewTopic(prefix + spec.name, num_partitions=spec.partitions, replication_factor=1,
-                    config=spec.topic_config())
-           for spec in load_topics().values() if prefix + spec.name not in have]
-    if not new:
-        return []
-    for fut in admin.create_topics(new, operation_timeout=30).values():
-        fut.result(timeout=30)
-    return [t.topic for t in new]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _demo_routes(state: Path) -> Path:
-    """Write the demo's pager routes: every alert to the stack's Alertmanager."""
-    path = state / "demo-routes.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("receivers:\n  - name: alertmanager\n    kind: alertmanager\n"
-                    "    url_env: RUNWATCH_ALERTMANAGER_URL\n    repeat_interval: 4h\n"
-                    "route:\n  receiver: alertmanager\n")
-    return path
-
-
-def ensure_services(state: Path, alertmanager_url: str) -> dict[str, str]:
-    """Start the processor, sink and pager unless an earlier demo's are still alive."""
-    from runwatch.stack import process
-
-    registry = process.Registry(state / "demo-services.json")
-    known = registry.load()
-    out: dict[str, str] = {}
-    env = {"RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST": json.dumps([ALLOWED_IMAGE_PREFIX]),
-           "RUNWATCH_PROCESSOR_DATA_DIR": str(state / "processor"),
-           "RUNWATCH_ALERTMANAGER_URL": alertmanager_url,
-           "RUNWATCH_PAGER_RULES_FILE": str(_demo_routes(state)),
-           "WEB_PORT": str(_free_port())}
-    for name, argv in SERVICES.items():
-        rec = known.get(name)
-        if rec is not None and process.owned_process(rec) is not None:
-            out[name] = f"reused pid {rec.pid}"
-            continue
-        rec = process.spawn(name, (sys.executable, "-m", "runwatch", *argv),
-                            state / "logs" / f"{name}.log", Path.cwd(), env)
-        registry.put(rec)
-        out[name] = f"started pid {rec.pid} (log {rec.log})"
-    return out
+    assert isinstance(result, UpResult)  # noqa: S101 - narrowing for mypy
+    for name, why in result.failed.items():
+        _say(f"{name} failed: {why}")
+    return result.ok
 
 
 def run_demo(*, speed: float = 20.0, duration_s: float = 2400.0, seed: int = 7,
-             state_dir: Path | None = None) -> int:
+             state_dir: Path | None = None, grace_s: float = 30.0) -> int:
     """Run the whole demo; see the module docstring.
+
+    Args:
+        speed: Virtual seconds per wall second.
+        duration_s: Virtual seconds to simulate.
+        seed: Random seed.
+        state_dir: Stack state directory.
+        grace_s: Wall seconds to wait for late alerts.
 
     Returns:
         The exit code (0 on success).
 
     """
-    from runwatch.sim.report import print_progress
+    import logging
+
+    from runwatch.sim.progress import RichProgress
     from runwatch.sim.runner import SimConfig, run_simulation
     from runwatch.sim.scoreboard import format_board
     from runwatch.stack.settings import StackSettings
 
-    if ensure_stack(state_dir):
+    for noisy in ("httpx", "runwatch.sim", "runwatch.client", "runwatch.adapters.kafka"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if ensure_services(state_dir):
         return 1
-    settings = StackSettings(state_dir=state_dir) if state_dir else StackSettings()
-    state = settings.state
-    made = ensure_topics(settings.bootstrap_servers)
-    if made:
-        _say(f"created {len(made)} topics")
-    mig = _runwatch("db", "migrate")
-    if mig.returncode != 0:
-        _say(f"runwatch db migrate failed:\n{mig.stdout}{mig.stderr}")
-        return 1
-    _say("database migrated")
-    for name, what in ensure_services(state, settings.alertmanager_url).items():
-        _say(f"{name}: {what}")
-    time.sleep(5.0)  # let the processor join its group before the first records
+    state = (StackSettings(state_dir=state_dir) if state_dir else StackSettings()).state
     scenarios = tuple(get(n).with_(at_s=min(get(n).at_s, 400)) for n in DEMO_SCENARIOS)
     cfg = SimConfig(nodes=4, runs=4, seed=seed, speed=speed, duration_s=duration_s,
-                    scenarios=scenarios, grace_s=30.0)
+                    scenarios=scenarios, grace_s=grace_s)
     _say(f"simulating {cfg.runs + len(scenarios)} runs on {cfg.nodes} nodes x 8 GPUs, "
-         f"{duration_s:.0f} virtual s at {speed:g}x; faults: {', '.join(DEMO_SCENARIOS)}")
-    res = run_simulation(cfg, progress=print_progress)
-    print(file=sys.stderr)
+         f"{duration_s:.0f} virtual s at {speed:g}x (~{duration_s / speed:.0f} s); "
+         f"faults: {', '.join(DEMO_SCENARIOS)}")
+    with RichProgress(duration_s) as progress:
+        res = run_simulation(cfg, progress=progress.update)
     _summary(res)
     print("\n## Detection scoreboard\n")
     print(format_board(res.board()))
-    _queries()
+    _queries(res.prefix)
     print("\nEverything is still running:")
-    print('  query:          .venv/bin/runwatch sql "SELECT run_id, count() FROM learning_steps '
-          'GROUP BY run_id"')
+    print(f'  query:          .venv/bin/runwatch sql "SELECT run_id, count() FROM learning_steps '  # noqa: S608 - prefix is ours
+          f"WHERE startsWith(run_id, '{res.prefix}') GROUP BY run_id\"")
     print("  follow alerts:  .venv/bin/runwatch alerts tail")
     print("  Alertmanager:   http://127.0.0.1:9093/#/alerts")
+    print("  services:       .venv/bin/runwatch stack status")
     print(f"  service logs:   {state / 'logs'}")
     print("  stop:           make down")
     return 0
@@ -194,22 +162,25 @@ def _summary(res: object) -> None:
     assert isinstance(res, SimResult)  # noqa: S101 - narrowing for mypy
     inj = {i.run_id: i for i in res.injections}
     print(f"\n## Alerts ({res.records} records from {len(res.run_ids)} runs in "
-          f"{res.wall_s:.0f} s)\n")
+          f"{res.wall_s:.0f} s wall; run ids {res.prefix}-*)\n")
     firing = sorted((a for a in res.alerts if a.status == "firing"),
                     key=lambda a: a.first_seen_ms)
     if not firing:
-        print("no alerts came back (is the processor running? see its log)")
+        print("no alerts came back (is the processor running? `runwatch stack status`)")
     for a in firing:
         i = inj.get(a.run_id)
         if i is not None and i.injected_ms is not None:
-            ttd = f"{max(a.first_seen_ms - i.injected_ms, 0) / 1000:.0f} s after {i.scenario.name}"
+            ttd = (f"{max(a.first_seen_ms - i.injected_ms, 0) / 1000:.0f} virtual s after "
+                   f"{i.scenario.name} was injected")
         else:
-            ttd = "no fault injected in this run"
-        print(f"- {a.run_id}: {a.title} [{a.detector}] probable cause {a.cause}; detected {ttd}")
+            ttd = "no fault was injected in this run"
+        print(f"- {a.run_id}: {a.title}\n    alert {a.detector}, probable cause "
+              f"{a.cause}; {ttd}")
 
 
-def _queries() -> None:
+def _queries(prefix: str) -> None:
     for title, sql in QUERIES:
-        print(f"\n## {title}\n\n$ runwatch sql \"{sql}\"")
-        res = _runwatch("sql", sql, timeout=60.0)
+        q = sql.format(p=prefix)
+        print(f"\n## {title}\n\n$ runwatch sql \"{q}\"")
+        res = _runwatch("sql", q, timeout=60.0)
         print((res.stdout or res.stderr).rstrip())

@@ -4,10 +4,10 @@ Telemetry leaves through the same code as in production: the SDK's
 :class:`~runwatch.client.run.Run` (manifest, steps, validation, checkpoints
 with real file digests, gates, finish), ``runwatch.client.data`` (reports from
 :func:`runwatch.core.dataquality.compute`), ``runwatch.client.emit`` (scheduler
-hook job events) and the node agent over the NVML test double. Two thin
-adaptations make that code follow the virtual clock: :class:`SimPublisher`
-stamps emission times from it, and :class:`SimRun` feeds the planned step and
-loader durations to the SDK's timers and stamps checkpoint times from it.
+hook job events) and the node agent over the NVML test double. Every call
+passes its planned virtual time through the producers' public time API
+(``now_ms=``, ``step_ms=``, ``loader_wait_ms=``; publishers get the virtual
+clock as their ``clock``), so nothing reads the wall clock.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from runwatch.agent.service import NodeAgent, RunAttributor
 from runwatch.client import data as sdk_data
 from runwatch.client.emit import emit_records
 from runwatch.client.publisher import Publisher
-from runwatch.client.run import _FN, Run
+from runwatch.client.run import Run
 from runwatch.core import dataquality as dq
 from runwatch.core.records import DatasetRef, Hardware
 from runwatch.sim.clock import VirtualClock
@@ -61,52 +60,19 @@ class SharedTransport:
         return getattr(self.inner, "counters", None)
 
 
-class SimPublisher(Publisher):
-    """A publisher whose default emission time is the virtual clock."""
-
-    def __init__(self, transport: Any, clock: VirtualClock, *, kind: str,
-                 topics: dict[str, str] | None = None) -> None:
-        """Create it (see :class:`~runwatch.client.publisher.Publisher`)."""
-        super().__init__(transport, kind=kind, topics=topics)
-        self.clock = clock
-
-    def meta(self, now_ms: int | None = None, **kw: Any) -> dict[str, Any]:
-        """Stamp fields with the virtual time when no time is given."""
-        return super().meta(self.clock.now_ms() if now_ms is None else now_ms, **kw)
-
-    def stamp(self, record: Any, now_ms: int | None = None, **kw: Any) -> Any:
-        """Stamp a record with the virtual time when no time is given."""
-        return super().stamp(record, self.clock.now_ms() if now_ms is None else now_ms, **kw)
-
-
-class SimRun(Run):
-    """The SDK run, fed planned durations and the simulated host's lineage."""
-
-    def __init__(self, publisher: SimPublisher, *, manifest: dict[str, Any], **kw: Any) -> None:
-        """Start the run (the manifest fields override lineage probes of this host)."""
-        self._sim_manifest = manifest
-        self._clock = publisher.clock
-        super().__init__(publisher, capture_lineage=False, install_hooks=False, **kw)
-
-    def _manifest(self) -> Any:
-        return dataclasses.replace(super()._manifest(), **self._sim_manifest)
-
-    def sim_step(self, step: int, *, step_ms: float, loader_ms: float, **kw: Any) -> None:
-        """Record a step whose wall time and loader wait are the planned ones."""
-        self._wait_ns = int(loader_ms * 1e6)
-        self._last_ns = time.perf_counter_ns() - int(step_ms * 1e6)
-        self.step(step, **kw)
-
-    def sim_checkpoint(self, path: Path, *, step: int, duration_ms: float,
-                       expected_sha256: str) -> None:
-        """Record a checkpoint file written just now on the virtual clock."""
-        end = self._clock.now_ms()
-        args = (str(path), step, end - int(duration_ms), end, duration_ms, expected_sha256, "ok")
-        self._put(_FN, self._build_checkpoint, args)
+def sim_publisher(transport: Any, clock: VirtualClock, *, kind: str,
+                  topics: dict[str, str] | None = None) -> Publisher:
+    """A publisher stamping records with the virtual clock when a call gives no time."""
+    return Publisher(transport, kind=kind, topics=topics, clock=clock.now_ms)
 
 
 class SimNvml(FakeNvml8):
-    """The NVML test double with utilization set by the cluster model."""
+    """The NVML test double with utilization set by the cluster model.
+
+    Unlike the plain double (GPU 7 power-capped, GPU 5 with corrected ECC
+    errors), every simulated GPU is healthy unless a scenario says otherwise:
+    throttling or ECC errors would be infrastructure evidence on every run.
+    """
 
     def __init__(self) -> None:
         """Create an 8-GPU double; every GPU idles until a run sets it."""
@@ -120,6 +86,16 @@ class SimNvml(FakeNvml8):
         from types import SimpleNamespace
 
         return SimpleNamespace(gpu=int(round(gpu)), memory=int(gpu // 2))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:  # noqa: N802
+        """No throttling."""
+        self._h(h)
+        return 0
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Any, kind: int, counter: int) -> int:  # noqa: N802
+        """No ECC errors."""
+        self._h(h)
+        return 0
 
 
 class SimHost:
@@ -184,7 +160,7 @@ def make_batch(spec: dict[str, Any]) -> dict[str, list[Any]]:
 class RunDriver:
     """Executes one run's actions through the SDK, the data client and the hook."""
 
-    def __init__(self, model: RunModel, sdk_pub: SimPublisher, hook_pub: SimPublisher,
+    def __init__(self, model: RunModel, sdk_pub: Publisher, hook_pub: Publisher,
                  node: SimNode, workdir: Path) -> None:
         """Bind a run model to its producers."""
         self.model = model
@@ -193,7 +169,7 @@ class RunDriver:
         self.hook_pub = hook_pub
         self.node = node
         self.workdir = workdir
-        self.run: SimRun | None = None
+        self.run: Run | None = None
         self.baseline: dict[str, Any] | None = None
         self.injected_ms: int | None = None
         self.done = False
@@ -213,7 +189,8 @@ class RunDriver:
     def _job(self, a: Action) -> None:
         obj: dict[str, Any] = {"type": "job-state", "run_id": self.plan.run_id,
                                "state": a.args["state"], "attempt": self.model.restarts + 1,
-                               "team": self.plan.team, "experiment_family": self.plan.family}
+                               "team": self.plan.team, "experiment_family": self.plan.family,
+                               "emitted_at_ms": a.at_ms}
         if "deadline_ms" in a.args:
             obj["deadline_ms"] = a.args["deadline_ms"]
         if a.args.get("reason"):
@@ -232,23 +209,27 @@ class RunDriver:
                                          gpu_model="H100"),
                     "image_digest": p.image, "code_revision": f"{p.index:07x}sim",
                     "framework_versions": {"torch": "2.5.1"}}
-        self.run = SimRun(self.sdk_pub, manifest=manifest, run_id=p.run_id,
-                          experiment_family=p.family, team=p.team,
-                          config={"lr": 3e-4, "batch": 256, "family": p.family},
-                          datasets=(DatasetRef(uri=p.dataset_uri, version="v1"),),
-                          seed_policy="fixed:1234", labels={"simulated": "true"})
+        self.run = Run(self.sdk_pub, run_id=p.run_id, experiment_family=p.family, team=p.team,
+                       config={"lr": 3e-4, "batch": 256, "family": p.family},
+                       datasets=(DatasetRef(uri=p.dataset_uri, version="v1"),),
+                       seed_policy="fixed:1234", labels={"simulated": "true"},
+                       attempt=self.model.restarts + 1, capture_lineage=False,
+                       install_hooks=False, lineage=manifest)
         for g in p.gpus:
             self.node.attributor.pids[self._pid(g)] = p.run_id
             self.node.nvml.attach_process(g, self._pid(g), 40 * GIB)
 
     def _step(self, a: Action) -> None:
         if self.run is not None:
-            self.run.sim_step(**a.args)
+            args = dict(a.args)
+            step = args.pop("step")
+            self.run.step(step, now_ms=a.at_ms, **args)
 
     def _validation(self, a: Action) -> None:
         if self.run is not None:
             self.run.validation(a.args["step"], a.args["metrics"],
-                                dataset=DatasetRef(uri=self.plan.dataset_uri + "/val"))
+                                dataset=DatasetRef(uri=self.plan.dataset_uri + "/val"),
+                                now_ms=a.at_ms)
 
     def _checkpoint(self, a: Action) -> None:
         if self.run is None:
@@ -258,12 +239,12 @@ class RunDriver:
         body = f"{self.plan.run_id}:{a.args['step']}".encode()
         expected = hashlib.sha256(body).hexdigest()
         path.write_bytes(body + (b"\0bitrot" if a.args["corrupt"] else b""))
-        self.run.sim_checkpoint(path, step=a.args["step"], duration_ms=a.args["duration_ms"],
-                                expected_sha256=expected)
+        self.run.checkpoint(path, step=a.args["step"], duration_ms=a.args["duration_ms"],
+                            expected_sha256=expected, now_ms=a.at_ms)
 
     def _data(self, a: Action) -> None:
         cols = make_batch(a.args)
-        now = self.sdk_pub.clock.now_ms()
+        now = a.at_ms
         if self.baseline is None and a.args["rows"]:
             self.baseline = dq.make_baseline(cols, "label")
         stats = dq.compute(cols, now_ms=now, label="label", baseline=self.baseline)
@@ -280,23 +261,24 @@ class RunDriver:
 
     def _rejoin(self, a: Action) -> None:
         if self.run is not None:
-            self.run.attempt = self.model.restarts + 1
-            self.run.job_state("running", reason="worker restarted")
+            self.run.job_state("running", reason="worker restarted",
+                               attempt=self.model.restarts + 1, now_ms=a.at_ms)
 
     def _gate(self, a: Action) -> None:
         if self.run is not None:
             args = {k: v for k, v in a.args.items() if k != "final"}
-            self.run.gate(args.pop("gate"), args.pop("decision"), **args)
+            self.run.gate(args.pop("gate"), args.pop("decision"), now_ms=a.at_ms, **args)
 
     def _fault(self, a: Action) -> None:
-        self.injected_ms = self.sdk_pub.clock.now_ms()
+        self.injected_ms = a.at_ms
         logger.info("injected %s into %s", a.args["scenario"], self.plan.run_id)
 
     def _finish(self, a: Action) -> None:
         if self.run is not None:
             self.run.artifact(f"s3://models/{self.plan.run_id}/final", "model",
-                              sha256=hashlib.sha256(self.plan.run_id.encode()).hexdigest())
-            self.run.finish(a.args["status"], timeout=5.0)
+                              sha256=hashlib.sha256(self.plan.run_id.encode()).hexdigest(),
+                              now_ms=a.at_ms)
+            self.run.finish(a.args["status"], timeout=5.0, now_ms=a.at_ms)
         for g in self.plan.gpus:
             self.node.attributor.pids.pop(self._pid(g), None)
             self.node.nvml.processes[g] = []

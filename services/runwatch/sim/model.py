@@ -155,8 +155,9 @@ class RunModel:
         self._gone = False
         self._seq = 0
         self._heap: list[tuple[int, int, Action]] = []
+        # JobEvent.deadline_ms is absolute: the epoch ms by which the job must start
         self._push(Action(self.queued_ms, "job", {"state": "queued", "deadline_ms":
-                                                  self.deadline_ms}))
+                                                  self.queued_ms + self.deadline_ms}))
         self._push(Action(self.start_ms, "job", {"state": "scheduled", "allocation": True}))
         self._push(Action(self.start_ms + 1, "start"))
         self._push(Action(self.start_ms + 2, "data", self._batch()))
@@ -251,7 +252,9 @@ class RunModel:
         grad = 1.0 + abs(rng.gauss(0.0, sigma))
         out = [Action(at_ms, "step", {"step": i, "loss": loss, "grad_norm": grad, "lr": 3e-4,
                                       "samples": self.batch, "step_ms": step_ms,
-                                      "loader_ms": loader})]
+                                      "loader_wait_ms": loader,
+                                      "effective_batch_size": self.batch,
+                                      "worker_restarts": self.restarts})]
         nxt = at_ms + int(step_ms)
         if i % VAL_EVERY == VAL_EVERY - 1:
             out.append(Action(at_ms + 1, "validation", {"step": i, "metrics":

@@ -15,7 +15,7 @@ from typing import Any
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.client.publisher import default_topics
 from runwatch.sim.clock import VirtualClock
-from runwatch.sim.drivers import RunDriver, SharedTransport, SimNode, SimPublisher, make_node
+from runwatch.sim.drivers import RunDriver, SharedTransport, SimNode, make_node, sim_publisher
 from runwatch.sim.model import RunModel, plan_cluster
 from runwatch.sim.scenarios import Scenario
 from runwatch.sim.scoreboard import AlertSeen, Board, Injection, score
@@ -163,9 +163,9 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     start = clock.now_ms()
     duration_ms = int(cfg.duration_s * 1000)
     plans = plan_cluster(cfg.seed, cfg.nodes, cfg.runs, list(cfg.scenarios), prefix)
-    sdk_pub = SimPublisher(shared, clock, kind="sdk", topics=topics)
-    hook_pub = SimPublisher(shared, clock, kind="hook", topics=topics)
-    agent_pub = SimPublisher(shared, clock, kind="agent", topics=topics)
+    sdk_pub = sim_publisher(shared, clock, kind="sdk", topics=topics)
+    hook_pub = sim_publisher(shared, clock, kind="hook", topics=topics)
+    agent_pub = sim_publisher(shared, clock, kind="agent", topics=topics)
     nodes: dict[str, SimNode] = {}
     for p in plans:
         if p.node not in nodes:
@@ -190,7 +190,7 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
                     d.set_util(now)
                 for node in nodes.values():
                     try:
-                        node.agent.tick()
+                        node.agent.tick(now)
                     except Exception:
                         logger.exception("agent tick on %s failed", node.name)
                 next_node += int(cfg.node_interval_s * 1000)

@@ -13,6 +13,8 @@ from typing import Literal
 
 from runwatch.stack import process
 from runwatch.stack.services import (
+    ALL_SERVICES,
+    OPTIONAL_SERVICES,
     SERVICES,
     ServiceName,
     ServiceSpec,
@@ -77,7 +79,7 @@ class Stack:
             "kafka": self.settings.bootstrap_servers,
             "store": self.settings.clickhouse_url,
             "alertmanager": self.settings.alertmanager_url,
-        }[name]
+        }.get(name, "-")
 
     def running(self, name: ServiceName) -> process.ProcessRecord | None:
         """Return the record of a service if its recorded process is alive and ours."""
@@ -86,22 +88,30 @@ class Stack:
             return record
         return None
 
-    def status(self, services: Iterable[ServiceName] = SERVICES) -> list[ServiceStatus]:
+    def recorded_optional(self) -> list[ServiceName]:
+        """Return the optional services this stack has a PID record of."""
+        records = self.registry.load()
+        return [s for s in OPTIONAL_SERVICES if s in records]
+
+    def status(self, services: Iterable[ServiceName] | None = None) -> list[ServiceStatus]:
         """Report each service: healthy, running (not answering) or stopped.
 
         Args:
-            services: Which services to report.
+            services: Which services to report (default: the stack plus every
+                optional service it has a record of).
 
         Returns:
             One status per service.
 
         """
+        if services is None:
+            services = (*SERVICES, *self.recorded_optional())
         out = []
         for name in services:
             spec = self.specs[name]
             record = self.running(name)
             if record is None:
-                holder = process.port_holder(self.settings.host, spec.port)
+                holder = process.port_holder(self.settings.host, spec.port) if spec.ports else None
                 failure = self.last_failure(name)
                 detail = holder.describe() if holder else ""
                 detail = detail or (f"last start failed: {failure}" if failure else "")
@@ -109,6 +119,8 @@ class Stack:
                 continue
             state: State = "healthy" if spec.probe() else "running"
             detail = "" if state == "healthy" else "not answering its health check"
+            if not spec.ports:
+                detail = detail or f"log {spec.log}"
             out.append(ServiceStatus(name, state, record.pid, spec.port, self.url(name), detail))
         return out
 
@@ -149,7 +161,9 @@ class Stack:
 
         Ports are checked before anything starts; a port in use fails fast.
         A service that cannot start is reported in the result; the others still
-        start.
+        start. Optional services (processor, sink, pager) start after the
+        stack services they need are healthy; a needed service that is not
+        healthy is started too.
 
         Args:
             report: Progress callback (one line per call).
@@ -163,7 +177,10 @@ class Stack:
 
         """
         t0 = time.monotonic()
-        wanted = [s for s in SERVICES if s in set(services)]
+        asked = set(services)
+        for name in list(asked):
+            asked.update(n for n in self.specs[name].needs if not self.healthy(n))
+        wanted = [s for s in ALL_SERVICES if s in asked]
         with self._locked():
             already = [s for s in wanted if self.running(s) is not None]
             for name in already:
@@ -175,14 +192,21 @@ class Stack:
                 return UpResult(already_running=tuple(already), seconds=time.monotonic() - t0)
             self._check_ports(todo)
             failed: dict[str, str] = {}
-            pending: dict[ServiceName, process.ProcessRecord] = {}
-            for name in todo:
-                try:
-                    pending[name] = self._spawn(name, report)
-                except (StackError, OSError) as exc:
-                    failed[name] = str(exc)
-                    report(f"{name}: FAILED to start: {exc}")
-            started = self._await_healthy(pending, failed, report, t0)
+            started: list[str] = []
+            for phase in (SERVICES, OPTIONAL_SERVICES):
+                pending: dict[ServiceName, process.ProcessRecord] = {}
+                for name in (s for s in todo if s in phase):
+                    missing = [n for n in self.specs[name].needs if not self.healthy(n)]
+                    if missing:
+                        failed[name] = f"needs {', '.join(missing)}, which is not healthy"
+                        report(f"{name}: FAILED to start: {failed[name]}")
+                        continue
+                    try:
+                        pending[name] = self._spawn(name, report)
+                    except (StackError, OSError) as exc:
+                        failed[name] = str(exc)
+                        report(f"{name}: FAILED to start: {exc}")
+                started += self._await_healthy(pending, failed, report, t0)
             self._remember_failures(wanted, failed)
         result = UpResult(tuple(started), tuple(already), failed, time.monotonic() - t0)
         if result.ok:
@@ -225,8 +249,10 @@ class Stack:
             prepare_kafka(self.settings, report)
         elif name == "alertmanager":
             (self.settings.state / "alertmanager").mkdir(parents=True, exist_ok=True)
-        report(f"{name}: starting on {self.settings.host}:{spec.port}")
-        record = process.spawn(name, spec.argv, spec.log, self.settings.state, spec.env)
+        where = f"on {self.settings.host}:{spec.port}" if spec.ports else f"(log {spec.log})"
+        report(f"{name}: starting {where}")
+        record = process.spawn(name, spec.argv, spec.log, spec.cwd or self.settings.state,
+                               spec.env)
         self.registry.put(record)
         return record
 
@@ -269,12 +295,13 @@ class Stack:
         return started
 
     def down(self, report: Report = _quiet,
-             services: Iterable[ServiceName] = SERVICES) -> dict[str, str]:
+             services: Iterable[ServiceName] = ALL_SERVICES) -> dict[str, str]:
         """Stop exactly the recorded processes, gracefully (SIGTERM, then SIGKILL).
 
         Args:
             report: Progress callback.
-            services: Which services to stop (in reverse start order).
+            services: Which services to stop (in reverse start order; default:
+                everything recorded, optional services included).
 
         Returns:
             What happened to each service.
@@ -283,10 +310,11 @@ class Stack:
         outcome: dict[str, str] = {}
         with self._locked():
             records = self.registry.load()
-            for name in reversed([s for s in SERVICES if s in set(services)]):
+            for name in reversed([s for s in ALL_SERVICES if s in set(services)]):
                 record = records.get(name)
                 if record is None:
-                    outcome[name] = "not running"
+                    if name in SERVICES:
+                        outcome[name] = "not running"
                     continue
                 report(f"{name}: stopping pid {record.pid}")
                 outcome[name] = process.stop(record, self.settings.stop_timeout_s)

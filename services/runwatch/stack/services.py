@@ -1,8 +1,17 @@
-"""The three local services: how each is configured, started and probed."""
+"""The local services: how each is configured, started and probed.
+
+The stack proper is Kafka, the ClickHouse store and Alertmanager
+(:data:`SERVICES`, what a plain ``runwatch stack up`` starts and the test
+fixtures use). The runwatch services that consume from it, the processor, the
+sink and the pager (:data:`OPTIONAL_SERVICES`), are started on request
+(``runwatch stack up processor sink pager`` or ``--with-services``) and
+supervised the same way: PID records, logs, status, ``stack down``.
+"""
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import subprocess
 import uuid
@@ -12,12 +21,20 @@ from pathlib import Path
 from typing import Literal
 
 from runwatch.adapters.probes import http_ready, kafka_ready
+from runwatch.stack import process
 from runwatch.stack.settings import StackSettings
 
 logger = logging.getLogger(__name__)
 
-ServiceName = Literal["kafka", "store", "alertmanager"]
+ServiceName = Literal["kafka", "store", "alertmanager", "processor", "sink", "pager"]
+#: The stack proper, started by a plain ``runwatch stack up``.
 SERVICES: tuple[ServiceName, ...] = ("kafka", "store", "alertmanager")
+#: runwatch's own services, started only on request.
+OPTIONAL_SERVICES: tuple[ServiceName, ...] = ("processor", "sink", "pager")
+#: Everything the stack can supervise, in start order.
+ALL_SERVICES: tuple[ServiceName, ...] = SERVICES + OPTIONAL_SERVICES
+#: Line the processor's log shows once its worker has joined the group.
+PROCESSOR_READY = "Ready"
 
 
 class StackError(RuntimeError):
@@ -35,11 +52,13 @@ class ServiceSpec:
     extra_logs: tuple[Path, ...]
     env: dict[str, str]
     probe: Callable[[], bool]
+    needs: tuple[ServiceName, ...] = ()
+    cwd: Path | None = None
 
     @property
     def port(self) -> int:
-        """The service's main (client) port."""
-        return self.ports[0]
+        """The service's main (client) port (0 when it listens on none)."""
+        return self.ports[0] if self.ports else 0
 
 
 def kafka_properties(settings: StackSettings) -> str:
@@ -162,6 +181,78 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
     return props
 
 
+def _logged(path: Path, marker: str, head_bytes: int = 1 << 20) -> bool:
+    """Return whether the start of a log (it is rotated at every spawn) shows ``marker``."""
+    try:
+        with path.open("rb") as f:
+            return marker.encode() in f.read(head_bytes)
+    except OSError:
+        return False
+
+
+def _alive(settings: StackSettings, name: str, marker: str = "") -> Callable[[], bool]:
+    """Probe a portless service: its recorded process is ours, alive and logged ``marker``."""
+
+    def probe() -> bool:
+        record = process.Registry(settings.state / "stack.json").load().get(name)
+        if record is None or process.owned_process(record) is None:
+            return False
+        return not marker or _logged(Path(record.log), marker)
+
+    return probe
+
+
+def service_env(settings: StackSettings) -> dict[str, str]:
+    """Environment of the optional services: this stack's addresses and state paths.
+
+    Variables already set in the caller's environment win (e.g. an image
+    allow-list for the processor), except the addresses, which always point
+    at this stack.
+
+    Args:
+        settings: The stack settings.
+
+    Returns:
+        Extra environment variables.
+
+    """
+    import os
+
+    state = settings.state
+    defaults = {
+        "RUNWATCH_PROCESSOR_DATA_DIR": str(state / "processor"),
+        "RUNWATCH_PAGER_STATE_DIR": str(state / "pager"),
+        "RUNWATCH_PAGER_RULES_FILE": str(settings.root / "infra" / "pager" / "routes.yaml"),
+        "RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST": json.dumps([]),
+    }
+    env = {k: os.environ.get(k, v) for k, v in defaults.items()}
+    env.update({
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "CLICKHOUSE_URL": settings.clickhouse_url,
+        "RUNWATCH_ALERTMANAGER_URL": settings.alertmanager_url,
+    })
+    return env
+
+
+def _optional_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
+    logs = settings.logs
+    env = service_env(settings)
+    rw = (settings.python, "-m", "runwatch")
+
+    def spec(name: ServiceName, argv: tuple[str, ...], needs: tuple[ServiceName, ...],
+             marker: str = "") -> ServiceSpec:
+        return ServiceSpec(name=name, argv=(*rw, *argv), ports=(), log=logs / f"{name}.log",
+                           extra_logs=(), env=env, probe=_alive(settings, name, marker),
+                           needs=needs, cwd=settings.root)
+
+    return {
+        "processor": spec("processor", ("processor", "worker", "-l", "info"), ("kafka",),
+                          PROCESSOR_READY),
+        "sink": spec("sink", ("sink",), ("kafka", "store")),
+        "pager": spec("pager", ("pager",), ("kafka", "alertmanager")),
+    }
+
+
 def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
     """Describe every service of the stack for these settings.
 
@@ -169,7 +260,7 @@ def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
         settings: The stack settings.
 
     Returns:
-        Specs by service name, in start order.
+        Specs by service name, in start order (the stack, then the optional services).
 
     """
     logs = settings.logs
@@ -221,4 +312,5 @@ def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
         env={},
         probe=lambda: http_ready(f"{settings.alertmanager_url}/-/ready"),
     )
-    return {"kafka": kafka, "store": store, "alertmanager": alertmanager}
+    return {"kafka": kafka, "store": store, "alertmanager": alertmanager,
+            **_optional_specs(settings)}

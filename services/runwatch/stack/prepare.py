@@ -1,0 +1,140 @@
+"""What the optional services need before they start: topics and the ClickHouse schema."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+
+from runwatch.stack.settings import StackSettings
+
+
+class PrepareError(RuntimeError):
+    """Topics or the schema could not be provisioned (message says which and why)."""
+
+
+def ensure_topics(settings: StackSettings, prefix: str = "") -> list[str]:
+    """Create the topics of ``schemas/topics.yaml`` missing on this stack's broker.
+
+    Args:
+        settings: The stack settings.
+        prefix: Prefix of every topic name.
+
+    Returns:
+        The topics created.
+
+    Raises:
+        PrepareError: The broker refused or did not answer.
+
+    """
+    from runwatch.adapters.topics import TopicProvisionError
+    from runwatch.adapters.topics import ensure_topics as create
+
+    try:
+        return create({"bootstrap.servers": settings.bootstrap_servers}, prefix=prefix)
+    except TopicProvisionError as exc:
+        msg = f"topics: {exc}"
+        raise PrepareError(msg) from exc
+
+
+def migrate(settings: StackSettings, database: str | None = None,
+            timeout_s: float = 180.0) -> str:
+    """Run ``runwatch db migrate`` against this stack's store (idempotent).
+
+    Args:
+        settings: The stack settings.
+        database: Database to migrate (default: ``CLICKHOUSE_DATABASE`` or runwatch).
+        timeout_s: Bound on the migration.
+
+    Returns:
+        What the migration printed.
+
+    Raises:
+        PrepareError: The migration failed (with its output).
+
+    """
+    argv = [settings.python, "-m", "runwatch", "db", "migrate"]
+    if database:
+        argv += ["--database", database]
+    env = {**os.environ, "CLICKHOUSE_URL": settings.clickhouse_url}
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
+                             check=False, env=env, cwd=settings.root)
+    except subprocess.TimeoutExpired as exc:
+        msg = f"runwatch db migrate did not finish in {timeout_s:.0f}s"
+        raise PrepareError(msg) from exc
+    if res.returncode != 0:
+        msg = f"runwatch db migrate failed ({res.returncode}):\n{res.stdout}{res.stderr}"
+        raise PrepareError(msg)
+    return res.stdout.strip()
+
+
+def prepare(settings: StackSettings, services: list[str],
+            report: Callable[[str], None]) -> None:
+    """Provision what the given optional services need (topics; schema for the sink).
+
+    Args:
+        settings: The stack settings.
+        services: Services about to start.
+        report: Progress callback.
+
+    Raises:
+        PrepareError: When provisioning fails.
+
+    """
+    if not services:
+        return
+    made = ensure_topics(settings)
+    if made:
+        report(f"topics: created {len(made)} from schemas/topics.yaml")
+    for line in grow_partitions(settings):
+        report(f"topics: grew {line} (the topic map's partition count)")
+    if "sink" in services:
+        out = migrate(settings)
+        report(f"database: {out.splitlines()[-1] if out else 'migrated'}")
+
+
+def grow_partitions(settings: StackSettings, prefix: str = "",
+                    timeout_s: float = 30.0) -> list[str]:
+    """Raise topics that have fewer partitions than the topic map says (never shrinks).
+
+    A broker with topic auto-creation makes 1-partition topics when a producer
+    writes before the topics are provisioned; the processor then refuses to
+    start its tables (changelog partition mismatch). Growing them restores the
+    map's partition count.
+
+    Args:
+        settings: The stack settings.
+        prefix: Prefix of every topic name.
+        timeout_s: Timeout of the admin calls.
+
+    Returns:
+        ``name: old -> new`` for every topic grown.
+
+    Raises:
+        PrepareError: The broker refused.
+
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from runwatch.adapters.topics import TopicProvisionError, topic_states
+
+    conf = {"bootstrap.servers": settings.bootstrap_servers}
+    try:
+        states = topic_states(conf, prefix=prefix, timeout_s=timeout_s)
+    except TopicProvisionError as exc:
+        raise PrepareError(str(exc)) from exc
+    short = [s for s in states if s.partitions is not None and s.partitions < s.expected_partitions]
+    if not short:
+        return []
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    futures = admin.create_partitions([NewPartitions(s.name, s.expected_partitions) for s in short],
+                                      operation_timeout=timeout_s)
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=timeout_s)
+        except KafkaException as exc:
+            msg = f"cannot grow topic {name}: {exc}"
+            raise PrepareError(msg) from exc
+    return [f"{s.name}: {s.partitions} -> {s.expected_partitions}" for s in short]
