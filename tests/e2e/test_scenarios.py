@@ -27,11 +27,10 @@ from runwatch.sim.runner import SimConfig, SimResult, run_simulation
 
 pytestmark = pytest.mark.e2e
 
-# gpu_occupancy is left out: the processor alerts on SM occupancy (NodeSample
-# GpuSample.sm_active_pct), which the node agent does not measure yet (NVML reports
-# utilization only; SM activity needs DCGM or NVML GPM), so the simulated decline
-# reaches the processor as utilization, which is evidence, not an alert.
-ALERTING = [n for n in sc.SCENARIOS if n != "gpu_occupancy"]
+# Every failure mode alerts, gpu_occupancy included: the simulated node agents read
+# SM occupancy through NVML GPM (the test double), and the processor falls back to
+# utilization where a node has no GPM.
+ALERTING = list(sc.SCENARIOS)
 
 
 @pytest.fixture(scope="module")

@@ -154,3 +154,79 @@ def test_cli_agent_with_double_runs(tmp_path: Path) -> None:
     )
     assert "TEST DOUBLE" in p.stderr and "8 GPUs" in p.stderr
     assert "left_in_spool=3" in p.stderr, p.stderr[-2000:]
+
+
+# --- SM occupancy through NVML GPM -------------------------------------------------------
+
+
+class NoGpmBinding(FakeNvml8):
+    """An older pynvml without the GPM functions."""
+
+    def __getattribute__(self, name):
+        if name.startswith(("nvmlGpm", "c_nvmlGpm")):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+@pytest.mark.parametrize(
+    ("make", "occupancy", "expect"),
+    [
+        # GPM on every GPU: the occupancy set per GPU, busy default 65 %, idle 0 %
+        (lambda: FakeNvml8(), {3: 42.5, 6: 10.0}, [65.0, 0.0, 0.0, 42.5, 0.0, 0.0, 10.0, 0.0]),
+        # no GPM on the GPUs: null everywhere, whatever the occupancy
+        (lambda: FakeNvml8(gpm=False), {3: 42.5}, [None] * 8),
+        # a binding without GPM functions
+        (lambda: NoGpmBinding(), {3: 42.5}, [None] * 8),
+    ],
+)
+def test_sm_occupancy_from_gpm(make, occupancy, expect) -> None:
+    fake = make()
+    fake.attach_process(0, 4242)
+    for g, pct in occupancy.items():
+        fake.set_occupancy(g, pct)
+    agent, t = make_agent(fake)
+    for _ in range(3):
+        s = agent.tick()
+        assert [g.sm_active_pct for g in s.gpus] == expect
+    assert load_codec().decode(t.out[-1][2]).gpus[3].sm_active_pct == expect[3]
+
+
+def test_sm_occupancy_follows_the_double_tick_by_tick() -> None:
+    fake = FakeNvml8()
+    agent, _ = make_agent(fake)
+    seen = []
+    for pct in (80.0, 55.0, 30.0):
+        fake.set_occupancy(2, pct)
+        seen.append(agent.sample().gpus[2].sm_active_pct)
+    assert seen == [80.0, 55.0, 30.0]
+
+
+def test_gpm_partly_unsupported_logs_once_and_never_retries(caplog) -> None:
+    fake = FakeNvml8()
+    fake.gpm_unsupported = {2, 5}
+    caplog.set_level("INFO", logger="runwatch.adapters.nvml")
+    agent, _ = make_agent(fake)
+    calls_after_open = fake.gpm_calls
+    for _ in range(5):
+        s = agent.sample()
+    assert [g.index for g in s.gpus if g.sm_active_pct is None] == [2, 5]
+    assert fake.gpm_calls - calls_after_open == 5 * 6  # only the 6 supported GPUs are asked
+    lines = [r for r in caplog.records if "GPM unavailable" in r.getMessage()]
+    assert len(lines) == 1 and "[2, 5]" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize(("failures", "recovers"), [(1, True), (2, True), (3, False), (9, False)])
+def test_gpm_failures_recover_or_give_up_without_leaking(failures, recovers, caplog) -> None:
+    fake = FakeNvml8()
+    agent, _ = make_agent(fake)
+    fake.set_occupancy(4, 33.0)
+    fake.gpm_failing[4] = failures
+    for _ in range(6):
+        s = agent.sample()
+    assert s.gpus[4].sm_active_pct == (33.0 if recovers else None)
+    assert s.gpus[3].sm_active_pct == 0.0
+    assert fake.gpm_live == (8 if recovers else 7)  # one held sample per live GPU
+    gave_up = [r for r in caplog.records if "no longer reported" in r.getMessage()]
+    assert len(gave_up) == (0 if recovers else 1)
+    agent.nvml.close()
+    assert fake.gpm_live == 0

@@ -79,3 +79,28 @@ def test_loss_trend_matches_polyfit() -> None:
 def test_loss_trend_rejects_mismatched_lengths() -> None:
     with pytest.raises(ValueError, match="differ in length"):
         ind.loss_trend([1, 2, 3], [1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    ("sm", "util", "value", "source"),
+    [
+        ([40.0, 60.0], [90.0, 90.0], 0.5, "sm_occupancy"),
+        ([None, None], [90.0, 70.0], 0.8, "gpu_utilization"),
+        ([], [], NAN, "gpu_utilization"),
+        # some GPUs without SM occupancy: the measured ones count
+        ([None, 30.0], [95.0, 95.0], 0.3, "sm_occupancy"),
+        # non-finite SM values count as missing
+        ([NAN, None], [50.0, 30.0], 0.4, "gpu_utilization"),
+        ([NAN, 20.0], [50.0, 30.0], 0.2, "sm_occupancy"),
+        # clipped to [0, 1]
+        ([None], [150.0], 1.0, "gpu_utilization"),
+        ([None], [NAN], NAN, "gpu_utilization"),
+    ],
+)
+def test_occupancy_or_utilization(sm, util, value, source) -> None:
+    got, src = ind.occupancy_or_utilization(sm, util)
+    assert src == source and same(got, value)
+    if src == "sm_occupancy":
+        assert same(got, ind.gpu_occupancy([x for x in sm if x is not None]))
+    else:
+        assert same(got, ind.gpu_utilization(util))

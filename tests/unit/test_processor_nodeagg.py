@@ -1,5 +1,6 @@
 """Node samples reduced to compact per-run aggregates (internal topic) and cheap state saves."""
 
+import dataclasses
 import json
 import math
 import random
@@ -7,7 +8,7 @@ import random
 import pytest
 
 from runwatch.core import indicators as ind
-from runwatch.core import join, rekey, runstate, scenarios
+from runwatch.core import join, join_node, rekey, runstate, scenarios
 from runwatch.core.codec import load_codec
 from runwatch.core.indwatch import HEAVY_EVERY
 from runwatch.core.join_node import NodeAgg, NodeEntry, pct_mean
@@ -126,3 +127,62 @@ def test_detector_snapshot_lags_at_most_heavy_every_and_gates_are_exact(updates)
         assert lag < HEAVY_EVERY
     back = runstate.loads(runstate.dumps(st))
     assert runstate.watch_of(back, CFG, "loader_share", None).gate.to_state() == w.gate.to_state()
+
+
+def without_sm(e, util_from_sm):
+    """The same record as a node without SM counters would send it (sm_active_pct null)."""
+    if not isinstance(e, NodeSample):
+        return e
+    gpus = tuple(dataclasses.replace(
+        g, sm_active_pct=None,
+        util_pct=(g.sm_active_pct + 20.0) if util_from_sm else g.util_pct) for g in e.gpus)
+    return dataclasses.replace(e, gpus=gpus)
+
+
+@pytest.mark.parametrize(("kind", "gpm", "util_declines", "alerts", "source"), [
+    # SM occupancy measured: it drives the indicator
+    ("gpu_occupancy", True, False, [("watch:gpu_occupancy", "infrastructure")], "sm_occupancy"),
+    ("healthy", True, False, [], "sm_occupancy"),
+    # no SM occupancy: utilization stands in and still catches the decline
+    ("gpu_occupancy", False, True, [("watch:gpu_occupancy", "infrastructure")],
+     "gpu_utilization"),
+    ("healthy", False, True, [], "gpu_utilization"),
+    # no SM occupancy and steady utilization: nothing to see
+    ("gpu_occupancy", False, False, [], "gpu_utilization"),
+])
+@pytest.mark.parametrize("convert", [False, True])
+def test_occupancy_falls_back_to_utilization(kind, gpm, util_declines, alerts, source,
+                                             convert) -> None:
+    codec = load_codec()
+    events = [e if gpm else without_sm(e, util_declines)
+              for e in scenarios.build(kind, "run-x", T0)]
+    st, outs, index = runstate.new_state("run-x"), [], {}
+    for e in events:
+        if isinstance(e, NodeSample) and convert:
+            _, d = codec.decode_dict(codec.encode(e))
+            e = NodeAgg("run-x", e.emitted_at_ms,  # noqa: PLW2901
+                        (rekey.node_entries(d, index.get(e.node, {}))["run-x"],))
+        elif not isinstance(e, NodeSample) and e.AVRO_NAME.endswith("JobEvent"):
+            rekey.apply_job_event(index, e)
+        st, o = join.step(st, e, e.emitted_at_ms, CFG)
+        outs += o
+    fired = [a for a in outs if isinstance(a, Alert) and a.status == "firing"]
+    assert [(a.detector, a.probable_cause) for a in fired] == alerts
+    for a in fired:
+        details = [ev.detail for ev in a.evidence if ev.indicator == "gpu_occupancy"]
+        assert details and all(f"source={source}" in d for d in details)
+
+
+@pytest.mark.parametrize(("gpus", "value", "source"), [
+    ([(0, 90.0, 40.0, 0, 0, 0), (1, 80.0, 60.0, 0, 0, 0)], 0.5, "sm_occupancy"),
+    ([(0, 90.0, None, 0, 0, 0), (1, 70.0, None, 0, 0, 0)], 0.8, "gpu_utilization"),
+    # SM occupancy on some GPUs only: those count, utilization does not mix in
+    ([(0, 90.0, 30.0, 0, 0, 0), (1, 10.0, None, 0, 0, 0)], 0.3, "sm_occupancy"),
+])
+def test_node_entry_feeds_the_occupancy_watch_from_the_right_source(gpus, value, source):
+    st = runstate.new_state("run-y")
+    join_node.node_entry(st, NodeEntry("n0", T0, tuple(gpus)), T0, T0, CFG, None)
+    n, mean, _ = st.stats["gpu_occupancy"]
+    assert n == 1 and mean == pytest.approx(value)
+    assert ind.occupancy_or_utilization([g[2] for g in gpus], [g[1] for g in gpus]) == (
+        pytest.approx(value), source)

@@ -157,3 +157,42 @@ def test_offline_scoreboard_detects_injected_faults(offline_result) -> None:
     assert {r.scenario for r in board.rows if r.detected and r.cause_correct} == {
         "nan_loss", "failed_gate", "checkpoint_corrupt", "unauthorized_image"}
     assert board.false_alerts == ()
+
+
+def _occupancy_sim(gpm: bool):
+    transport = CaptureTransport()
+    cfg = SimConfig(nodes=2, runs=1, seed=3, speed=100.0, duration_s=650.0, tick_s=0.02,
+                    scenarios=(sc.get("gpu_occupancy").with_(at_s=200),), collect_alerts=False,
+                    gpm=gpm)
+    res = run_simulation(cfg, transport=transport)
+    codec = load_codec()
+    records = [codec.decode(v) for _, _, v in transport.messages]
+    alerts = replay(records)
+    res.alerts = [AlertSeen.from_alert(a) for a in alerts]
+    return res, records, alerts
+
+
+@pytest.mark.parametrize(("gpm", "source"), [(True, "sm_occupancy"), (False, "gpu_utilization")])
+def test_gpu_occupancy_decline_is_detected_through_the_agent(gpm: bool, source: str) -> None:
+    res, records, alerts = _occupancy_sim(gpm)
+    fault = res.injections[0]
+    assert fault.injected_ms is not None
+    faulted = [(r.emitted_at_ms, g) for r in records if type(r).__name__ == "NodeSample"
+               for g in r.gpus if any(p.run_id == fault.run_id for p in g.processes)]
+    assert faulted
+    if gpm:  # the agent reports SM occupancy (GPM), and it falls after the injection
+        assert all(g.sm_active_pct is not None for _, g in faulted)
+        before = [g.sm_active_pct for t, g in faulted if t < fault.injected_ms]
+        late = [g.sm_active_pct for t, g in faulted if t > fault.injected_ms + 200_000]
+        assert before and late and max(late) < min(before) - 20
+    else:
+        assert all(g.sm_active_pct is None for _, g in faulted)
+    board = res.board()
+    row = next(r for r in board.rows if r.scenario == "gpu_occupancy")
+    assert row.detected and row.cause_correct and row.within_budget
+    assert row.detector == "watch:gpu_occupancy"
+    assert board.false_alerts == ()
+    occ = [a for a in alerts if a.detector == "watch:gpu_occupancy" and a.status == "firing"]
+    details = [ev.detail or "" for a in occ for ev in a.evidence
+               if ev.indicator == "gpu_occupancy"]
+    assert details and all(f"source={source}" in d for d in details)

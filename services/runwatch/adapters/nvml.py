@@ -4,6 +4,12 @@ Every figure a GPU does not support comes back as None instead of an error.
 :meth:`Nvml.open` returns None (after one clear log line) where there is no
 driver, so callers keep publishing host figures. Tests pass a module-like test
 double (``runwatch.agent.nvml_double``) instead of ``pynvml``.
+
+SM occupancy and SM activity come from NVML GPM (GPU Performance Monitoring,
+Hopper and later): one GPM sample per GPU per read, the metrics computed over
+the previous read's sample and this one (one agent interval apart). GPUs
+without GPM report None for both, after one log line at :meth:`Nvml.open`;
+they are not asked again.
 """
 
 from __future__ import annotations
@@ -14,6 +20,12 @@ from types import ModuleType
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+GPM_FUNCTIONS = ("nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet",
+                 "nvmlGpmSampleFree", "nvmlGpmMetricsGet", "c_nvmlGpmMetricsGet_t")
+"""The pynvml names GPM needs; a binding without any of them means no GPM."""
+GPM_MAX_FAILS = 3
+"""Consecutive GPM failures on one GPU before it is no longer asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +51,8 @@ class GpuReading:
     nvlink_rx_bytes: int | None
     nvlink_tx_bytes: int | None
     processes: tuple[tuple[int, int], ...]
+    sm_occupancy_pct: float | None = None
+    sm_util_pct: float | None = None
 
 
 class Nvml:
@@ -55,6 +69,9 @@ class Nvml:
         self._handles: list[Any] = []
         self._events: Any = None
         self._err: type[BaseException] = getattr(module, "NVMLError", Exception)
+        self._gpm_ok: list[bool] = []
+        self._gpm_prev: dict[int, Any] = {}
+        self._gpm_fails: dict[int, int] = {}
 
     @classmethod
     def open(cls, module: Any = None, *, quiet: bool = False) -> Nvml | None:
@@ -85,13 +102,111 @@ class Nvml:
         nv._handles = [
             module.nvmlDeviceGetHandleByIndex(i) for i in range(module.nvmlDeviceGetCount())
         ]
+        nv._gpm_setup()
         return nv
+
+    def _gpm_setup(self) -> None:
+        """Check GPM support once per GPU and take each supported GPU's first sample."""
+        m = self.m
+        self._gpm_ok = [False] * len(self._handles)
+        if not all(hasattr(m, f) for f in GPM_FUNCTIONS):
+            logger.info("NVML GPM not available in this NVML binding: SM occupancy not reported")
+            return
+        why: dict[int, str] = {}
+        for i, h in enumerate(self._handles):
+            try:
+                ok = bool(m.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)
+                if not ok:
+                    why[i] = "not supported"
+            except self._err as exc:
+                ok, why[i] = False, str(exc)
+            if ok:
+                first = self._gpm_sample(i)
+                self._gpm_ok[i] = first is not None
+                if first is None:
+                    why[i] = "sampling failed"
+                else:
+                    self._gpm_prev[i] = first
+        if why:
+            logger.info("NVML GPM unavailable on GPUs %s (%s): SM occupancy not reported there",
+                        sorted(why), "; ".join(sorted(set(why.values()))))
+
+    def _gpm_sample(self, index: int) -> Any:
+        """Take a new GPM sample of one GPU; None on error (nothing left allocated)."""
+        m, s = self.m, None
+        try:
+            s = m.nvmlGpmSampleAlloc()
+            m.nvmlGpmSampleGet(self._handles[index], s)
+        except self._err as exc:
+            logger.debug("GPM sample of GPU %d failed: %s", index, exc)
+            if s is not None:
+                self._gpm_free(s)
+            return None
+        return s
+
+    def _gpm_free(self, s: Any) -> None:
+        try:
+            self.m.nvmlGpmSampleFree(s)
+        except self._err as exc:
+            logger.debug("GPM sample free failed: %s", exc)
+
+    def gpm(self, index: int) -> tuple[float | None, float | None]:
+        """SM occupancy and SM activity of one GPU since the previous call, in percent.
+
+        Args:
+            index: GPU index.
+
+        Returns:
+            (occupancy, activity); None for each figure GPM does not give.
+
+        """
+        if index >= len(self._gpm_ok) or not self._gpm_ok[index]:
+            return None, None
+        m = self.m
+        prev = self._gpm_prev.get(index)
+        cur = self._gpm_sample(index)
+        if cur is None:
+            return self._gpm_failed(index, "sampling failed")
+        self._gpm_prev[index] = cur
+        if prev is None:
+            return None, None
+        try:
+            mg = m.c_nvmlGpmMetricsGet_t()
+            mg.version = m.NVML_GPM_METRICS_GET_VERSION
+            mg.numMetrics = 2
+            mg.sample1, mg.sample2 = prev, cur
+            mg.metrics[0].metricId = m.NVML_GPM_METRIC_SM_OCCUPANCY
+            mg.metrics[1].metricId = m.NVML_GPM_METRIC_SM_UTIL
+            m.nvmlGpmMetricsGet(mg)
+        except self._err as exc:
+            return self._gpm_failed(index, str(exc))
+        finally:
+            self._gpm_free(prev)
+        self._gpm_fails[index] = 0
+        occ, util = mg.metrics[0], mg.metrics[1]
+        return (float(occ.value) if occ.nvmlReturn == 0 else None,
+                float(util.value) if util.nvmlReturn == 0 else None)
+
+    def _gpm_failed(self, index: int, why: str) -> tuple[None, None]:
+        n = self._gpm_fails.get(index, 0) + 1
+        self._gpm_fails[index] = n
+        if n >= GPM_MAX_FAILS:
+            self._gpm_ok[index] = False
+            s = self._gpm_prev.pop(index, None)
+            if s is not None:
+                self._gpm_free(s)
+            logger.warning("NVML GPM failed %d times on GPU %d (%s): SM occupancy no longer "
+                           "reported there", n, index, why)
+        return None, None
 
     def close(self) -> None:
         """Shut NVML down."""
         try:
             if self._events is not None:
                 self.m.nvmlEventSetFree(self._events)
+            for gs in self._gpm_prev.values():
+                self._gpm_free(gs)
+            self._gpm_prev.clear()
             self.m.nvmlShutdown()
         except Exception as exc:
             logger.debug("nvml shutdown: %s", exc)
@@ -157,6 +272,7 @@ class Nvml:
         nvl_rx, nvl_tx = self._nvlink(h)
         procs = self._try("nvmlDeviceGetComputeRunningProcesses", h) or []
         uuid = self._try("nvmlDeviceGetUUID", h) or f"GPU-{index}"
+        occ_pct, sm_pct = self.gpm(index)
         return GpuReading(
             index=index,
             uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid),
@@ -177,6 +293,8 @@ class Nvml:
             nvlink_rx_bytes=nvl_rx,
             nvlink_tx_bytes=nvl_tx,
             processes=tuple((int(p.pid), int(p.usedGpuMemory or 0)) for p in procs),
+            sm_occupancy_pct=occ_pct,
+            sm_util_pct=sm_pct,
         )
 
     def _nvlink(self, h: Any) -> tuple[int | None, int | None]:

@@ -7,6 +7,12 @@ its tests and its benchmark run on machines without GPUs. Figures move
 deterministically with each call; processes are whatever the caller attaches
 with :meth:`FakeNvml8.attach_process` (for example the pid of a real process
 whose environment carries ``RUNWATCH_RUN_ID``).
+
+GPM (SM occupancy / SM activity) works as in pynvml: allocate samples, take
+them, compute metrics over two of them, free them. Occupancy per GPU is what
+the caller puts in :attr:`FakeNvml8.occupancy` (default: 65 % busy, 0 % idle);
+``gpm=False`` or :attr:`FakeNvml8.gpm_unsupported` describe GPUs without GPM,
+:attr:`FakeNvml8.gpm_failing` (GPU -> count) makes that many samples fail.
 """
 
 from __future__ import annotations
@@ -32,8 +38,26 @@ NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
 nvmlEventTypeXidCriticalError = 8  # noqa: N816 (pynvml's name)
 NVML_ERROR_TIMEOUT = 10
+NVML_GPM_METRIC_SM_UTIL = 2
+NVML_GPM_METRIC_SM_OCCUPANCY = 3
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_SUPPORT_VERSION = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+GPM_METRIC_SLOTS = 16
 
 GIB = 1024**3
+
+
+class _GpmMetricsGet:
+    """Mirror of pynvml.c_nvmlGpmMetricsGet_t (fields only)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0  # noqa: N815 (pynvml's name)
+        self.sample1: Any = None
+        self.sample2: Any = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0)
+                        for _ in range(GPM_METRIC_SLOTS)]
 
 
 class FakeNvml8:
@@ -41,12 +65,14 @@ class FakeNvml8:
 
     NVMLError = NVMLError
 
-    def __init__(self, gpus: int = 8, name: str = "NVIDIA H100 80GB HBM3 (test double)") -> None:
+    def __init__(self, gpus: int = 8, name: str = "NVIDIA H100 80GB HBM3 (test double)",
+                 *, gpm: bool = True) -> None:
         """Create the double.
 
         Args:
             gpus: How many GPUs to describe.
             name: Model name reported.
+            gpm: Whether the GPUs support GPM (SM occupancy).
 
         """
         self.gpus = gpus
@@ -56,6 +82,11 @@ class FakeNvml8:
         self.calls = 0
         self.processes: dict[int, list[tuple[int, int]]] = {i: [] for i in range(gpus)}
         self.pending_xids: list[tuple[int, int]] = []
+        self.occupancy: dict[int, float] = {}
+        self.gpm_unsupported: set[int] = set() if gpm else set(range(gpus))
+        self.gpm_live = 0
+        self.gpm_calls = 0
+        self.gpm_failing: dict[int, int] = {}
         self._lock = threading.Lock()
         for k, v in globals().items():
             if k.startswith(("NVML_", "nvmlEvent")):
@@ -69,6 +100,13 @@ class FakeNvml8:
     def inject_xid(self, gpu: int, xid: int) -> None:
         """Queue an XID critical-error event on ``gpu``."""
         self.pending_xids.append((gpu, xid))
+
+    def set_occupancy(self, gpu: int, pct: float) -> None:
+        """Make GPM report ``pct`` SM occupancy (and activity) on ``gpu``."""
+        self.occupancy[gpu] = pct
+
+    def _occupancy(self, i: int) -> float:
+        return self.occupancy.get(i, 65.0 if self.processes[i] else 0.0)
 
     # pynvml surface --------------------------------------------------------
     def _h(self, h: Any) -> int:
@@ -162,6 +200,52 @@ class FakeNvml8:
 
     def nvmlEventSetFree(self, es: Any) -> None:  # noqa: N802
         return None
+
+    # GPM -------------------------------------------------------------------
+    c_nvmlGpmMetricsGet_t = _GpmMetricsGet  # a class, as in pynvml
+
+    def nvmlGpmQueryDeviceSupport(self, h: Any) -> Any:  # noqa: N802
+        i = self._h(h)
+        return SimpleNamespace(version=NVML_GPM_SUPPORT_VERSION,
+                               isSupportedDevice=int(i not in self.gpm_unsupported))
+
+    def nvmlGpmSampleAlloc(self) -> Any:  # noqa: N802
+        self.gpm_live += 1
+        return SimpleNamespace(index=None, occupancy=None, freed=False)
+
+    def nvmlGpmSampleFree(self, s: Any) -> None:  # noqa: N802
+        if s.freed:
+            msg = "Invalid Argument (double free)"
+            raise NVMLError(msg)
+        s.freed = True
+        self.gpm_live -= 1
+
+    def nvmlGpmSampleGet(self, h: Any, s: Any) -> Any:  # noqa: N802
+        i = self._h(h)
+        self.gpm_calls += 1
+        if i in self.gpm_unsupported:
+            msg = "Not Supported"
+            raise NVMLError(msg)
+        if self.gpm_failing.get(i, 0) > 0:
+            self.gpm_failing[i] -= 1
+            msg = "Unknown Error"
+            raise NVMLError(msg)
+        s.index, s.occupancy = i, self._occupancy(i)
+        return s
+
+    def nvmlGpmMetricsGet(self, mg: Any) -> Any:  # noqa: N802
+        a, b = mg.sample1, mg.sample2
+        if a.freed or b.freed or a.index is None or a.index != b.index or a is b:
+            msg = "Invalid Argument"
+            raise NVMLError(msg)
+        occ = float(b.occupancy)
+        for k in range(mg.numMetrics):
+            m = mg.metrics[k]
+            known = m.metricId in (NVML_GPM_METRIC_SM_OCCUPANCY, NVML_GPM_METRIC_SM_UTIL)
+            m.nvmlReturn = 0 if known else NVML_ERROR_NOT_SUPPORTED
+            m.value = (occ if m.metricId == NVML_GPM_METRIC_SM_OCCUPANCY
+                       else min(occ * 1.3, 100.0)) if known else 0.0
+        return mg
 
 
 class _Handle(SimpleNamespace):

@@ -5,6 +5,10 @@ GPU processes are attributed to runs through ``RUNWATCH_RUN_ID`` in
 either ``{"<gpu index>": "<run id>"}`` or
 ``[{"run_id": "...", "gpus": [0, 1]}, ...]``), written for example by the Slurm
 prolog in ``infra/slurm/``.
+
+``GpuSample.sm_active_pct`` carries SM occupancy from NVML GPM (see
+:mod:`runwatch.adapters.nvml`) and stays null on GPUs without GPM; the
+processor then falls back to utilization for its occupancy indicator.
 """
 
 from __future__ import annotations
@@ -182,7 +186,7 @@ class NodeAgent:
             index=r.index,
             uuid=r.uuid,
             util_pct=r.util_pct,
-            sm_active_pct=None,
+            sm_active_pct=r.sm_occupancy_pct,
             mem_used_bytes=r.mem_used_bytes,
             mem_total_bytes=r.mem_total_bytes,
             power_w=r.power_w,

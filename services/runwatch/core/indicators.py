@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
 NAN = float("nan")
+
+OccupancySource = Literal["sm_occupancy", "gpu_utilization"]
+"""What an occupancy value was computed from: SM occupancy (NVML GPM / DCGM) or,
+where no GPU of the reading has it, GPU utilization."""
 
 
 def _ratio(num: float, den: float) -> float:
@@ -79,6 +84,33 @@ def gpu_occupancy(sm_occupancy_pct: Sequence[float]) -> float:
 
     """
     return gpu_utilization(sm_occupancy_pct)
+
+
+def occupancy_or_utilization(sm_occupancy_pct: Sequence[float | None],
+                             util_pct: Sequence[float]) -> tuple[float, OccupancySource]:
+    """Occupancy of the run's own GPUs, falling back to utilization where SM occupancy is null.
+
+    SM occupancy counts when any GPU of the reading has it (the mean over those
+    that do); when none has it (no GPM/DCGM on the node), the mean utilization
+    stands in, so clusters without SM counters keep the leading indicator.
+    Pure Python: a node has a handful of GPUs and this runs per node sample.
+
+    Args:
+        sm_occupancy_pct: SM occupancy of each GPU in percent, None where not measured.
+        util_pct: Utilization of the same GPUs in percent.
+
+    Returns:
+        (mean as a fraction in [0, 1] or nan for no finite values, the source used).
+
+    """
+    sm = [x for x in sm_occupancy_pct if x is not None and math.isfinite(x)]
+    if sm:
+        return _pct_fraction(sm), "sm_occupancy"
+    return _pct_fraction([x for x in util_pct if math.isfinite(x)]), "gpu_utilization"
+
+
+def _pct_fraction(xs: list[float]) -> float:
+    return min(max(sum(xs) / len(xs) / 100.0, 0.0), 1.0) if xs else NAN
 
 
 def throughput(samples: float, duration_ms: float) -> float:

@@ -2,7 +2,9 @@
 
 Split from :mod:`runwatch.core.join`: GPU errors, throttling, utilization and
 SM occupancy of the run's own GPUs, the cause of an occupancy decline, and
-the HST anomaly score over the run's normalized indicator vector.
+the HST anomaly score over the run's normalized indicator vector. The
+occupancy indicator uses SM occupancy where the agent measured it and GPU
+utilization where it did not (``source=`` in the alert evidence detail says which).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from runwatch.core import rules
+from runwatch.core.indicators import occupancy_or_utilization
 from runwatch.core.indwatch import HST_LEVEL, HST_MIN_Z, HST_WARMUP, WATCH_SIGNAL, most_deviating
 from runwatch.core.indwatch import normalized_vector as hst_vector
 from runwatch.core.records import NodeSample
@@ -188,10 +191,11 @@ def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
                                         "infrastructure", "warning", float(len(throttled)),
                                         0.0, 0.5, at, f"GPUs {throttled} throttled on {e.node}",
                                         subject=e.node, alert=False), now, one_shot=True)
-        occ = pct_mean([g[2] for g in gpus if g[2] is not None])
+        occ, source = occupancy_or_utilization([g[2] for g in gpus], [g[1] for g in gpus])
+        what = "SM occupancy" if source == "sm_occupancy" else "GPU utilization (no SM occupancy)"
         out += observe(s, cfg, "gpu_occupancy", occ, at, now, bl,
-                       f"node {e.node}: SM occupancy {occ:.0%}", signal=occupancy_cause(s, at,
-                                                                                     cfg))
+                       f"node {e.node}: {what} {occ:.0%}; source={source}",
+                       signal=occupancy_cause(s, at, cfg))
     return out
 
 

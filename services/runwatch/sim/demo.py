@@ -56,7 +56,7 @@ def ensure_services(state_dir: Path | None) -> int:
 
     """
     from runwatch.stack.manager import Stack
-    from runwatch.stack.prepare import PrepareError, ensure_topics, grow_partitions, migrate
+    from runwatch.stack.prepare import PrepareError, check_partitions, ensure_topics, migrate
     from runwatch.stack.services import OPTIONAL_SERVICES, SERVICES, StackError
     from runwatch.stack.settings import StackSettings
 
@@ -75,11 +75,7 @@ def ensure_services(state_dir: Path | None) -> int:
             _say("stack already running: reusing it")
         made = ensure_topics(settings)
         _say(f"topics: created {len(made)}" if made else "topics: all present")
-        grown = grow_partitions(settings)
-        for line in grown:
-            _say(f"topics: grew {line} (the topic map's partition count)")
-        if grown:  # the processor's tables and the sink must see the new partitions
-            stack.down(_say, [s for s in ("processor", "sink") if stack.running(s)])
+        check_partitions(settings)
         out = migrate(settings)
         _say(f"database: {out.splitlines()[-1] if out else 'migrated'}")
         live = [s for s in OPTIONAL_SERVICES if stack.running(s) is not None

@@ -67,16 +67,21 @@ def sim_publisher(transport: Any, clock: VirtualClock, *, kind: str,
 
 
 class SimNvml(FakeNvml8):
-    """The NVML test double with utilization set by the cluster model.
+    """The NVML test double with utilization and SM occupancy (GPM) set by the cluster model.
 
     Unlike the plain double (GPU 7 power-capped, GPU 5 with corrected ECC
     errors), every simulated GPU is healthy unless a scenario says otherwise:
     throttling or ECC errors would be infrastructure evidence on every run.
     """
 
-    def __init__(self) -> None:
-        """Create an 8-GPU double; every GPU idles until a run sets it."""
-        super().__init__(gpus=GPUS_PER_NODE)
+    def __init__(self, *, gpm: bool = True) -> None:
+        """Create an 8-GPU double; every GPU idles until a run sets it.
+
+        Args:
+            gpm: Whether the GPUs report SM occupancy through NVML GPM.
+
+        """
+        super().__init__(gpus=GPUS_PER_NODE, gpm=gpm)
         self.util: dict[int, float] = {}
 
     def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:  # noqa: N802 - pynvml's name
@@ -131,9 +136,9 @@ class SimNode:
     agent: NodeAgent
 
 
-def make_node(name: str, publisher: Publisher) -> SimNode:
-    """Build a node agent over the NVML double."""
-    double = SimNvml()
+def make_node(name: str, publisher: Publisher, *, gpm: bool = True) -> SimNode:
+    """Build a node agent over the NVML double (with or without GPM SM occupancy)."""
+    double = SimNvml(gpm=gpm)
     nvml = Nvml.open(double)
     if nvml is None:  # pragma: no cover - the double always initialises
         msg = "NVML double did not initialise"
@@ -283,12 +288,15 @@ class RunDriver:
             self.node.attributor.pids.pop(self._pid(g), None)
             self.node.nvml.processes[g] = []
             self.node.nvml.util.pop(g, None)
+            self.node.nvml.occupancy.pop(g, None)
         self.done = True
 
     def set_util(self, at_ms: int) -> None:
-        """Put this run's modelled GPU utilization into its node's NVML double."""
+        """Put this run's modelled GPU utilization and SM occupancy into its node's NVML double."""
         if self.run is None or self.done:
             return
         u = self.model.gpu_util(at_ms)
+        occ = self.model.sm_occupancy(u)
         for g in self.plan.gpus:
             self.node.nvml.util[g] = u
+            self.node.nvml.set_occupancy(g, occ)

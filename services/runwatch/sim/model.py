@@ -33,6 +33,7 @@ DATA_EVERY_MS = 60_000
 DEADLINE_MS = 1_800_000
 QUEUE_DEADLINE_MS = 300_000
 BATCH = 256
+SM_OCCUPANCY_PER_UTIL = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +192,16 @@ class RunModel:
         if self.faulted(at_ms, "gpu_occupancy"):
             base -= min(60.0, 0.25 * self.strength * self._since_fault_s(at_ms))
         return base
+
+    @staticmethod
+    def sm_occupancy(util_pct: float) -> float:
+        """Return the SM occupancy (percent, what NVML GPM reports) at a utilization.
+
+        Busy kernels keep about 70 % of the theoretical warps resident; a GPU
+        starved of work (the ``gpu_occupancy`` fault lowers utilization) loses
+        occupancy in proportion. No random draws: the seed's sequence is unchanged.
+        """
+        return max(util_pct, 0.0) * SM_OCCUPANCY_PER_UTIL
 
     # ---------------------------------------------------------------- actions
     def advance(self, until_ms: int) -> list[Action]:

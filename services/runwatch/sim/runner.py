@@ -40,6 +40,8 @@ class SimConfig:
         tick_s: Wall seconds between scheduler passes.
         grace_s: Wall seconds to wait for alerts after the last run finished.
         collect_alerts: Read rw.alerts back while running.
+        gpm: Whether the simulated GPUs report SM occupancy (NVML GPM); without
+            it the processor's occupancy indicator falls back to utilization.
 
     """
 
@@ -55,6 +57,7 @@ class SimConfig:
     tick_s: float = 0.1
     grace_s: float = 20.0
     collect_alerts: bool = True
+    gpm: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +172,7 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     nodes: dict[str, SimNode] = {}
     for p in plans:
         if p.node not in nodes:
-            nodes[p.node] = make_node(p.node, agent_pub)
+            nodes[p.node] = make_node(p.node, agent_pub, gpm=cfg.gpm)
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="runwatch-sim-")
