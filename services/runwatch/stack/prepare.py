@@ -87,37 +87,31 @@ def prepare(settings: StackSettings, services: list[str],
     made = ensure_topics(settings)
     if made:
         report(f"topics: created {len(made)} from schemas/topics.yaml")
-    for line in grow_partitions(settings):
-        report(f"topics: grew {line} (the topic map's partition count)")
+    check_partitions(settings)
     if "sink" in services:
         out = migrate(settings)
         report(f"database: {out.splitlines()[-1] if out else 'migrated'}")
 
 
-def grow_partitions(settings: StackSettings, prefix: str = "",
-                    timeout_s: float = 30.0) -> list[str]:
-    """Raise topics that have fewer partitions than the topic map says (never shrinks).
+def check_partitions(settings: StackSettings, prefix: str = "",
+                     timeout_s: float = 30.0) -> None:
+    """Refuse topics whose partition count differs from the topic map.
 
-    A broker with topic auto-creation makes 1-partition topics when a producer
-    writes before the topics are provisioned; the processor then refuses to
-    start its tables (changelog partition mismatch). Growing them restores the
-    map's partition count.
+    Run-keyed topics must share one partition count so that one worker sees
+    everything about a run; a topic made elsewhere with another count (for
+    example auto-created by a broker when a producer wrote first) would split a
+    run across workers. Growing it in place would move keys between partitions,
+    so this names the topics and leaves the repair to the operator.
 
     Args:
         settings: The stack settings.
         prefix: Prefix of every topic name.
-        timeout_s: Timeout of the admin calls.
-
-    Returns:
-        ``name: old -> new`` for every topic grown.
+        timeout_s: Timeout of the admin call.
 
     Raises:
-        PrepareError: The broker refused.
+        PrepareError: A topic differs from the map, or the broker did not answer.
 
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewPartitions
-
     from runwatch.adapters.topics import TopicProvisionError, topic_states
 
     conf = {"bootstrap.servers": settings.bootstrap_servers}
@@ -125,16 +119,11 @@ def grow_partitions(settings: StackSettings, prefix: str = "",
         states = topic_states(conf, prefix=prefix, timeout_s=timeout_s)
     except TopicProvisionError as exc:
         raise PrepareError(str(exc)) from exc
-    short = [s for s in states if s.partitions is not None and s.partitions < s.expected_partitions]
-    if not short:
-        return []
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    futures = admin.create_partitions([NewPartitions(s.name, s.expected_partitions) for s in short],
-                                      operation_timeout=timeout_s)
-    for name, fut in futures.items():
-        try:
-            fut.result(timeout=timeout_s)
-        except KafkaException as exc:
-            msg = f"cannot grow topic {name}: {exc}"
-            raise PrepareError(msg) from exc
-    return [f"{s.name}: {s.partitions} -> {s.expected_partitions}" for s in short]
+    wrong = [s for s in states if s.partitions not in (None, s.expected_partitions)]
+    if wrong:
+        names = ", ".join(
+            f"{s.name} has {s.partitions} (map: {s.expected_partitions})" for s in wrong
+        )
+        msg = (f"topics: partition counts differ from schemas/topics.yaml: {names}; "
+               "delete and recreate them (`runwatch topics ensure`) or fix the map")
+        raise PrepareError(msg)

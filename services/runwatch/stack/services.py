@@ -92,7 +92,7 @@ def kafka_properties(settings: StackSettings) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
-        "auto.create.topics.enable": "true",
+        "auto.create.topics.enable": "false",  # topics come from schemas/topics.yaml
         "delete.topic.enable": "true",
         "log.retention.hours": "168",
     }
