@@ -8,6 +8,7 @@ the processor forwards the records to internal topics keyed by run id.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,6 +46,87 @@ def manifest_refs(datasets: Iterable[DatasetRef]) -> list[str]:
 
     """
     return sorted({dataset_ref(d.uri, d.version) for d in datasets})
+
+
+def manifest_keys(datasets: Iterable[DatasetRef]) -> list[tuple[str, str]]:
+    """Return the sorted, distinct (dataset uri, reference) pairs of a manifest.
+
+    The uri is the key producers give the dataset's reports on ``rw.data``; the
+    processor keys a manifest's per-dataset records with it so both land in the
+    same partition.
+
+    Args:
+        datasets: The manifest's dataset refs.
+
+    Returns:
+        (uri, reference as produced by :func:`dataset_ref`) pairs.
+
+    """
+    return sorted({(d.uri, dataset_ref(d.uri, d.version)) for d in datasets})
+
+
+def manifest_ref_json(run_id: str, uri: str, ref: str) -> bytes:
+    """Encode one run's use of one dataset (``rw.internal.manifest-by-dataset``).
+
+    Args:
+        run_id: The run consuming the dataset.
+        uri: The dataset uri (the record's key).
+        ref: The dataset reference (:func:`dataset_ref`).
+
+    Returns:
+        Compact JSON ``{"v":1,"run":..,"uri":..,"ref":..}``.
+
+    """
+    return json.dumps({"v": 1, "run": run_id, "uri": uri, "ref": ref},
+                      separators=(",", ":")).encode()
+
+
+def parse_manifest_ref(raw: bytes) -> tuple[str, str, str]:
+    """Decode a record of :func:`manifest_ref_json`.
+
+    Args:
+        raw: The JSON bytes.
+
+    Returns:
+        (run id, dataset uri, dataset reference).
+
+    Raises:
+        ValueError: Not such a record (the reason says why).
+
+    """
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = f"manifest ref is not JSON: {exc}"
+        raise ValueError(msg) from exc
+    if not isinstance(doc, dict) or doc.get("v") != 1:
+        msg = "manifest ref: expected a JSON object with v=1"
+        raise ValueError(msg)
+    fields = [doc.get(k) for k in ("run", "uri", "ref")]
+    out = [f for f in fields if isinstance(f, str) and f]
+    if len(out) != len(fields):
+        msg = "manifest ref: run, uri and ref must be non-empty strings"
+        raise ValueError(msg)
+    return out[0], out[1], out[2]
+
+
+def add_run(index: dict[str, list[str]], ref: str, run_id: str) -> bool:
+    """Record that a run consumes a dataset reference.
+
+    Args:
+        index: Dataset reference → run ids; updated in place.
+        ref: The dataset reference.
+        run_id: The run.
+
+    Returns:
+        Whether the run was newly added.
+
+    """
+    runs = index.setdefault(ref, [])
+    if run_id in runs:
+        return False
+    runs.append(run_id)
+    return True
 
 
 def report_ref(report: DataQualityReport) -> str:

@@ -10,10 +10,12 @@ Agents:
 * ``nodes`` — rw.exec.node: reduces each batch of node samples to one compact
   aggregate per run that owns their GPUs and forwards it through
   rw.internal.node-by-run (:mod:`runwatch.processor.forward`).
-* ``data`` — rw.data: forwards each data-quality report to the runs consuming
-  that dataset version through rw.internal.data-by-run.
+* ``data`` — rw.data and rw.internal.manifest-by-dataset (both keyed by
+  dataset uri, co-partitioned): a co-partitioned stream join of reports and the
+  runs whose manifests name the dataset, in local tables; forwards each report
+  to those runs through rw.internal.data-by-run (:mod:`runwatch.processor.forward`).
 
-Node → run and dataset → run indices and workload baselines are global tables.
+The node → run index and workload baselines are global tables.
 A timer sends one tick per assigned partition; the ``runs`` agent evaluates the
 time-driven rules (stall, missing data report, hold expiry) for that partition.
 """
@@ -132,7 +134,8 @@ class Processor:
         self.runs_in = topic(*self.run_topic_names, self.tick_topic)
         self.tick_out = topic(self.tick_topic, partitions=n, internal=True)
         self.node_in = topic(t("rw.exec.node"))
-        self.data_in = topic(t("rw.data"))
+        self.data_in = topic(t("rw.data"), t(forward.MANIFEST_BY_DATASET))
+        self.manifest_by_dataset = topic(t(forward.MANIFEST_BY_DATASET))
         self.node_by_run = topic(t("rw.internal.node-by-run"))
         self.data_by_run = topic(t("rw.internal.data-by-run"))
         self.alerts_out = topic(t("rw.alerts"))
@@ -148,8 +151,8 @@ class Processor:
 
         self.runstate = table("runstate")
         self.node_index = table("node-index", glob=True)
-        self.dataset_runs = table("dataset-runs", glob=True)
-        self.dataset_last = table("dataset-last", glob=True)
+        self.dataset_index = table("dataset-index")  # uri -> {ref: [run ids]}, local
+        self.dataset_reports = table("dataset-reports")  # ref -> first/recent reports, local
         self.baselines = table("baselines", glob=True)
         self.allowed = {name: set(spec.records) for name, spec in self.specs.items()}
 
@@ -322,14 +325,12 @@ class Processor:
                 self.node_index[node.encode()] = json.dumps(index[node]).encode()
 
     async def _index_manifest(self, rec: RunManifest) -> None:
-        for ref in rekey.manifest_refs(rec.datasets):
-            raw = self.dataset_runs.get(ref.encode())
-            index = {ref: json.loads(raw) if raw else []}
-            if rekey.apply_manifest(index, rec):
-                self.dataset_runs[ref.encode()] = json.dumps(index[ref]).encode()
-            for report in forward.recent_reports(self, ref):
-                if rec.run_id:
-                    await self._forward(self.data_by_run, rec.run_id, report)
+        """Send one record per dataset of the manifest to the worker owning that dataset."""
+        if not rec.run_id:
+            return
+        for uri, ref in rekey.manifest_keys(rec.datasets):
+            await self._send(self.manifest_by_dataset, uri.encode(),
+                             rekey.manifest_ref_json(rec.run_id, uri, ref))
 
     def _learn_baseline(self, state: runstate.RunState) -> None:
         stats = join.finished_stats(state)
@@ -341,7 +342,10 @@ class Processor:
         self.baselines[key] = json.dumps(merged).encode()
 
     async def _forward(self, topic: Any, run_id: str, value: bytes) -> None:
-        key = run_id.encode()
+        await self._send(topic, run_id.encode(), value)
+
+    async def _send(self, topic: Any, key: bytes, value: bytes) -> None:
+        """Send to an internal topic in the partition the producers' partitioner picks."""
         self.counters["forwarded"] += 1
         await topic.send(key=key, value=value, partition=self._partition(key))
 
@@ -351,7 +355,8 @@ class Processor:
 
     async def _data(self, stream: Any) -> None:
         async for event in stream.events():
-            await forward.data_event(self, event)
+            as_current(event)  # local tables write to the event's partition
+            await forward.dataset_event(self, event)
 
     async def _timer(self) -> None:
         assigned = self.app.consumer.assignment()

@@ -4,6 +4,14 @@ Split from :mod:`runwatch.processor.app`. Node samples are decoded to dicts
 (no record objects), nodes that no run owns are skipped at once, and what a
 run's join needs goes out as one compact :class:`~runwatch.core.join_node.NodeAgg`
 per run per batch on ``rw.internal.node-by-run`` (JSON, internal topic).
+
+Data reports are joined to runs as a co-partitioned stream join: the lineage
+agent sends one ``{"v":1,"run","uri","ref"}`` record per manifest dataset to
+``rw.internal.manifest-by-dataset``, keyed and partitioned like ``rw.data``
+(dataset uri). The ``data`` agent reads both topics, so the dataset → runs
+index (``dataset-index``, keyed by uri: JSON ``{ref: [run ids]}``) and the
+reports kept per reference (``dataset-reports``: JSON ``{"first", "recent"}``,
+base64 Avro) are local tables of one worker: no cross-worker race.
 """
 
 from __future__ import annotations
@@ -21,9 +29,8 @@ if TYPE_CHECKING:
     from runwatch.processor.app import Processor
 
 AGG_MS = 1_000  # entries of one node for one run within this span collapse to the newest
-FIRST = b"\x00first"  # dataset-last key suffix: a dataset's first report (its reference)
-RECENT = b"\x00recent"  # dataset-last key suffix: its latest reports (JSON list of base64)
-RECENT_MAX = 16
+RECENT_MAX = 16  # latest reports kept per dataset reference (besides the first one)
+MANIFEST_BY_DATASET = "rw.internal.manifest-by-dataset"
 
 
 def aggregate(entries: list[tuple[str, NodeEntry]]) -> list[NodeAgg]:
@@ -91,6 +98,40 @@ async def node_batch(p: Processor, events: list[Any]) -> None:
     p.sections.maybe_log()
 
 
+async def dataset_event(p: Processor, event: Any) -> None:
+    """Handle one event of the ``data`` agent (rw.data or rw.internal.manifest-by-dataset).
+
+    Both topics are keyed by dataset uri with the producers' partitioner and
+    read by this one agent, so a dataset's reports and the manifests naming it
+    meet in one worker, in partition order, with the index in local tables.
+    """
+    if p._deployed(event.message.topic) == MANIFEST_BY_DATASET:
+        await manifest_ref_event(p, event)
+    else:
+        await data_event(p, event)
+
+
+def _index(p: Processor, uri: str) -> dict[str, list[str]]:
+    raw = p.dataset_index.get(uri.encode())
+    return json.loads(raw) if raw else {}
+
+
+async def manifest_ref_event(p: Processor, event: Any) -> None:
+    """Index a run under a dataset and send it the dataset's first and recent reports."""
+    msg = event.message
+    try:
+        value = bytes(event.value) if isinstance(event.value, bytes | bytearray) else b""
+        run_id, uri, ref = rekey.parse_manifest_ref(value)
+    except ValueError as exc:
+        await p._dead(msg.topic, msg.partition, msg.offset, str(exc), event.value, event.key)
+        return
+    index = _index(p, uri)
+    if rekey.add_run(index, ref, run_id):
+        p.dataset_index[uri.encode()] = json.dumps(index).encode()
+    for report in recent_reports(p, ref):
+        await p._forward(p.data_by_run, run_id, report)
+
+
 async def data_event(p: Processor, event: Any) -> None:
     """Remember a data report per dataset and forward it to the runs consuming it."""
     msg = event.message
@@ -101,22 +142,22 @@ async def data_event(p: Processor, event: Any) -> None:
         return
     value = bytes(event.value)
     ref = rekey.report_ref(rec).encode()
-    if p.dataset_last.get(ref + FIRST) is None:
-        p.dataset_last[ref + FIRST] = value
-    p.dataset_last[ref] = value
-    raw = p.dataset_last.get(ref + RECENT)
-    recent = [*(json.loads(raw) if raw else []), base64.b64encode(value).decode()]
-    p.dataset_last[ref + RECENT] = json.dumps(recent[-RECENT_MAX:]).encode()
-    index: dict[str, list[str]] = {
-        k.decode(): json.loads(v) for k, v in p.dataset_runs.items() if v
-    }
-    for run_id in rekey.runs_for_report(index, rec):
+    raw = p.dataset_reports.get(ref)
+    doc = json.loads(raw) if raw else {}
+    b64 = base64.b64encode(value).decode()
+    doc.setdefault("first", b64)
+    doc["recent"] = [*doc.get("recent", []), b64][-RECENT_MAX:]
+    p.dataset_reports[ref] = json.dumps(doc).encode()
+    for run_id in rekey.runs_for_report(_index(p, rec.dataset_uri), rec):
         await p._forward(p.data_by_run, run_id, value)
 
 
 def recent_reports(p: Processor, ref: str) -> list[bytes]:
     """Return a dataset's first report (its reference) and its latest ones, oldest first."""
-    first = p.dataset_last.get(ref.encode() + FIRST)
-    raw = p.dataset_last.get(ref.encode() + RECENT)
-    recent = [base64.b64decode(x) for x in json.loads(raw)] if raw else []
-    return [r for r in ([first] if first not in recent else []) + recent if r is not None]
+    raw = p.dataset_reports.get(ref.encode())
+    if not raw:
+        return []
+    doc = json.loads(raw)
+    recent = doc.get("recent", [])
+    first = [doc["first"]] if doc.get("first") and doc["first"] not in recent else []
+    return [base64.b64decode(x) for x in first + recent]
