@@ -620,3 +620,31 @@ class BatchConsumer:
     def close(self) -> None:
         """Leave the group and close."""
         self._consumer.close()
+
+
+def plain_producer(kafka: KafkaSettings, **extra: Any) -> Producer:
+    """Return a bare confluent-kafka Producer (no spool): tests, benchmarks, tools.
+
+    Services that must never block or lose a record use :class:`KafkaTransport`.
+
+    Args:
+        kafka: Where Kafka is.
+        **extra: More librdkafka settings (dots spelled as dots, e.g. ``{"linger.ms": 5}``).
+
+    Returns:
+        The producer.
+
+    """
+    conf: dict[str, Any] = {**kafka.client_config(), "linger.ms": 5, **extra}
+    return Producer(conf)
+
+
+__all__ = [
+    "BatchConsumer",
+    "KafkaTransport",
+    "Message",
+    "ProducerSettings",
+    "TopicPartition",
+    "TransportCounters",
+    "plain_producer",
+]

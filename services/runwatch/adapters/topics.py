@@ -2,12 +2,14 @@
 
 The one place that provisions runwatch's topics: `runwatch topics ensure`,
 `runwatch stack up`, the demo and the test harnesses all call
-:func:`ensure_topics`.
+:func:`ensure_topics`; services create their own topics (the processor's tick
+topic and changelogs) with :func:`create_named_topics`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -68,11 +70,12 @@ def ensure_topics(
     except KafkaException as exc:
         msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
         raise TopicProvisionError(msg) from exc
+    replication = 1 if _single_broker(admin, timeout_s) else -1  # -1: the broker's default
     new = [
         NewTopic(
             prefix + spec.name,
             num_partitions=partitions if partitions and spec.partitions > 1 else spec.partitions,
-            replication_factor=1 if _single_broker(admin, timeout_s) else -1,
+            replication_factor=replication,
             config=spec.topic_config(),
         )
         for spec in chosen
@@ -125,6 +128,128 @@ def topic_states(
     return states
 
 
+def create_named_topics(
+    kafka_config: Mapping[str, str],
+    wanted: Mapping[str, tuple[int, Mapping[str, str]]],
+    *,
+    timeout_s: float = 30.0,
+) -> list[str]:
+    """Create topics outside the map (a service's own) if missing, then wait until listed.
+
+    Another client creating the same topic at the same time is not an error.
+
+    Args:
+        kafka_config: librdkafka client config.
+        wanted: Topic name → (partition count, topic config).
+        timeout_s: Timeout for creating, and for the new topics to show in the metadata.
+
+    Returns:
+        The names of the topics created.
+
+    Raises:
+        TopicProvisionError: The broker did not answer, refused a topic, or a topic
+            did not show in the metadata in time.
+    """
+    admin = AdminClient(dict(kafka_config))
+    try:
+        have = set(admin.list_topics(timeout=timeout_s).topics)
+        replication = 1 if _single_broker(admin, timeout_s) else -1
+    except KafkaException as exc:
+        msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
+        raise TopicProvisionError(msg) from exc
+    new = [NewTopic(name, num_partitions=n, replication_factor=replication, config=dict(conf))
+           for name, (n, conf) in wanted.items() if name not in have]
+    created: list[str] = []
+    if new:
+        for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
+            try:
+                fut.result(timeout=timeout_s)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" in str(exc):
+                    continue
+                msg = f"cannot create topic {name}: {exc}"
+                raise TopicProvisionError(msg) from exc
+            created.append(name)
+            log.info("created topic %s", name, extra={"topic": name})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            listed = admin.list_topics(timeout=min(timeout_s, 10.0)).topics
+        except KafkaException as exc:
+            msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
+            raise TopicProvisionError(msg) from exc
+        missing = sorted(set(wanted) - set(listed))
+        if not missing:
+            return created
+        if time.monotonic() >= deadline:
+            msg = f"topics {missing} not listed by the broker after {timeout_s:g}s"
+            raise TopicProvisionError(msg)
+        time.sleep(0.2)
+
+
+def partition_counts(
+    kafka_config: Mapping[str, str], names: Iterable[str], *, timeout_s: float = 10.0
+) -> dict[str, int]:
+    """Return the partition count of each named topic the broker has.
+
+    Args:
+        kafka_config: librdkafka client config.
+        names: Topic names (as on the broker).
+        timeout_s: Metadata timeout.
+
+    Returns:
+        Topic → partition count; topics the broker lacks are left out.
+
+    Raises:
+        TopicProvisionError: The broker did not answer.
+    """
+    admin = AdminClient(dict(kafka_config))
+    try:
+        meta = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
+        raise TopicProvisionError(msg) from exc
+    return {name: len(meta[name].partitions) for name in names
+            if name in meta and not meta[name].error}
+
+
 def _single_broker(admin: AdminClient, timeout_s: float) -> bool:
     """Return whether the cluster has one broker (replication factor 1 then)."""
     return len(admin.list_topics(timeout=timeout_s).brokers) <= 1
+
+
+def delete_topics_with_prefix(
+    kafka_config: Mapping[str, str], prefixes: Iterable[str], *, timeout_s: float = 30.0
+) -> list[str]:
+    """Delete every topic whose name starts with one of ``prefixes`` (best effort).
+
+    Tests and benchmarks use it to remove what they created under a unique prefix.
+
+    Args:
+        kafka_config: librdkafka client config.
+        prefixes: Topic name prefixes; an empty prefix is refused.
+        timeout_s: Timeout for listing and deleting.
+
+    Returns:
+        The names whose deletion the broker accepted.
+
+    Raises:
+        ValueError: A prefix is empty (it would match every topic).
+    """
+    wanted = tuple(prefixes)
+    if not wanted or any(not p for p in wanted):
+        msg = "refusing to delete topics without a non-empty prefix"
+        raise ValueError(msg)
+    admin = AdminClient(dict(kafka_config))
+    names = [t for t in admin.list_topics(timeout=timeout_s).topics if t.startswith(wanted)]
+    if not names:
+        return []
+    deleted = []
+    for name, fut in admin.delete_topics(names, operation_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=timeout_s)
+        except KafkaException as exc:
+            log.warning("could not delete topic %s: %s", name, exc, extra={"topic": name})
+            continue
+        deleted.append(name)
+    return deleted

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
+from runwatch.adapters.kafka import BatchConsumer, plain_producer
+from runwatch.adapters.settings import KafkaSettings
+from runwatch.adapters.topics import delete_topics_with_prefix, ensure_topics
 from runwatch.core.codec import load_codec
 from runwatch.core.topics import load_topics
 
@@ -40,7 +40,8 @@ class Harness:
         self.codec = load_codec()
         self.specs = load_topics()
         self.app_id = f"rwp-{self.prefix.rstrip('.')}"
-        self.producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        self.kafka = KafkaSettings(bootstrap_servers=self.bootstrap)
+        self.producer = plain_producer(self.kafka)
         self.route = {rec: name for name, spec in self.specs.items() for rec in spec.records
                       if not spec.internal}
 
@@ -50,23 +51,11 @@ class Harness:
 
     def create_topics(self) -> None:
         """Create every topic of the map under the prefix (run topics share ``partitions``)."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        new = [NewTopic(self.topic(n), num_partitions=self.partitions if s.partitions > 1 else 1,
-                        replication_factor=1) for n, s in self.specs.items()]
-        for fut in admin.create_topics(new, operation_timeout=30).values():
-            fut.result(timeout=30)
+        ensure_topics(self.kafka.client_config(), prefix=self.prefix, partitions=self.partitions)
 
     def delete_topics(self) -> None:
         """Delete the prefixed topics and the app's internal topics."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        names = [t for t in admin.list_topics(timeout=10).topics
-                 if t.startswith(self.prefix) or t.startswith(self.app_id)]
-        if names:
-            for fut in admin.delete_topics(names, operation_timeout=30).values():
-                try:
-                    fut.result(timeout=30)
-                except Exception:  # noqa: BLE001, S110 - best-effort cleanup
-                    pass
+        delete_topics_with_prefix(self.kafka.client_config(), [self.prefix, self.app_id])
 
     def start_worker(self, **extra_env: str) -> subprocess.Popen[bytes]:
         """Start one worker subprocess (same app id: they share the consumer group)."""
@@ -150,16 +139,13 @@ class Harness:
 
     def collect(self, name: str, until: Any, timeout_s: float, settle_s: float = 0.0) -> list[Any]:
         """Read decoded records from a topic until ``until(records)`` holds, then ``settle_s``."""
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        consumer.subscribe([self.topic(name)])
+        consumer = BatchConsumer(self.kafka, f"reader-{uuid.uuid4().hex[:8]}", [self.topic(name)])
         out: list[Any] = []
         deadline = time.monotonic() + timeout_s
         settle_end: float | None = None
         try:
             while time.monotonic() < deadline:
-                for m in consumer.consume(500, timeout=0.5):
+                for m in consumer.poll_batch(500, timeout=0.5):
                     value = m.value()
                     if m.error() is None and value is not None:
                         out.append(self.codec.decode(value))

@@ -21,10 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Message, TopicPartition
-
 from runwatch.adapters import clickhouse as ch
-from runwatch.adapters.kafka import BatchConsumer
+from runwatch.adapters.kafka import BatchConsumer, Message, TopicPartition
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.core.codec import DecodeError, load_codec
 from runwatch.core.rows import COLUMNS, Origin, RowError, check_row, dead_letter_row, rows_for
