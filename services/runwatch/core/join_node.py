@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from runwatch.core import rules
 from runwatch.core.indicators import occupancy_or_utilization
@@ -100,6 +100,62 @@ class NodeAgg:
     def from_dict(cls, d: dict[str, Any]) -> NodeAgg:
         """Rebuild from :meth:`to_dict` output."""
         return cls.from_json(json.dumps(d).encode())
+
+
+AllocOp = Literal["add", "remove"]
+ALLOC_CHANGE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AllocChange:
+    """A run's allocation on one node changed (the ``rw.internal.job-by-node`` payload).
+
+    Compact JSON, internal to the processor, keyed by node like ``rw.exec.node``:
+    ``{"v":1,"run":..,"node":..,"op":"add"|"remove","gpus":[..],"at":..}``;
+    ``gpus`` empty means every GPU of the node, ``at`` is the job event's time.
+    """
+
+    run_id: str
+    node: str
+    op: AllocOp
+    gpus: tuple[int, ...] = ()
+    at_ms: int = 0
+
+    def to_json(self) -> bytes:
+        """Return the compact JSON payload."""
+        return json.dumps({"v": ALLOC_CHANGE_VERSION, "run": self.run_id, "node": self.node,
+                           "op": self.op, "gpus": list(self.gpus), "at": self.at_ms},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> AllocChange:
+        """Parse :meth:`to_json` output.
+
+        Raises:
+            ValueError: If the bytes are not an allocation change (with the reason).
+
+        """
+        try:
+            d = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            msg = f"allocation change is not JSON: {exc}"
+            raise ValueError(msg) from exc
+        if not isinstance(d, dict) or d.get("v") != ALLOC_CHANGE_VERSION:
+            msg = "allocation change: expected a JSON object with v=1"
+            raise ValueError(msg)
+        run, node, op, gpus, at = (d.get("run"), d.get("node"), d.get("op"),
+                                   d.get("gpus", []), d.get("at", 0))
+        if not (isinstance(run, str) and run and isinstance(node, str) and node):
+            msg = "allocation change: run and node must be non-empty strings"
+            raise ValueError(msg)
+        if op not in ("add", "remove"):
+            msg = f"allocation change: op must be add or remove, not {op!r}"
+            raise ValueError(msg)
+        if (not isinstance(gpus, list) or not all(type(g) is int and g >= 0 for g in gpus)
+                or type(at) is not int):
+            msg = "allocation change: gpus must be GPU indices and at an epoch ms integer"
+            raise ValueError(msg)
+        return cls(run, node, op, tuple(sorted(set(gpus))), at)
 
 
 def _gpu(g: Any) -> Gpu:

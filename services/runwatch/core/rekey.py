@@ -3,16 +3,19 @@
 Node samples are keyed by node and data reports by dataset; the run state is
 keyed by run. These pure functions maintain the two indices (node → runs with
 their GPUs, dataset → runs) as JSON-able dicts and answer the routing question;
-the processor forwards the records to internal topics keyed by run id.
+the processor forwards the records to internal topics keyed by run id. The
+node index is fed by :class:`~runwatch.core.join_node.AllocChange` records
+(:func:`allocation_changes`) re-keyed by node, so it is joined with the node's
+samples in one worker.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from runwatch.core.join_node import NodeEntry
+from runwatch.core.join_node import AllocChange, NodeEntry
 from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, NodeSample, RunManifest
 
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
@@ -322,3 +325,85 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex) -> dict[str, N
 def entry_has_errors(entry: NodeEntry) -> bool:
     """Return whether a node entry carries an XID or uncorrected ECC errors (never dropped)."""
     return any(g[4] or g[5] > 0 for g in entry.gpus)
+
+
+def allocation_changes(event: JobEvent, held: Sequence[str]) -> tuple[list[AllocChange], list[str]]:
+    """Turn a job event into per-node allocation changes (``rw.internal.job-by-node``).
+
+    An allocation adds the run to each of its nodes and removes it from nodes it
+    held before but no longer has; an end (succeeded/failed/cancelled) removes
+    it from every node it held or the event names; other events change nothing.
+
+    Args:
+        event: The job event.
+        held: The nodes the run holds so far (its state's allocation).
+
+    Returns:
+        (changes, nodes the run holds afterwards).
+
+    """
+    run_id = event.run_id
+    if not run_id:
+        return [], list(held)
+    at = int(event.emitted_at_ms)
+    alloc = event.allocation
+    nodes = list(dict.fromkeys(alloc.nodes)) if alloc is not None else []
+    if event.state in ENDED:
+        gone = sorted(set(held) | set(nodes))
+        return [AllocChange(run_id, n, "remove", (), at) for n in gone], []
+    if alloc is None:
+        return [], list(held)
+    gpus = tuple(sorted(set(alloc.gpu_indices)))
+    out = [AllocChange(run_id, n, "add", gpus, at) for n in nodes]
+    out += [AllocChange(run_id, n, "remove", (), at) for n in sorted(set(held) - set(nodes))]
+    return out, nodes
+
+
+def apply_alloc_change(runs_on_node: NodeIndex, change: AllocChange) -> bool:
+    """Apply an allocation change to one node's index entry.
+
+    Args:
+        runs_on_node: Run id → allocated GPU indices on the change's node; updated in place.
+        change: The change.
+
+    Returns:
+        Whether the entry changed.
+
+    """
+    if change.op == "remove":
+        return runs_on_node.pop(change.run_id, None) is not None
+    gpus = list(change.gpus)
+    if runs_on_node.get(change.run_id) == gpus:
+        return False
+    runs_on_node[change.run_id] = gpus
+    return True
+
+
+def replay_entries(recent: Iterable[tuple[dict[str, Any], frozenset[str]]],
+                   change: AllocChange) -> list[NodeEntry]:
+    """Return the entries a newly allocated run missed among a node's recent samples.
+
+    A node's samples and the allocation records reach the node agent on two
+    topics, so an allocation may arrive after samples taken once the run held the
+    GPUs. Those samples (event time at or after the allocation's) go to the run
+    now, unless it already got them (process attribution).
+
+    Args:
+        recent: The node's recent samples as decoded dicts, each with the runs it
+            was routed to, oldest first.
+        change: An ``add`` change.
+
+    Returns:
+        The run's entries, oldest first; empty for a ``remove``.
+
+    """
+    if change.op != "add":
+        return []
+    out = []
+    for sample, routed in recent:
+        if change.run_id in routed or int(sample["emitted_at_ms"]) < change.at_ms:
+            continue
+        entry = node_entries(sample, {change.run_id: list(change.gpus)}).get(change.run_id)
+        if entry is not None:
+            out.append(entry)
+    return out

@@ -7,15 +7,17 @@ Agents:
   the run's state (:mod:`runwatch.core.join`), kept as JSON bytes in the
   ``runstate`` table (changelog-backed, never pickle), publishes alerts to
   rw.alerts (key = dedup key) and rejects to rw.dlq.
-* ``nodes`` — rw.exec.node: reduces each batch of node samples to one compact
-  aggregate per run that owns their GPUs and forwards it through
+* ``nodes`` — rw.exec.node and rw.internal.job-by-node (both keyed by node,
+  co-partitioned): keeps the node → runs index from the allocation changes the
+  ``runs`` agent sends, in a local table, reduces each batch of node samples to
+  one compact aggregate per run that owns their GPUs and forwards it through
   rw.internal.node-by-run (:mod:`runwatch.processor.forward`).
 * ``data`` — rw.data and rw.internal.manifest-by-dataset (both keyed by
   dataset uri, co-partitioned): a co-partitioned stream join of reports and the
   runs whose manifests name the dataset, in local tables; forwards each report
   to those runs through rw.internal.data-by-run (:mod:`runwatch.processor.forward`).
 
-The node → run index and workload baselines are global tables.
+Workload baselines are a global table; the join indices are local tables.
 A timer sends one tick per assigned partition; the ``runs`` agent evaluates the
 time-driven rules (stall, missing data report, hold expiry) for that partition.
 """
@@ -27,6 +29,7 @@ import logging
 import socket
 import time
 import weakref
+from collections import deque
 from typing import Any
 
 import faust
@@ -133,7 +136,8 @@ class Processor:
         self.run_topic_names = [t(x) for x in RUN_TOPICS]
         self.runs_in = topic(*self.run_topic_names, self.tick_topic)
         self.tick_out = topic(self.tick_topic, partitions=n, internal=True)
-        self.node_in = topic(t("rw.exec.node"))
+        self.node_in = topic(t("rw.exec.node"), t(forward.JOB_BY_NODE))
+        self.job_by_node = topic(t(forward.JOB_BY_NODE))
         self.data_in = topic(t("rw.data"), t(forward.MANIFEST_BY_DATASET))
         self.manifest_by_dataset = topic(t(forward.MANIFEST_BY_DATASET))
         self.node_by_run = topic(t("rw.internal.node-by-run"))
@@ -150,7 +154,8 @@ class Processor:
             return tbl
 
         self.runstate = table("runstate")
-        self.node_index = table("node-index", glob=True)
+        self.node_runs = table("node-runs")  # node -> {run: [gpu indices]}, local
+        self.node_recent: dict[str, deque[tuple[dict[str, Any], frozenset[str]]]] = {}
         self.dataset_index = table("dataset-index")  # uri -> {ref: [run ids]}, local
         self.dataset_reports = table("dataset-reports")  # ref -> first/recent reports, local
         self.baselines = table("baselines", glob=True)
@@ -162,6 +167,11 @@ class Processor:
         app.timer(settings.timer_interval_s)(self._timer)
 
     # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def as_current(event: Any) -> None:
+        """Make ``event`` faust's current event (see :func:`as_current`)."""
+        as_current(event)
 
     def _deployed(self, topic: str) -> str:
         p = self.s.topic_prefix
@@ -254,6 +264,7 @@ class Processor:
 
     async def _run_batch_inner(self, events: list[Any]) -> None:
         by_run: dict[bytes, list[tuple[Any, Any]]] = {}
+        held: dict[str, list[str]] = {}  # run -> allocated nodes, as of this batch
         for event in events:
             msg = event.message
             as_current(event)
@@ -273,7 +284,7 @@ class Processor:
                                  "run-keyed record without run_id", event.value, event.key)
                 continue
             if isinstance(rec, JobEvent):
-                self._index_job(rec)
+                await self._index_job(rec, held)
             elif isinstance(rec, RunManifest):
                 await self._index_manifest(rec)
             by_run.setdefault(rec.run_id.encode(), []).append((rec, event))
@@ -313,16 +324,15 @@ class Processor:
                 self._save(key, state)
             await self._publish(outputs)
 
-    def _index_job(self, rec: JobEvent) -> None:
-        nodes = set(rec.allocation.nodes) if rec.allocation else set()
-        if rec.state in rekey.ENDED:
-            nodes |= {n.decode() for n, v in self.node_index.items()
-                      if v and rec.run_id in json.loads(v)}
-        for node in nodes:
-            raw = self.node_index.get(node.encode())
-            index = {node: json.loads(raw) if raw else {}}
-            if rekey.apply_job_event(index, rec):
-                self.node_index[node.encode()] = json.dumps(index[node]).encode()
+    async def _index_job(self, rec: JobEvent, held: dict[str, list[str]]) -> None:
+        """Send the run's allocation changes to the workers owning its nodes' samples."""
+        run_id = rec.run_id or ""
+        prev = held.get(run_id)
+        if prev is None:
+            prev = self._load(run_id.encode()).nodes
+        changes, held[run_id] = rekey.allocation_changes(rec, prev)
+        for change in changes:
+            await self._send(self.job_by_node, change.node.encode(), change.to_json())
 
     async def _index_manifest(self, rec: RunManifest) -> None:
         """Send one record per dataset of the manifest to the worker owning that dataset."""

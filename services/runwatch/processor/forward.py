@@ -5,6 +5,16 @@ Split from :mod:`runwatch.processor.app`. Node samples are decoded to dicts
 run's join needs goes out as one compact :class:`~runwatch.core.join_node.NodeAgg`
 per run per batch on ``rw.internal.node-by-run`` (JSON, internal topic).
 
+Node samples are joined to runs the same way as data reports below: the runs
+agent sends each allocation change of a run as one
+:class:`~runwatch.core.join_node.AllocChange` record per node to
+``rw.internal.job-by-node``, keyed and partitioned like ``rw.exec.node``
+(node). The ``nodes`` agent reads both topics, so the node → runs index
+(``node-runs``, keyed by node: JSON ``{run: [gpu indices]}``) is a local table
+of the worker that owns the node's samples: no cross-worker race. An allocation
+that arrives after samples taken once the run held the GPUs gets them replayed
+from the last :data:`REPLAY_MAX` samples per node (kept in memory).
+
 Data reports are joined to runs as a co-partitioned stream join: the lineage
 agent sends one ``{"v":1,"run","uri","ref"}`` record per manifest dataset to
 ``rw.internal.manifest-by-dataset``, keyed and partitioned like ``rw.data``
@@ -18,11 +28,12 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from runwatch.core import rekey
 from runwatch.core.codec import DecodeError
-from runwatch.core.join_node import NodeAgg, NodeEntry
+from runwatch.core.join_node import AllocChange, NodeAgg, NodeEntry
 from runwatch.core.records import DataQualityReport, NodeSample
 
 if TYPE_CHECKING:
@@ -31,6 +42,9 @@ if TYPE_CHECKING:
 AGG_MS = 1_000  # entries of one node for one run within this span collapse to the newest
 RECENT_MAX = 16  # latest reports kept per dataset reference (besides the first one)
 MANIFEST_BY_DATASET = "rw.internal.manifest-by-dataset"
+JOB_BY_NODE = "rw.internal.job-by-node"
+REPLAY_MAX = 8  # recent samples kept per node (in memory) for allocations that arrive late
+NodeIndex = rekey.NodeIndex
 
 
 def aggregate(entries: list[tuple[str, NodeEntry]]) -> list[NodeAgg]:
@@ -65,15 +79,26 @@ def aggregate(entries: list[tuple[str, NodeEntry]]) -> list[NodeAgg]:
 
 
 async def node_batch(p: Processor, events: list[Any]) -> None:
-    """Forward a batch of node samples as per-run aggregates."""
+    """Forward a batch of node samples as per-run aggregates.
+
+    The batch interleaves ``rw.exec.node`` samples and ``rw.internal.job-by-node``
+    allocation changes (both keyed by node, co-partitioned) in arrival order;
+    each sample is routed with the node → runs index as it stands at that point.
+    """
+    is_alloc = [p._deployed(ev.message.topic) == JOB_BY_NODE for ev in events]
     with p.sections.timed("node.decode", len(events)):
-        decoded = p.codec.decode_many_dicts([bytes(ev.value) if isinstance(
-            ev.value, bytes | bytearray) else b"" for ev in events])
+        decoded = iter(p.codec.decode_many_dicts([
+            bytes(ev.value) if isinstance(ev.value, bytes | bytearray) else b""
+            for ev, alloc in zip(events, is_alloc, strict=True) if not alloc]))
     pairs: list[tuple[str, NodeEntry]] = []
     with p.sections.timed("node.route", len(events)):
-        index_cache: dict[str, dict[str, Any]] = {}
-        for event, dec in zip(events, decoded, strict=True):
+        cache: dict[str, NodeIndex] = {}
+        for event, alloc in zip(events, is_alloc, strict=True):
             msg = event.message
+            if alloc:
+                pairs += await alloc_event(p, event, cache)
+                continue
+            dec = next(decoded)
             if isinstance(dec, DecodeError) or dec[0] != NodeSample.AVRO_NAME:
                 reason = (f"undecodable: {dec.reason}" if isinstance(dec, DecodeError)
                           else f"record {dec[0]} not allowed on topic {p._deployed(msg.topic)}")
@@ -82,20 +107,55 @@ async def node_batch(p: Processor, events: list[Any]) -> None:
                 continue
             d = dec[1]
             node = d["node"]
-            index = index_cache.get(node)
-            if index is None:
-                raw = p.node_index.get(node.encode())
-                index = index_cache[node] = json.loads(raw) if raw else {}
+            index = _node_runs(p, node, cache)
+            recent = p.node_recent.get(node)
+            if recent is None:
+                recent = p.node_recent[node] = deque(maxlen=REPLAY_MAX)
             if not index and not any(pr.get("run_id") for g in d["gpus"]
                                      for pr in g["processes"]):
                 p.counters["unowned"] += 1  # no run owns a GPU here: skip early
+                recent.append((d, frozenset()))
                 continue
-            pairs.extend(rekey.node_entries(d, index).items())
+            entries = rekey.node_entries(d, index)
+            recent.append((d, frozenset(entries)))
+            pairs.extend(entries.items())
         aggs = aggregate(pairs)
     with p.sections.timed("node.forward", len(aggs)):
         for agg in aggs:
             await p._forward(p.node_by_run, agg.run_id, agg.to_json())
     p.sections.maybe_log()
+
+
+def _node_runs(p: Processor, node: str, cache: dict[str, NodeIndex]) -> NodeIndex:
+    index = cache.get(node)
+    if index is None:
+        raw = p.node_runs.get(node.encode())
+        index = cache[node] = json.loads(raw) if raw else {}
+    return index
+
+
+async def alloc_event(p: Processor, event: Any,
+                      cache: dict[str, NodeIndex]) -> list[tuple[str, NodeEntry]]:
+    """Apply one allocation change to the node → runs index (a local table).
+
+    Returns:
+        (run, entry) pairs of the node's recent samples that a newly added run
+        missed (:func:`~runwatch.core.rekey.replay_entries`).
+
+    """
+    msg = event.message
+    try:
+        value = bytes(event.value) if isinstance(event.value, bytes | bytearray) else b""
+        change = AllocChange.from_json(value)
+    except ValueError as exc:
+        await p._dead(msg.topic, msg.partition, msg.offset, str(exc), event.value, event.key)
+        return []
+    index = _node_runs(p, change.node, cache)
+    if rekey.apply_alloc_change(index, change):
+        p.as_current(event)  # the local table writes to this event's partition
+        p.node_runs[change.node.encode()] = json.dumps(index).encode()
+    return [(change.run_id, e)
+            for e in rekey.replay_entries(p.node_recent.get(change.node, ()), change)]
 
 
 async def dataset_event(p: Processor, event: Any) -> None:

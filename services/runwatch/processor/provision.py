@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 from runwatch.adapters.settings import KafkaSettings
+from runwatch.adapters.topics import create_named_topics, partition_counts
 from runwatch.core.topics import load_topics
 from runwatch.processor.settings import ProcessorSettings
 
-TABLES = ("runstate", "node-index", "dataset-index", "dataset-reports", "baselines")
-INTERNAL = ("rw.internal.manifest-by-dataset",)  # topics of the map only the processor uses
-COPARTITIONED = ("rw.data", "rw.internal.manifest-by-dataset")
+TABLES = ("runstate", "node-runs", "dataset-index", "dataset-reports", "baselines")
+# topics of the map only the processor uses
+INTERNAL = ("rw.internal.manifest-by-dataset", "rw.internal.job-by-node")
+# pairs joined by partition: each must have the run partition count
+COPARTITIONED = (("rw.data", "rw.internal.manifest-by-dataset"),
+                 ("rw.exec.node", "rw.internal.job-by-node"))
 
 
 def ensure_internal_topics(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
@@ -19,47 +21,38 @@ def ensure_internal_topics(settings: ProcessorSettings, kafka: KafkaSettings) ->
     Faust would create the changelogs itself, but a worker that joins its group
     before the new topics show in the metadata can stall in recovery; creating
     them first avoids that race. The internal topics of :data:`INTERNAL` get
-    the run partition count (they must be co-partitioned with ``rw.data``) and
-    the map's retention.
+    the run partition count (they are co-partitioned with ``rw.data`` and
+    ``rw.exec.node``) and the map's retention. The topics of
+    :data:`COPARTITIONED` are then checked (:func:`check_copartitioned`).
 
     Args:
         settings: Processor settings.
         kafka: Where Kafka is.
-    """
-    from confluent_kafka.admin import AdminClient, NewTopic
 
+    Raises:
+        ValueError: A co-partitioned topic has another partition count.
+    """
     n, app_id = settings.partitions, settings.app_id
-    wanted = {f"{app_id}-tick": {"retention.ms": "3600000"}}
-    wanted.update({f"{app_id}-{t}-changelog": {"cleanup.policy": "compact"} for t in TABLES})
+    wanted: dict[str, tuple[int, dict[str, str]]] = {
+        f"{app_id}-tick": (n, {"retention.ms": "3600000"})}
+    wanted.update({f"{app_id}-{t}-changelog": (n, {"cleanup.policy": "compact"})
+                   for t in TABLES})
     specs = load_topics()
-    wanted.update({settings.topic(t): specs[t].topic_config() for t in INTERNAL})
-    admin = AdminClient(dict(kafka.client_config()))  # type: ignore[arg-type]
-    existing = admin.list_topics(timeout=30).topics
-    new = [NewTopic(name, num_partitions=n, replication_factor=1, config=conf)
-           for name, conf in wanted.items() if name not in existing]
-    if new:
-        for fut in admin.create_topics(new, operation_timeout=30).values():
-            try:
-                fut.result(timeout=30)
-            except Exception as exc:  # noqa: BLE001 - another worker may have created it
-                if "exist" not in str(exc).lower():
-                    raise
-    topics, deadline = existing, time.monotonic() + 30
-    while time.monotonic() < deadline:
-        topics = admin.list_topics(timeout=10).topics
-        if all(name in topics for name in wanted):
-            break
-        time.sleep(0.2)
-    counts = {name: len(meta.partitions) for name, meta in topics.items()}
-    check_copartitioned(counts, [settings.topic(t) for t in COPARTITIONED], n)
+    wanted.update({settings.topic(t): (n, specs[t].topic_config()) for t in INTERNAL})
+    config = dict(kafka.client_config())
+    create_named_topics(config, wanted)
+    names = [settings.topic(t) for pair in COPARTITIONED for t in pair]
+    check_copartitioned(partition_counts(config, names), names, n)
 
 
 def check_copartitioned(counts: dict[str, int], names: list[str], partitions: int) -> None:
     """Refuse to start when co-partitioned topics differ from the run partition count.
 
-    The data agent joins ``rw.data`` and ``rw.internal.manifest-by-dataset`` by
+    The data agent joins ``rw.data`` and ``rw.internal.manifest-by-dataset``,
+    and the nodes agent ``rw.exec.node`` and ``rw.internal.job-by-node``, by
     partition, and the processor computes partitions with ``partitions``; a
-    topic with another count would silently lose the dataset → run join.
+    topic with another count would silently lose the dataset → run or the
+    node → run join.
 
     Args:
         counts: Topic → partition count, as the broker reports it.
@@ -73,5 +66,5 @@ def check_copartitioned(counts: dict[str, int], names: list[str], partitions: in
     bad = {name: counts[name] for name in names if name in counts and counts[name] != partitions}
     if bad:
         msg = (f"topics {bad} must have {partitions} partitions (RUNWATCH_PROCESSOR_PARTITIONS) "
-               "to be co-partitioned for the dataset join")
+               "to be co-partitioned for the dataset and node joins")
         raise ValueError(msg)

@@ -1,0 +1,221 @@
+"""The node → run join of the nodes agent: allocation changes and samples meet in a local table."""
+
+import asyncio
+import json
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from runwatch.core import rekey
+from runwatch.core.codec import load_codec
+from runwatch.core.join_node import AllocChange
+from runwatch.core.records import Allocation, GpuProcess, GpuSample, JobEvent, NodeSample, Source
+from runwatch.processor import forward
+from runwatch.processor.provision import COPARTITIONED, check_copartitioned
+
+SRC = Source(kind="agent", host="h", runwatch_version="0")
+CODEC = load_codec()
+T0 = 1_700_000_000_000
+TICK = 2_000  # samples further apart than forward.AGG_MS: none collapse
+
+
+class Sections:
+    def timed(self, name, n=0):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def maybe_log(self) -> None:
+        pass
+
+
+class FakeProcessor:
+    """What the node path of :mod:`runwatch.processor.forward` uses, with dict tables."""
+
+    def __init__(self) -> None:
+        self.codec = CODEC
+        self.sections = Sections()
+        self.node_runs: dict[bytes, bytes] = {}
+        self.node_recent: dict = {}
+        self.node_by_run = "node-by-run"
+        self.counters = Counter()
+        self.sent: list[tuple[str, bytes]] = []
+        self.dead: list[str] = []
+
+    def _deployed(self, topic: str) -> str:
+        return topic.removeprefix("p.")
+
+    def as_current(self, event) -> None:
+        pass
+
+    async def _dead(self, topic, partition, offset, reason, value, key, run_id=None) -> None:
+        self.dead.append(reason)
+
+    async def _forward(self, topic: str, run_id: str, value: bytes) -> None:
+        assert topic == self.node_by_run
+        self.sent.append((run_id, value))
+
+    def got(self, run: str) -> list[tuple[str, int, list[int]]]:
+        """(node, at, gpu indices) of every entry forwarded to ``run``."""
+        out = []
+        for r, raw in self.sent:
+            if r == run:
+                doc = json.loads(raw)
+                out += [(n, at, [g[0] for g in gpus]) for n, at, gpus in doc["n"]]
+        return sorted(out, key=lambda x: x[1])
+
+
+def gpu(i: int, run: str | None = None) -> GpuSample:
+    procs = (GpuProcess(pid=1, run_id=run, used_mem_bytes=1),) if run else ()
+    return GpuSample(index=i, uuid=f"g{i}", util_pct=90.0, sm_active_pct=70.0, mem_used_bytes=1,
+                     mem_total_bytes=2, power_w=1.0, temp_c=1.0, sm_clock_mhz=1,
+                     mem_clock_mhz=1, throttle_reasons=0, ecc_corrected=0, ecc_uncorrected=0,
+                     xid=None, processes=procs)
+
+
+def sample_event(at: int, node: str = "n0", attributed: dict[int, str] | None = None):
+    attributed = attributed or {}
+    rec = NodeSample(event_id=f"s{at}", run_id=None, emitted_at_ms=at, source=SRC, seq=0,
+                     node=node, cpu_pct=1.0, mem_used_bytes=1, mem_total_bytes=2,
+                     disk_read_bps=0.0, disk_write_bps=0.0, net_rx_bps=0.0, net_tx_bps=0.0,
+                     gpus=tuple(gpu(i, attributed.get(i)) for i in range(4)))
+    return event("p.rw.exec.node", CODEC.encode(rec), node.encode())
+
+
+def event(topic: str, value: bytes, key: bytes = b"n0") -> SimpleNamespace:
+    return SimpleNamespace(value=value, key=key, message=SimpleNamespace(
+        topic=topic, partition=0, offset=0))
+
+
+def change_event(run: str, op: str, gpus=(), at: int = T0, node: str = "n0"):
+    return event("p." + forward.JOB_BY_NODE, AllocChange(run, node, op, tuple(gpus), at).to_json(),
+                 node.encode())
+
+
+def run_batches(batches) -> FakeProcessor:
+    p = FakeProcessor()
+
+    async def go() -> None:
+        for batch in batches:
+            await forward.node_batch(p, batch)  # type: ignore[arg-type]
+
+    asyncio.run(go())
+    return p
+
+
+SAMPLES = [T0 + i * TICK for i in range(4)]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5])
+@pytest.mark.parametrize("position", range(len(SAMPLES) + 1))
+def test_a_run_gets_the_nodes_samples_wherever_its_allocation_falls(position, batch) -> None:
+    evs = [sample_event(at) for at in SAMPLES]
+    evs.insert(position, change_event("R", "add", [0, 1], at=T0))
+    p = run_batches([evs[i:i + batch] for i in range(0, len(evs), batch)])
+    assert p.got("R") == [("n0", at, [0, 1]) for at in SAMPLES]  # each once, own GPUs only
+    assert p.dead == []
+
+
+@pytest.mark.parametrize(("alloc_at", "expected"), [
+    (T0, SAMPLES), (T0 + TICK, SAMPLES[1:]), (T0 + 10 * TICK, []),
+])
+def test_late_allocation_replays_only_samples_after_it(alloc_at, expected) -> None:
+    p = run_batches([[sample_event(at) for at in SAMPLES],
+                     [change_event("R", "add", [], at=alloc_at)]])
+    assert [at for _, at, _ in p.got("R")] == expected
+
+
+def test_replay_skips_samples_the_run_got_by_attribution() -> None:
+    p = run_batches([[sample_event(T0, attributed={2: "R"})],
+                     [change_event("R", "add", [0], at=T0)]])
+    assert p.got("R") == [("n0", T0, [2])]
+
+
+@pytest.mark.parametrize(("changes", "routed"), [
+    ([("add", [0]), ("remove", [])], False),
+    ([("add", [0]), ("remove", []), ("add", [1])], True),
+    ([("remove", [])], False),
+    ([("add", [0]), ("add", [0])], True),
+])
+def test_removes_stop_routing(changes, routed) -> None:
+    before = [change_event("R", op, gpus, at=T0 - 10) for op, gpus in changes]
+    p = run_batches([before, [sample_event(T0 + 5 * TICK)]])
+    assert bool(p.got("R")) is routed
+    index = json.loads(p.node_runs[b"n0"]) if b"n0" in p.node_runs else {}
+    assert ("R" in index) is routed
+
+
+def test_index_is_a_local_json_table_keyed_by_node() -> None:
+    p = run_batches([[change_event("A", "add", [0, 1]), change_event("B", "add", [2], node="n1"),
+                      change_event("C", "add", [3])]])
+    assert json.loads(p.node_runs[b"n0"]) == {"A": [0, 1], "C": [3]}
+    assert json.loads(p.node_runs[b"n1"]) == {"B": [2]}
+
+
+@pytest.mark.parametrize("raw", [
+    b"nope", b"[]", b'{"v":2,"run":"r","node":"n","op":"add","gpus":[]}',
+    b'{"v":1,"run":"","node":"n","op":"add","gpus":[]}',
+    b'{"v":1,"run":"r","op":"add","gpus":[]}',
+    b'{"v":1,"run":"r","node":"n","op":"move","gpus":[]}',
+    b'{"v":1,"run":"r","node":"n","op":"add","gpus":["0"]}',
+    b'{"v":1,"run":"r","node":"n","op":"add","gpus":[-1]}',
+])
+def test_bad_allocation_changes_are_dead_lettered(raw: bytes) -> None:
+    p = run_batches([[event("p." + forward.JOB_BY_NODE, raw), sample_event(T0)]])
+    assert len(p.dead) == 1 and p.dead[0].startswith("allocation change")
+    assert p.node_runs == {} and p.sent == []
+
+
+def job(state: str, nodes=None, gpus=(0, 1), run: str | None = "R") -> JobEvent:
+    alloc = Allocation(nodes=tuple(nodes), gpu_indices=tuple(gpus), gpu_model=None) \
+        if nodes is not None else None
+    return JobEvent(event_id="j", run_id=run, emitted_at_ms=T0, source=SRC, seq=0, state=state,
+                    attempt=1, reason=None, allocation=alloc)
+
+
+@pytest.mark.parametrize(("ev", "held", "changes", "after"), [
+    (job("running", ["a", "b"]), [], {("a", "add"), ("b", "add")}, ["a", "b"]),
+    (job("running", ["b", "c"]), ["a", "b"], {("b", "add"), ("c", "add"), ("a", "remove")},
+     ["b", "c"]),
+    (job("running"), ["a"], set(), ["a"]),
+    (job("succeeded"), ["a", "b"], {("a", "remove"), ("b", "remove")}, []),
+    (job("failed", ["c"]), ["a"], {("a", "remove"), ("c", "remove")}, []),
+    (job("cancelled"), [], set(), []),
+    (job("running", ["a"], run=None), [], set(), []),
+])
+def test_allocation_changes(ev, held, changes, after) -> None:
+    out, now_held = rekey.allocation_changes(ev, held)
+    assert {(c.node, c.op) for c in out} == changes
+    assert now_held == after
+    assert all(c.run_id == "R" and c.at_ms == T0 for c in out)
+    assert all(c.gpus == ((0, 1) if c.op == "add" else ()) for c in out)
+    for c in out:
+        assert AllocChange.from_json(c.to_json()) == c
+
+
+@pytest.mark.parametrize(("index", "change", "changed", "after"), [
+    ({}, AllocChange("R", "n", "add", (1,)), True, {"R": [1]}),
+    ({"R": [1]}, AllocChange("R", "n", "add", (1,)), False, {"R": [1]}),
+    ({"R": [1]}, AllocChange("R", "n", "add", ()), True, {"R": []}),
+    ({"R": [1], "S": []}, AllocChange("R", "n", "remove"), True, {"S": []}),
+    ({"S": []}, AllocChange("R", "n", "remove"), False, {"S": []}),
+])
+def test_apply_alloc_change(index, change, changed, after) -> None:
+    assert rekey.apply_alloc_change(index, change) is changed
+    assert index == after
+
+
+@pytest.mark.parametrize(("counts", "ok"), [
+    ({"rw.exec.node": 8, "rw.internal.job-by-node": 8}, True),
+    ({"rw.exec.node": 8}, True),
+    ({"rw.exec.node": 8, "rw.internal.job-by-node": 4}, False),
+    ({"rw.exec.node": 6, "rw.internal.job-by-node": 8}, False),
+])
+def test_node_pair_is_checked_for_copartitioning(counts, ok: bool) -> None:
+    names = [t for pair in COPARTITIONED for t in pair]
+    assert {"rw.exec.node", "rw.internal.job-by-node"} <= set(names)
+    if ok:
+        check_copartitioned(counts, names, 8)
+    else:
+        with pytest.raises(ValueError, match="co-partitioned"):
+            check_copartitioned(counts, names, 8)
