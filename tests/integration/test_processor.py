@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,17 +13,6 @@ from runwatch.processor.harness import Harness
 pytestmark = pytest.mark.integration
 
 KINDS = sorted(scenarios.EXPECTED)
-
-
-@pytest.fixture
-def harness(stack) -> Iterator[Harness]:
-    h = Harness(stack.bootstrap_servers, partitions=4)
-    h.create_topics()
-    try:
-        yield h
-    finally:
-        h.stop_all()
-        h.delete_topics()
 
 
 def scenario_events(t0: int, steps: int = 90) -> tuple[list, dict[str, scenarios.Expected]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -15,17 +14,6 @@ from runwatch.processor.harness import Harness
 pytestmark = pytest.mark.integration
 
 KINDS = sorted(scenarios.EXPECTED)
-
-
-@pytest.fixture
-def harness(stack) -> Iterator[Harness]:
-    h = Harness(stack.bootstrap_servers, partitions=4)
-    h.create_topics()
-    try:
-        yield h
-    finally:
-        h.stop_all()
-        h.delete_topics()
 
 
 def runs(t0: int, copies: int = 1) -> tuple[dict[str, list], dict[str, scenarios.Expected]]:
