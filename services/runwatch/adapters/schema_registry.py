@@ -21,6 +21,7 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch.core.codec import Codec, DecodeError, EncodeError, WriterEntry
+from runwatch.core.codec.codec import decode_each
 
 log = logging.getLogger(__name__)
 REGISTRY_HEADER_LEN = 5
@@ -183,13 +184,7 @@ class RegistryCodec:
             One record or ``DecodeError`` per input.
 
         """
-        out: list[Any] = []
-        for data in items:
-            try:
-                out.append(self.decode(data))
-            except DecodeError as err:
-                out.append(err)
-        return out
+        return decode_each(self.decode, items)
 
 
 def build_registry_codec(settings: SchemaRegistrySettings, codec: Codec) -> RegistryCodec | Codec:

@@ -11,11 +11,11 @@ and nothing else, whatever the bytes.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import to_parsing_canonical_form
@@ -24,6 +24,8 @@ from runwatch.core.codec.crc64 import fingerprint_bytes
 from runwatch.core.codec.errors import DecodeError, EncodeError
 from runwatch.core.codec.schemas import SchemaSet, SchemaVersion, load_schema_set
 from runwatch.core.records import RECORD_TYPES
+
+T = TypeVar("T")
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -50,6 +52,26 @@ class WriterEntry:
     cls: type[Any]
     version: int
 
+
+
+def decode_each(decode: Callable[[bytes], T], items: Sequence[bytes]) -> list[T | DecodeError]:
+    """Apply ``decode`` to each item; a :class:`DecodeError` comes back in its place.
+
+    Args:
+        decode: A decoder that raises only :class:`DecodeError`.
+        items: Encoded inputs.
+
+    Returns:
+        One result or :class:`DecodeError` per input, in order.
+
+    """
+    out: list[T | DecodeError] = []
+    for data in items:
+        try:
+            out.append(decode(data))
+        except DecodeError as err:
+            out.append(err)
+    return out
 
 class Codec:
     """Encode and decode runwatch records in Avro single-object encoding."""
@@ -350,13 +372,7 @@ class Codec:
             One record or :class:`DecodeError` per input, in order.
 
         """
-        out: list[Any] = []
-        for data in items:
-            try:
-                out.append(self.decode(data))
-            except DecodeError as err:
-                out.append(err)
-        return out
+        return decode_each(self.decode, items)
 
     def decode_many_dicts(
         self, items: Sequence[bytes]
@@ -370,13 +386,7 @@ class Codec:
             One (name, dict) or :class:`DecodeError` per input, in order.
 
         """
-        out: list[tuple[str, dict[str, Any]] | DecodeError] = []
-        for data in items:
-            try:
-                out.append(self.decode_dict(data))
-            except DecodeError as err:
-                out.append(err)
-        return out
+        return decode_each(self.decode_dict, items)
 
     # ------------------------------------------------------------------ info
     def header(self, name: str) -> bytes:
