@@ -12,6 +12,7 @@ GPU metric value from system.columns / system.parts after OPTIMIZE FINAL.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from sinkkit import Store, expected_counts, migrate, publish  # noqa: E402
 
 from runwatch.adapters import clickhouse as ch  # noqa: E402
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings  # noqa: E402
+from runwatch.core.colbatch import TableColumns  # noqa: E402
 from runwatch.core.rows import COLUMNS, Origin, record_rows  # noqa: E402
 from runwatch.sink.service import Sink  # noqa: E402
 from runwatch.sink.settings import SinkSettings  # noqa: E402
@@ -38,11 +40,35 @@ GPU_METRICS = [
 ]
 
 
+def run_sink(bootstrap: str, topics: dict[str, str], url: str, db: str, total: int) -> float:
+    """Run one in-process sink (fresh group) until ``total`` rows are stored; return seconds."""
+    stop = threading.Event()
+    sink = Sink(
+        SinkSettings(group_id=f"bench-{uuid.uuid4().hex[:6]}", topics=tuple(topics.values())),
+        KafkaSettings(bootstrap_servers=bootstrap),
+        ClickHouseSettings(url=url, database=db),
+        stop,
+    )
+    deadline = time.monotonic() + 3600
+    t0 = time.perf_counter()
+    while sink.stats["rows"] < total:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"sink stored {sink.stats['rows']} of {total} rows in an hour")
+        sink.run_once()
+    sink.flush()
+    sink_s = time.perf_counter() - t0
+    stop.set()
+    sink.writer.close()
+    sink.consumer.close()
+    return sink_s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--bootstrap", default="127.0.0.1:9092")
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=3, help="sink + direct repetitions (median)")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="rw-bench-sink-"))
@@ -63,37 +89,36 @@ def main() -> None:
         publish(args.bootstrap, topics, events)
         print(f"published in {time.perf_counter() - t0:.1f}s")
 
-        db_sink, db_direct = "bench_sink", "bench_direct"
-        client = migrate(store.url, db_sink)
-        migrate(store.url, db_direct)
-        stop = threading.Event()
-        sink = Sink(
-            SinkSettings(group_id=f"bench-{uuid.uuid4().hex[:6]}", topics=tuple(topics.values())),
-            KafkaSettings(bootstrap_servers=args.bootstrap),
-            ClickHouseSettings(url=store.url, database=db_sink),
-            stop,
-        )
-        deadline = time.monotonic() + 3600
-        t0 = time.perf_counter()
-        while sink.stats["rows"] < total:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"sink stored {sink.stats['rows']} of {total} rows in an hour")
-            sink.run_once()
-        sink.flush()
-        sink_s = time.perf_counter() - t0
-        stop.set()
-        sink.writer.close()
-        sink.consumer.close()
-
-        by_table: dict[str, list] = {}
+        # The ceiling: the very same rows, already in columns (the cheapest
+        # input clickhouse-connect takes), inserted directly in 50k-row chunks.
+        by_table: dict[str, TableColumns] = {}
         for i, e in enumerate(events):
             for table, row in record_rows(e.record, Origin("bench", 0, i)):
-                by_table.setdefault(table, []).append(row)
-        t0 = time.perf_counter()
-        for table, rows in by_table.items():
-            for lo in range(0, len(rows), 50_000):
-                ch.insert_rows(client, f"{db_direct}.{table}", COLUMNS[table], rows[lo:lo + 50_000])
-        direct_s = time.perf_counter() - t0
+                cols = by_table.get(table)
+                if cols is None:
+                    cols = by_table[table] = TableColumns(len(row))
+                cols.append(row)
+        client = migrate(store.url, "bench_setup")
+        sink_runs: list[float] = []
+        direct_runs: list[float] = []
+        for rep in range(args.reps):
+            db_sink, db_direct = f"bench_sink_{rep}", f"bench_direct_{rep}"
+            migrate(store.url, db_sink)
+            migrate(store.url, db_direct)
+            sink_s = run_sink(args.bootstrap, topics, store.url, db_sink, total)
+            t0 = time.perf_counter()
+            for table, cols in by_table.items():
+                for lo in range(0, len(cols), 50_000):
+                    part = cols.slice(lo, lo + 50_000)
+                    ch.insert_rows(client, f"{db_direct}.{table}", COLUMNS[table], part.data,
+                                   column_oriented=True)
+            direct_s = time.perf_counter() - t0
+            sink_runs.append(sink_s)
+            direct_runs.append(direct_s)
+            print(f"  rep {rep}: sink {total / sink_s:,.0f} rows/s, direct {total / direct_s:,.0f}"
+                  f" rows/s, ratio {direct_s / sink_s:.2f}")
+        ratios = [d / s for d, s in zip(direct_runs, sink_runs, strict=True)]
+        sink_s, direct_s = statistics.median(sink_runs), statistics.median(direct_runs)
 
         client.command(f"OPTIMIZE TABLE {db_sink}.gpu_samples FINAL")
         gpu_rows = client.query(f"SELECT count() FROM {db_sink}.gpu_samples").result_rows[0][0]
@@ -106,9 +131,11 @@ def main() -> None:
             "AND table = 'gpu_samples' AND active").result_rows[0][0]
         values = gpu_rows * len(GPU_METRICS)
         print(f"rows: {total} ({len(events)} events), gpu rows: {gpu_rows}")
-        print(f"sink   Kafka->ClickHouse: {total / sink_s:,.0f} rows/s ({sink_s:.1f}s)")
-        print(f"direct insert (ceiling):  {total / direct_s:,.0f} rows/s ({direct_s:.1f}s)")
-        print(f"ratio sink/ceiling: {direct_s / sink_s:.2f} (goal >= 0.5)")
+        med = f"median of {args.reps}"
+        print(f"sink   Kafka->ClickHouse: {total / sink_s:,.0f} rows/s ({sink_s:.1f}s, {med})")
+        print(f"direct insert (ceiling):  {total / direct_s:,.0f} rows/s ({direct_s:.1f}s, {med})")
+        print(f"ratio sink/ceiling: {statistics.median(ratios):.2f} ({med} same-rep ratios;"
+              " goal >= 0.5)")
         per_value = metric_bytes / values
         print(f"bytes per GPU metric value (metric columns): {per_value:.2f} (goal <= 4)")
         print(f"bytes per GPU metric value (whole table on disk): {table_bytes / values:.2f}")

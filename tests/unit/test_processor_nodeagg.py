@@ -70,6 +70,59 @@ def test_node_agg_json_roundtrip_and_bad_payloads() -> None:
             NodeAgg.from_json(bad)
 
 
+def agg_of(run: str, nodes: int = 1) -> NodeAgg:
+    return NodeAgg(run, T0 + nodes, tuple(NodeEntry(f"n{i}", T0 + i, ((0, 90.0, 70.0, 0, 0, 0),))
+                                          for i in range(1, nodes + 1)))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_bundle_roundtrip_gives_each_aggregate_with_its_own_bytes(n) -> None:
+    aggs = [agg_of(f"run-{i}\nx", nodes=i + 1) for i in range(n)]  # newline in a run id
+    got = NodeAgg.unbundle(NodeAgg.bundle(aggs))
+    assert [a for a, _ in got] == aggs
+    assert [line for _, line in got] == [a.to_json() for a in aggs]
+
+
+@pytest.mark.parametrize(("payload", "good", "bad"), [
+    (b"", 0, ["empty payload"]),
+    (b"\n\n", 0, ["empty payload"]),
+    (agg_of("a").to_json() + b"\n{nope\n" + agg_of("b").to_json(), 2, ["not a node aggregate"]),
+    (b'{"v":9,"run":"r","n":[]}', 0, ["version 9 unsupported"]),
+])
+def test_unbundle_keeps_good_lines_and_names_bad_ones(payload, good, bad) -> None:
+    got = NodeAgg.unbundle(payload)
+    assert sum(isinstance(a, NodeAgg) for a, _ in got) == good
+    reasons = [a for a, _ in got if isinstance(a, str)]
+    assert len(reasons) == len(bad)
+    for reason, want in zip(reasons, bad, strict=True):
+        assert want in reason
+
+
+@pytest.mark.parametrize(("runs", "parts", "max_bytes"), [
+    (1, 1, 1 << 20), (50, 8, 1 << 20), (50, 3, 2_000), (10, 4, 1)])
+def test_bundles_put_every_aggregate_once_in_its_own_partition(runs, parts, max_bytes) -> None:
+    from runwatch.processor.forward import bundles
+
+    aggs = [agg_of(f"r{i}", nodes=1 + i % 3) for i in range(runs)]
+
+    def part_of(key: bytes) -> int:
+        return sum(key) % parts
+
+    out = bundles(aggs, part_of, max_bytes=max_bytes)
+    seen = []
+    for key, part, payload in out:
+        got = [a for a, _ in NodeAgg.unbundle(payload)]
+        assert key == got[0].run_id.encode()
+        assert all(part_of(a.run_id.encode()) == part for a in got)
+        seen += got
+    assert sorted(seen, key=lambda a: a.run_id) == sorted(aggs, key=lambda a: a.run_id)
+    per_part = {part_of(a.run_id.encode()) for a in aggs}
+    if max_bytes >= 1 << 20:
+        assert len(out) == len(per_part)  # one message per partition
+    if max_bytes == 1:
+        assert len(out) == runs  # every aggregate alone once over the bound
+
+
 def test_aggregate_keeps_newest_per_slot_and_every_error() -> None:
     ok = ((0, 90.0, 70.0, 0, 0, 0),)
     err = ((0, 90.0, 70.0, 0, 79, 0),)

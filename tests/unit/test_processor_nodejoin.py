@@ -9,7 +9,7 @@ import pytest
 
 from runwatch.core import rekey
 from runwatch.core.codec import load_codec
-from runwatch.core.join_node import AllocChange
+from runwatch.core.join_node import AllocChange, NodeAgg
 from runwatch.core.records import Allocation, GpuProcess, GpuSample, JobEvent, NodeSample, Source
 from runwatch.processor import forward
 from runwatch.processor.provision import COPARTITIONED, check_copartitioned
@@ -51,17 +51,22 @@ class FakeProcessor:
     async def _dead(self, topic, partition, offset, reason, value, key, run_id=None) -> None:
         self.dead.append(reason)
 
-    async def _forward(self, topic: str, run_id: str, value: bytes) -> None:
+    def _partition(self, key: bytes) -> int:
+        return len(key) % 3  # any partitioner: bundles must follow it
+
+    async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
         assert topic == self.node_by_run
-        self.sent.append((run_id, value))
+        self.sent.append((partition, value))
 
     def got(self, run: str) -> list[tuple[str, int, list[int]]]:
         """(node, at, gpu indices) of every entry forwarded to ``run``."""
         out = []
-        for r, raw in self.sent:
-            if r == run:
-                doc = json.loads(raw)
-                out += [(n, at, [g[0] for g in gpus]) for n, at, gpus in doc["n"]]
+        for part, raw in self.sent:
+            for agg, _line in NodeAgg.unbundle(raw):
+                assert not isinstance(agg, str), agg
+                assert self._partition(agg.run_id.encode()) == part  # each run in its partition
+                if agg.run_id == run:
+                    out += [(e.node, e.at_ms, [g[0] for g in e.gpus]) for e in agg.nodes]
         return sorted(out, key=lambda x: x[1])
 
 

@@ -45,7 +45,7 @@ def test_flush_batch_drops_revoked_partitions(
     batch.drop_partitions(lost)
     assert batch.rows == left == sum(len(r) for r in batch.tables.values())
     assert batch.offsets == offsets
-    assert all((r[1], r[2]) not in lost for rows in batch.tables.values() for r in rows)
+    assert all((r[1], r[2]) not in lost for cols in batch.tables.values() for r in cols.rows())
 
 
 def test_seen_events_tells_replays_from_duplicates() -> None:

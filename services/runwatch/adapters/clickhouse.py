@@ -125,6 +125,7 @@ def insert_rows(
     *,
     dedup_token: str | None = None,
     settings: dict[str, Any] | None = None,
+    column_oriented: bool = False,
 ) -> None:
     """Insert one columnar batch.
 
@@ -132,9 +133,10 @@ def insert_rows(
         client: The pipeline user's client.
         table: Qualified table name.
         columns: Column names in row order.
-        rows: The rows.
+        rows: The rows (or, with ``column_oriented``, one sequence per column).
         dedup_token: ``insert_deduplication_token`` (a retried identical batch is dropped).
         settings: More query settings.
+        column_oriented: ``rows`` holds columns, not rows (no transposing).
 
     Raises:
         ClickHouseUnavailable: Retry later.
@@ -144,7 +146,13 @@ def insert_rows(
     if dedup_token:
         query_settings["insert_deduplication_token"] = dedup_token
     try:
-        client.insert(table, rows, column_names=list(columns), settings=query_settings)
+        client.insert(
+            table,
+            rows,
+            column_names=list(columns),
+            settings=query_settings,
+            column_oriented=column_oriented,
+        )
     except (ClickHouseError, TypeError, ValueError, OverflowError, AttributeError) as exc:
         raise _classify(exc) from exc
     except OSError as exc:

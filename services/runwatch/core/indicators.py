@@ -273,6 +273,9 @@ def median(values: Sequence[float]) -> float:
         The median, or nan for no finite values.
 
     """
-    arr = np.asarray(values, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    return float(np.median(arr)) if arr.size else NAN
+    vals = sorted(float(v) for v in values if math.isfinite(v))  # short lists: no numpy
+    n = len(vals)
+    if not n:
+        return NAN
+    mid = n // 2
+    return vals[mid] if n % 2 else (vals[mid - 1] + vals[mid]) / 2.0

@@ -43,6 +43,7 @@ from runwatch.core.runstate import (
 Baseline = dict[str, list[float]]
 HIGHER_BETTER = ("accuracy", "acc", "top1", "f1", "auc", "map", "bleu", "rouge")
 _RECENT = 200
+STEP_WINDOW = 64  # step times behind the stall rule's median (written on every state save)
 GRAD_WINDOW = 10  # gradient norms behind one variance value
 RESTART_STATES = ("retrying", "preempted")
 
@@ -126,7 +127,7 @@ def _push(seq: list[Any], x: Any, n: int = _RECENT) -> None:
 def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
                  bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
-    _push(s.step_ms, e.step_ms)
+    _push(s.step_ms, e.step_ms, STEP_WINDOW)
     s.last_step_at_ms = max(s.last_step_at_ms, now)  # arrival (processing) time
     s.last_step = max(s.last_step, e.step)
     out += clear(s, cfg, "rule:stalled", "step_gap_ms", now)
@@ -341,10 +342,12 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig) -> tuple[RunState, list[O
     if not s.known:
         return s, out
     if s.job_state not in rules_ended():
-        f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), now_ms, cfg.stall_k,
-                          cfg.stall_min_ms)
-        if f:
-            out += emit(s, cfg, f, now_ms, one_shot=True)
+        # no stall bound is below stall_min_ms: skip the median while the gap is shorter
+        if s.last_step_at_ms and now_ms - s.last_step_at_ms > cfg.stall_min_ms:
+            f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), now_ms, cfg.stall_k,
+                              cfg.stall_min_ms)
+            if f:
+                out += emit(s, cfg, f, now_ms, one_shot=True)
         if s.started_at_ms is None:
             f = rules.queue_deadline(s.queued_at_ms, None, now_ms, s.deadline_ms)
             if f:

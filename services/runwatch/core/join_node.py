@@ -92,6 +92,34 @@ class NodeAgg:
             raise ValueError(msg)
         return cls(run, max(e.at_ms for e in nodes), nodes)
 
+    @staticmethod
+    def bundle(aggs: list[NodeAgg]) -> bytes:
+        """Return several aggregates as one payload: their :meth:`to_json` lines.
+
+        The node agent sends one bundle per destination partition per batch
+        (every run in it hashes to that partition), so the run agent gets a
+        handful of messages per second instead of one per run. A single
+        aggregate is a one-line bundle.
+        """
+        return b"\n".join(agg.to_json() for agg in aggs)
+
+    @classmethod
+    def unbundle(cls, data: bytes) -> list[tuple[NodeAgg | str, bytes]]:
+        """Split a :meth:`bundle` payload into (aggregate or error reason, its own bytes).
+
+        A line that is not an aggregate gives its reason in place of the
+        aggregate (it is dead-lettered alone; the other lines are kept).
+        """
+        out: list[tuple[NodeAgg | str, bytes]] = []
+        for line in data.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                out.append((cls.from_json(line), line))
+            except ValueError as exc:
+                out.append((str(exc), line))
+        return out or [("not a node aggregate: empty payload", data)]
+
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-able dict (held events)."""
         return json.loads(self.to_json())  # type: ignore[no-any-return]

@@ -58,6 +58,18 @@ def _tail(r: Mapping[str, Any], o: Origin) -> Row:
     return (r["source"]["kind"], r["seq"], o.topic, o.partition, o.offset)
 
 
+
+def gpu_attribution(g: Mapping[str, Any], run: str) -> tuple[str, int, int]:
+    """Return a GPU row's run, process count and process memory.
+
+    The run is the first attributed process's, else ``run`` (the sample's).
+    """
+    procs = g.get("processes")
+    if not procs:
+        return run, 0, 0
+    gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
+    return gpu_run, len(procs), sum(p.get("used_mem_bytes", 0) for p in procs)
+
 def _node(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
     tail = _tail(r, o)
     run = _s(r.get("run_id"))
@@ -85,13 +97,7 @@ def _node(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
     eid, ts, node = r["event_id"], r["emitted_at_ms"], r["node"]
     append = out.append
     for g in gpus:
-        procs = g.get("processes")
-        if procs:
-            gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
-            nprocs = len(procs)
-            pmem = sum(p.get("used_mem_bytes", 0) for p in procs)
-        else:
-            gpu_run, nprocs, pmem = run, 0, 0
+        gpu_run, nprocs, pmem = gpu_attribution(g, run)
         get = g.get
         append(
             (

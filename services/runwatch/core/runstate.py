@@ -134,7 +134,7 @@ class RunState:
     dead_seq: int = 0
     hst: Any = None
     hst_n: int = 0
-    hst_saved: dict[str, Any] | None = None
+    hst_saved: str | None = None  # JSON text of the HST snapshot written to the changelog
 
     @property
     def workload(self) -> str:
@@ -174,9 +174,10 @@ def dumps(state: RunState) -> bytes:
     """
     d = {name: getattr(state, name) for name in _LIGHT}
     head = json.dumps(d, separators=_SEP)
-    hst = state.hst_saved if isinstance(state.hst, HalfSpaceTreesDetector) else state.hst
+    hst = (state.hst_saved or "null" if isinstance(state.hst, HalfSpaceTreesDetector)
+           else json.dumps(state.hst, separators=_SEP))
     watches = ",".join(f"{json.dumps(k)}:{_watch_json(v)}" for k, v in state.watches.items())
-    tail = f',"watches":{{{watches}}},"hst":{json.dumps(hst, separators=_SEP)},"hst_saved":null}}'
+    tail = f',"watches":{{{watches}}},"hst":{hst},"hst_saved":null}}'
     return (head[:-1] + tail).encode()
 
 
@@ -216,7 +217,7 @@ def hst_learned(state: RunState) -> None:
     """Count one HST update; refresh the HST snapshot written to the changelog when due."""
     state.hst_n += 1
     if state.hst_saved is None or state.hst_n % HST_SAVE_EVERY == 0:
-        state.hst_saved = state.hst.to_state()
+        state.hst_saved = json.dumps(state.hst.to_state(), separators=_SEP)
 
 
 def hst_of(state: RunState) -> HalfSpaceTreesDetector:
@@ -228,7 +229,7 @@ def hst_of(state: RunState) -> HalfSpaceTreesDetector:
     h = (HalfSpaceTreesDetector.from_state(h) if h is not None
          else HalfSpaceTreesDetector(n_trees=5, height=4, window_size=50, seed=7))
     state.hst = h
-    state.hst_saved = saved
+    state.hst_saved = None if saved is None else json.dumps(saved, separators=_SEP)
     return h
 
 

@@ -30,6 +30,7 @@ import socket
 import time
 import weakref
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
@@ -42,7 +43,15 @@ from runwatch.core.alerting import AlertPolicy
 from runwatch.core.baselines import merge_finished
 from runwatch.core.codec import DecodeError, load_codec
 from runwatch.core.join_node import NodeAgg
-from runwatch.core.records import Alert, DeadLetter, JobEvent, RunManifest, Source
+from runwatch.core.records import (
+    Alert,
+    DeadLetter,
+    JobEvent,
+    LearningStep,
+    RunManifest,
+    Source,
+    StepTiming,
+)
 from runwatch.core.topics import load_topics
 from runwatch.processor import forward
 from runwatch.processor.partitioning import partition_for
@@ -55,6 +64,25 @@ RUN_TOPICS = ("rw.lineage", "rw.exec.job", "rw.learning", "rw.artifact",
               "rw.internal.node-by-run", "rw.internal.data-by-run")
 TICK = b"tick"
 NODE_BY_RUN = "rw.internal.node-by-run"
+TELEMETRY = (StepTiming, LearningStep, NodeAgg)
+"""High-rate records whose state changes may wait for the next checkpoint (see ``Processor``)."""
+
+
+class App(faust.App):
+    """faust's App with a hook that runs first when the worker stops.
+
+    The processor checkpoints there: faust then waits for every started event
+    to be acked before it commits and closes, and its timers are already
+    stopped by then.
+    """
+
+    before_stop: Callable[[], Awaitable[None]] | None = None
+
+    async def on_stop(self) -> None:
+        """Run :attr:`before_stop`, then faust's own stop."""
+        if self.before_stop is not None:
+            await self.before_stop()
+        await super().on_stop()
 
 
 def as_current(event: Any) -> None:
@@ -96,13 +124,18 @@ class Processor:
             logger.warning("image allow-list is empty: rule:image_allow_list is DISABLED "
                            "(set RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST to enable it)")
         self.cache: dict[bytes, tuple[bytes, runstate.RunState]] = {}
+        # deferred saves: run -> (live state, an event of its partition); their events' acks
+        # wait in ``unacked`` until the checkpoint has written every dirty state
+        self.dirty: dict[bytes, tuple[runstate.RunState, Any]] = {}
+        self.unacked: list[Any] = []
+        self.checkpoint_at = time.monotonic()
         self.parts: dict[bytes, int] = {}
         self.base_cache: dict[bytes, tuple[bytes, dict[str, list[float]]]] = {}
         self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0, "unowned": 0}
         self.sections = Sections(settings.sections_log_s)
         n = settings.partitions
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.app = faust.App(
+        self.app = App(
             settings.app_id,
             broker=f"kafka://{kafka.bootstrap_servers}",
             datadir=str(settings.data_dir / settings.app_id),
@@ -125,6 +158,9 @@ class Processor:
             stream_buffer_maxsize=settings.stream_buffer_maxsize,
             broker_max_poll_records=settings.max_poll_records,
             consumer_max_fetch_size=settings.max_fetch_bytes,
+            # batch the sends (changelog checkpoints, bundles, alerts): fewer, larger requests
+            producer_linger=settings.producer_linger_ms / 1000.0,
+            producer_max_batch_size=256 * 1024,
         )
         app, t = self.app, settings.topic
 
@@ -165,6 +201,8 @@ class Processor:
         app.agent(self.node_in, name="nodes")(self._nodes)
         app.agent(self.data_in, name="data")(self._data)
         app.timer(settings.timer_interval_s)(self._timer)
+        app.on_partitions_revoked.connect(self._on_revoked)
+        app.before_stop = self._final_checkpoint
 
     # ------------------------------------------------------------------ helpers
 
@@ -178,11 +216,13 @@ class Processor:
         return topic[len(p):] if p and topic.startswith(p) else topic
 
     async def _dead(self, topic: str, partition: int, offset: int, reason: str, value: bytes,
-                    key: bytes | None, run_id: str | None = None) -> None:
+                    key: bytes | None, run_id: str | None = None, part: int = -1) -> None:
+        """Dead-letter a record (``part``: its line in a bundle, kept in the event id)."""
         now = now_ms()
         self.counters["dead"] += 1
         logger.warning("dead letter from %s[%s]@%s: %s", topic, partition, offset, reason)
-        rec = DeadLetter(event_id=f"{topic}:{partition}:{offset}", run_id=run_id,
+        eid = f"{topic}:{partition}:{offset}" + (f"#{part}" if part >= 0 else "")
+        rec = DeadLetter(event_id=eid, run_id=run_id,
                          emitted_at_ms=now, source=self.source, seq=self.counters["dead"],
                          topic=topic, partition=partition, offset=offset, reason=reason,
                          original=value, key=key, failed_at_ms=now)
@@ -201,14 +241,14 @@ class Processor:
                 await self.dlq_out.send(value=self.codec.encode(out))
 
     def _decode(self, topic: str, value: Any) -> Any:
-        """Return the record, or a reason string when it must be dead-lettered."""
+        """Return the record, or a reason string when it must be dead-lettered.
+
+        A node-by-run bundle gives a list of (aggregate or reason, its bytes).
+        """
         if not isinstance(value, bytes | bytearray):
             return f"value is not bytes ({type(value).__name__})"
         if value[:1] == b"{" and self._deployed(topic) == NODE_BY_RUN:
-            try:
-                return NodeAgg.from_json(bytes(value))
-            except ValueError as exc:
-                return str(exc)
+            return NodeAgg.unbundle(bytes(value))  # [(aggregate or reason, its bytes)]
         try:
             rec = self.codec.decode(bytes(value))
         except DecodeError as exc:
@@ -225,6 +265,9 @@ class Processor:
         return part
 
     def _load(self, key: bytes) -> runstate.RunState:
+        live = self.dirty.get(key)
+        if live is not None:
+            return live[0]  # changed since its last save (a checkpoint will write it)
         raw = self.runstate.get(key)
         hit = self.cache.get(key)
         if raw is not None and hit is not None and hit[0] is raw:
@@ -237,6 +280,53 @@ class Processor:
         raw = runstate.dumps(state)
         self.runstate[key] = raw
         self.cache[key] = (raw, state)
+        self.dirty.pop(key, None)
+
+    async def _checkpoint(self, *, force: bool = False) -> None:
+        """Write every deferred state, then ack the events behind them.
+
+        Runs whose batch held only high-rate telemetry (:data:`TELEMETRY`) and
+        raised nothing are saved here, every ``save_interval_s``, instead of on
+        every batch: one changelog record per run per interval. Their events
+        are acked only after that write, so Kafka offsets never pass state that
+        is not in the changelog: a crash replays them (at-least-once).
+        """
+        due = time.monotonic() - self.checkpoint_at >= self.s.save_interval_s
+        if not self.unacked or not (force or due or len(self.unacked) >= self.s.unacked_max):
+            return
+        with self.sections.timed("runs.checkpoint", len(self.dirty)):
+            for key, (state, event) in list(self.dirty.items()):
+                as_current(event)  # the table writes to the partition of the run's events
+                self._save(key, state)
+            for event in self.unacked:
+                event.ack()  # the stream's own ack came first: this one is the final
+            self.unacked = []
+        self.checkpoint_at = time.monotonic()
+
+    def _waiting_for_acks(self) -> bool:
+        """Whether faust waits for every started event's ack (a rebalance or a stop)."""
+        return bool(self.app.rebalancing or self.app.should_stop)
+
+    async def _final_checkpoint(self) -> None:
+        logger.info("checkpoint before stop: %d run states, %d events to ack",
+                    len(self.dirty), len(self.unacked))
+        await self._checkpoint(force=True)
+
+    async def _on_revoked(self, sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        """Forget deferred state of revoked partitions whose events were not acked.
+
+        Normally none is left: faust waits for every started event to be acked
+        before it revokes, and the timer checkpoints during a rebalance. Should
+        some remain, the next owner (maybe this worker again) restores the saved
+        state from the changelog and replays them from the last committed offset.
+        """
+        revoked = args[0] if args else set()
+        parts = {tp.partition for tp in revoked}
+        tps = set(revoked)
+        for key in [k for k in self.dirty if self._partition(k) in parts]:
+            del self.dirty[key]
+            self.cache.pop(key, None)  # the cached object carries the unsaved changes
+        self.unacked = [ev for ev in self.unacked if ev.message.tp not in tps]
 
     def _baseline(self, state: runstate.RunState) -> dict[str, list[float]] | None:
         key = state.workload.encode()
@@ -254,7 +344,16 @@ class Processor:
 
     async def _runs(self, stream: Any) -> None:
         async for events in stream.take_events(self.s.batch_size, within=self.s.batch_within_s):
-            await self._run_batch(events)
+            if self.s.save_interval_s <= 0:
+                await self._run_batch(events)
+                continue
+            for event in events:
+                event.message.incref()  # hold the ack until the state is in the changelog
+            try:
+                await self._run_batch(events)
+            finally:  # only whole batches wait for a checkpoint (the timer may run one midway)
+                self.unacked.extend(events)
+            await self._checkpoint(force=self._waiting_for_acks())
 
     async def _run_batch(self, events: list[Any]) -> None:
         """Fold a batch into the run states: one load, one join pass, one table write per run."""
@@ -263,7 +362,7 @@ class Processor:
         self.sections.maybe_log()
 
     async def _run_batch_inner(self, events: list[Any]) -> None:
-        by_run: dict[bytes, list[tuple[Any, Any]]] = {}
+        by_run: dict[bytes, list[tuple[Any, Any, bytes]]] = {}
         held: dict[str, list[str]] = {}  # run -> allocated nodes, as of this batch
         for event in events:
             msg = event.message
@@ -276,6 +375,14 @@ class Processor:
                 continue
             self.counters["events"] += 1
             rec = self._decode(msg.topic, event.value)
+            if isinstance(rec, list):  # a bundle of node aggregates, all runs of this partition
+                for i, (agg, raw) in enumerate(rec):
+                    if isinstance(agg, str):
+                        await self._dead(msg.topic, msg.partition, msg.offset, agg, raw,
+                                         event.key, part=i)
+                    else:
+                        by_run.setdefault(agg.run_id.encode(), []).append((agg, event, raw))
+                continue
             if isinstance(rec, str):
                 await self._dead(msg.topic, msg.partition, msg.offset, rec, event.value, event.key)
                 continue
@@ -287,10 +394,10 @@ class Processor:
                 await self._index_job(rec, held)
             elif isinstance(rec, RunManifest):
                 await self._index_manifest(rec)
-            by_run.setdefault(rec.run_id.encode(), []).append((rec, event))
+            by_run.setdefault(rec.run_id.encode(), []).append((rec, event, event.value))
         await self._flush(by_run)
 
-    async def _flush(self, by_run: dict[bytes, list[tuple[Any, Any]]]) -> None:
+    async def _flush(self, by_run: dict[bytes, list[tuple[Any, Any, bytes]]]) -> None:
         now = now_ms()
         outputs: list[Any] = []
         sec = self.sections
@@ -298,15 +405,20 @@ class Processor:
             as_current(items[0][1])
             state = self._load(key)
             finished = False
+            before = len(outputs)
             with sec.timed("runs.join", len(items)):
-                for rec, event in items:
-                    state, outs = join.step(state, rec, now, self.cfg, raw=bytes(event.value),
+                for rec, event, raw in items:
+                    state, outs = join.step(state, rec, now, self.cfg, raw=bytes(raw),
                                             topic=event.message.topic,
                                             baseline=self._baseline(state))
                     outputs += outs
                     finished = finished or isinstance(rec, JobEvent)
             if finished:
                 self._learn_baseline(state)
+            if (self.s.save_interval_s > 0 and len(outputs) == before
+                    and all(isinstance(it[0], TELEMETRY) for it in items)):
+                self.dirty[key] = (state, items[-1][1])  # saved by the next checkpoint
+                continue
             with sec.timed("runs.save"):
                 self._save(key, state)
         with sec.timed("runs.publish", len(outputs)):
@@ -314,7 +426,9 @@ class Processor:
 
     async def _tick(self, partition: int, at_ms: int) -> None:
         now = max(at_ms, now_ms())
-        for key in list(self.runstate.keys()):
+        keys = list(self.runstate.keys())
+        keys += [k for k in self.dirty if k not in self.runstate]  # new runs not saved yet
+        for key in keys:
             if self._partition(key) != partition:
                 continue
             state = self._load(key)
@@ -354,10 +468,15 @@ class Processor:
     async def _forward(self, topic: Any, run_id: str, value: bytes) -> None:
         await self._send(topic, run_id.encode(), value)
 
-    async def _send(self, topic: Any, key: bytes, value: bytes) -> None:
-        """Send to an internal topic in the partition the producers' partitioner picks."""
+    async def _send(self, topic: Any, key: bytes, value: bytes,
+                    partition: int | None = None) -> None:
+        """Send to an internal topic in the partition the producers' partitioner picks.
+
+        ``partition`` overrides it for a bundle (whose runs all hash to it).
+        """
         self.counters["forwarded"] += 1
-        await topic.send(key=key, value=value, partition=self._partition(key))
+        part = self._partition(key) if partition is None else partition
+        await topic.send(key=key, value=value, partition=part)
 
     async def _nodes(self, stream: Any) -> None:
         async for events in stream.take_events(self.s.batch_size, within=self.s.batch_within_s):
@@ -369,6 +488,7 @@ class Processor:
             await forward.dataset_event(self, event)
 
     async def _timer(self) -> None:
+        await self._checkpoint(force=self._waiting_for_acks())
         assigned = self.app.consumer.assignment()
         now = str(now_ms()).encode()
         for tp in assigned:

@@ -2,8 +2,11 @@
 
 Split from :mod:`runwatch.processor.app`. Node samples are decoded to dicts
 (no record objects), nodes that no run owns are skipped at once, and what a
-run's join needs goes out as one compact :class:`~runwatch.core.join_node.NodeAgg`
-per run per batch on ``rw.internal.node-by-run`` (JSON, internal topic).
+run's join needs becomes one compact :class:`~runwatch.core.join_node.NodeAgg`
+per run per batch; the aggregates go out on ``rw.internal.node-by-run`` (JSON,
+internal topic) bundled: one message per destination partition per batch
+(:func:`bundles`), since every message costs the faust producer and the runs
+agent far more than its bytes.
 
 Node samples are joined to runs the same way as data reports below: the runs
 agent sends each allocation change of a run as one
@@ -29,6 +32,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runwatch.core import rekey
@@ -44,6 +48,7 @@ RECENT_MAX = 16  # latest reports kept per dataset reference (besides the first 
 MANIFEST_BY_DATASET = "rw.internal.manifest-by-dataset"
 JOB_BY_NODE = "rw.internal.job-by-node"
 REPLAY_MAX = 8  # recent samples kept per node (in memory) for allocations that arrive late
+BUNDLE_MAX_BYTES = 256 * 1024  # one node-by-run message at most (Kafka's default limit: 1 MiB)
 NodeIndex = rekey.NodeIndex
 
 
@@ -121,9 +126,41 @@ async def node_batch(p: Processor, events: list[Any]) -> None:
             pairs.extend(entries.items())
         aggs = aggregate(pairs)
     with p.sections.timed("node.forward", len(aggs)):
-        for agg in aggs:
-            await p._forward(p.node_by_run, agg.run_id, agg.to_json())
+        for key, part, value in bundles(aggs, p._partition):
+            await p._send(p.node_by_run, key, value, partition=part)
     p.sections.maybe_log()
+
+
+def bundles(aggs: list[NodeAgg], partition_of: Callable[[bytes], int],
+            max_bytes: int = BUNDLE_MAX_BYTES) -> list[tuple[bytes, int, bytes]]:
+    """Group a batch's aggregates into one payload per destination partition.
+
+    Every run in a bundle hashes to the partition it is sent to, so the runs
+    agent that reads it owns all of them (and their table partitions). A
+    partition's bundle is split once it would pass ``max_bytes``.
+
+    Args:
+        aggs: The batch's aggregates.
+        partition_of: The producers' partitioner (run id bytes → partition).
+        max_bytes: Bound on one payload (well under Kafka's 1 MiB message limit).
+
+    Returns:
+        (key: the first run id, partition, :meth:`NodeAgg.bundle` payload) per message.
+
+    """
+    groups: dict[int, list[list[NodeAgg]]] = {}
+    sizes: dict[int, int] = {}
+    for agg in aggs:
+        part = partition_of(agg.run_id.encode())
+        size = 64 + 48 * sum(len(e.gpus) + 1 for e in agg.nodes)  # rough JSON size
+        chunks = groups.setdefault(part, [[]])
+        if chunks[-1] and sizes.get(part, 0) + size > max_bytes:
+            chunks.append([])
+            sizes[part] = 0
+        chunks[-1].append(agg)
+        sizes[part] = sizes.get(part, 0) + size
+    return [(chunk[0].run_id.encode(), part, NodeAgg.bundle(chunk))
+            for part, chunks in groups.items() for chunk in chunks]
 
 
 def _node_runs(p: Processor, node: str, cache: dict[str, NodeIndex]) -> NodeIndex:

@@ -32,12 +32,17 @@ class ProcessorSettings(BaseSettings):
         cooldown_ms: Quiet time of a resolved alert key.
         session_timeout_s: Group session timeout: how soon a dead worker's
             partitions move to the others.
+        save_interval_s: Checkpoint period of run states that only high-rate
+            telemetry changed (their events are acked after it); 0 saves every
+            run on every batch.
+        unacked_max: Events whose ack waits for a checkpoint before one is forced.
         batch_size: ``stream.take`` batch bound.
         batch_within_s: ``stream.take`` wait bound.
         stream_buffer_maxsize: Faust's per-stream buffer (events) before the
             consumer pauses fetching.
         max_poll_records: Most records one consumer fetch hands over (None: no bound).
         max_fetch_bytes: Most bytes one consumer fetch may return.
+        producer_linger_ms: How long the worker's producer waits to fill a batch.
         sections_log_s: How often a worker logs where its time went (INFO).
         web_enabled: Serve faust's web interface (off by default: several
             workers may share a host).
@@ -65,11 +70,14 @@ class ProcessorSettings(BaseSettings):
     per_run_cap: int = 20
     cooldown_ms: int = 600_000
     session_timeout_s: float = 10.0
-    batch_size: int = 500
-    batch_within_s: float = 0.05
+    save_interval_s: float = Field(default=2.0, ge=0)
+    unacked_max: int = Field(default=50_000, ge=1)
+    batch_size: int = 2000
+    batch_within_s: float = 0.2
     stream_buffer_maxsize: int = 16384
     max_poll_records: int | None = None
     max_fetch_bytes: int = 16 * 1024 * 1024
+    producer_linger_ms: float = Field(default=5.0, ge=0)
     sections_log_s: float = 10.0
     web_enabled: bool = False
     web_port: int = Field(default=6066, ge=1, le=65535)

@@ -18,12 +18,13 @@ Idempotency, as designed here:
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runwatch.core.colbatch import TableColumns, offsets_token
+from runwatch.core.columns import COLUMNS
 from runwatch.core.rows import Origin
 
 Row = tuple[Any, ...]
@@ -35,7 +36,8 @@ class FlushBatch:
 
     Attributes:
         seq: Sequence number (batches are written and committed in this order).
-        tables: Rows per table; every row ends with its Kafka topic/partition/offset.
+        tables: Rows per table, column by column; every row ends with its
+            Kafka topic/partition/offset.
         offsets: ``{(topic, partition): next offset}`` to commit once every
             row of this batch (and of every earlier batch) is stored.
         messages: The consumed messages (their bytes go into dead letters).
@@ -43,7 +45,7 @@ class FlushBatch:
     """
 
     seq: int = 0
-    tables: dict[str, list[Row]] = field(default_factory=dict)
+    tables: dict[str, TableColumns] = field(default_factory=dict)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     messages: list[Any] = field(default_factory=list)
     ended_runs: set[str] = field(default_factory=set)
@@ -51,17 +53,32 @@ class FlushBatch:
 
     def add(self, table: str, row: Row) -> None:
         """Append a row to its table."""
-        rows = self.tables.get(table)
-        if rows is None:
-            rows = self.tables[table] = []
-        rows.append(row)
+        cols = self.tables.get(table)
+        if cols is None:
+            cols = self.tables[table] = TableColumns(len(row))
+        cols.append(row)
         self.rows += 1
+
+    def columns(self, table: str) -> TableColumns:
+        """Return the columns of ``table`` (created empty on first use).
+
+        Rows appended to them directly are counted by :meth:`count`.
+        """
+        cols = self.tables.get(table)
+        if cols is None:
+            cols = self.tables[table] = TableColumns(len(COLUMNS[table]))
+        return cols
+
+    def count(self) -> int:
+        """Recount :attr:`rows` from the columns and return it."""
+        self.rows = sum(len(c) for c in self.tables.values())
+        return self.rows
 
     def drop_partitions(self, lost: set[tuple[str, int]]) -> None:
         """Forget the rows and offsets of partitions this member no longer owns."""
-        for table, rows in self.tables.items():
-            self.tables[table] = [r for r in rows if (r[-3], r[-2]) not in lost]
-        self.rows = sum(len(r) for r in self.tables.values())
+        for cols in self.tables.values():
+            cols.drop_partitions(lost)
+        self.count()
         for key in lost:
             self.offsets.pop(key, None)
 
@@ -74,28 +91,17 @@ class FlushBatch:
 
 
 def dedup_token(table: str, rows: Sequence[Row]) -> str:
-    """Return the insert deduplication token of a batch.
+    """Return the insert deduplication token of a batch of rows.
 
     Args:
         table: Target table.
         rows: The batch; each row ends with its Kafka topic, partition, offset.
 
     Returns:
-        ``table`` plus a digest of the per-partition offset ranges and row count.
+        ``table`` plus a digest of the per-partition offset ranges and row count
+        (the same as :meth:`TableColumns.token` of the same rows).
     """
-    ranges: dict[tuple[str, int], list[int]] = {}
-    for r in rows:
-        off = r[-1]
-        lo_hi = ranges.get((r[-3], r[-2]))
-        if lo_hi is None:
-            ranges[(r[-3], r[-2])] = [off, off]
-        elif off > lo_hi[1]:
-            lo_hi[1] = off
-        elif off < lo_hi[0]:
-            lo_hi[0] = off
-    text = ";".join(f"{t}/{p}/{lo}-{hi}" for (t, p), (lo, hi) in sorted(ranges.items()))
-    digest = hashlib.sha256(f"{text}#{len(rows)}".encode()).hexdigest()[:32]
-    return f"{table}:{digest}"
+    return offsets_token(table, ((r[-3], r[-2], r[-1]) for r in rows))
 
 
 class SeenEvents:
@@ -104,20 +110,26 @@ class SeenEvents:
     def __init__(self, capacity: int) -> None:
         """Keep at most ``capacity`` ids (oldest forgotten first)."""
         self._capacity = capacity
-        self._seen: OrderedDict[str, Origin] = OrderedDict()
+        # position as one string: nothing here for the garbage collector to track
+        self._seen: OrderedDict[str, str] = OrderedDict()
 
     def is_duplicate(self, event_id: str, origin: Origin) -> bool:
         """Return True when the id was seen at another Kafka position.
 
         Re-reading the same position (a replay) is not a duplicate.
         """
+        return self.is_duplicate_at(event_id, origin.topic, origin.partition, origin.offset)
+
+    def is_duplicate_at(self, event_id: str, topic: str, partition: int, offset: int) -> bool:
+        """Like :meth:`is_duplicate`, with the position given as its parts."""
+        where = f"{partition}:{offset}:{topic}"
         first = self._seen.get(event_id)
         if first is None:
-            self._seen[event_id] = origin
+            self._seen[event_id] = where
             if len(self._seen) > self._capacity:
                 self._seen.popitem(last=False)
             return False
-        return first != origin
+        return first != where
 
 
 def should_skip(watermarks: dict[tuple[str, str, int], int], table: str, origin: Origin) -> bool:

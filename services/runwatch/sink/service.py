@@ -1,16 +1,18 @@
 """``runwatch sink``: Kafka rw.* topics → ClickHouse raw tables.
 
-Two threads. The consuming thread polls (:class:`BatchConsumer`), decodes
-(fast dict path), maps records to rows per table and, by size or time, hands
-the rows consumed since the last flush to the :class:`~runwatch.sink.writer.Writer`
-thread, which inserts them while the next batch is consumed. Offsets are
-committed (from the consuming thread) only after the writer stored every batch
-up to them; batches are written strictly in order. When the writer's bounded
-queue is full (ClickHouse slow or down) the consumer pauses its partitions and
-keeps polling only to keep the group membership; it resumes when there is room.
-On a rebalance the consumer waits for the writer to finish, commits, and drops
-the not yet flushed rows of the revoked partitions (the next owner re-reads
-them). See :mod:`runwatch.sink.batch` for idempotency.
+Two threads. The consuming thread polls (:class:`BatchConsumer`), decodes (dict
+path, one message at a time), maps records into per-table columns
+(:mod:`runwatch.core.colbatch` for the hot types, ``rows_for`` for the rest)
+and, by size or time, hands the rows consumed since the last flush to the
+:class:`~runwatch.sink.writer.Writer` thread, which inserts them while the next
+batch is consumed. Offsets are committed (from the consuming thread) only after
+the writer stored every batch up to them; batches are written strictly in
+order. When the writer's bounded queue is full (ClickHouse slow or down) the
+consumer pauses its partitions and keeps polling only to keep the group
+membership; it resumes when there is room. On a rebalance the consumer waits
+for the writer to finish, commits, and drops the not yet flushed rows of the
+revoked partitions (the next owner re-reads them).
+See :mod:`runwatch.sink.batch` for idempotency.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from runwatch.adapters import clickhouse as ch
 from runwatch.adapters.kafka import BatchConsumer, Message, TopicPartition
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.core.codec import DecodeError, load_codec
+from runwatch.core.colbatch import append_fast, undo
 from runwatch.core.rows import COLUMNS, Origin, RowError, check_row, dead_letter_row, rows_for
 from runwatch.sink.batch import FlushBatch, SeenEvents
 from runwatch.sink.settings import SinkSettings
@@ -153,7 +156,13 @@ class Sink:
         self.counts["dead_letters"] += 1
 
     def _take(self, msgs: list[Message]) -> None:
-        """Decode and map consumed messages into the current batch."""
+        """Decode and map consumed messages into the current batch.
+
+        One message at a time, so each decoded dict is freed right after its
+        rows are taken (the garbage collector never sees a batch of them).
+        Hot record types go straight into columns (:func:`append_fast`); any
+        other record, and any record that path declines, takes the row path.
+        """
         if not msgs:
             return
         batch = self.batch
@@ -161,40 +170,63 @@ class Sink:
         offsets = batch.offsets
         marks_of = self.watermarks
         seen = self.seen
-        add = batch.add
+        decode = self.codec.decode_dict
+        columns = batch.columns
         now = _now_ms()
-        values = [m.value() or b"" for m in msgs]
-        decoded = self.codec.decode_many_dicts(values)
         self.counts["messages"] += len(msgs)
-        for msg, value, item in zip(msgs, values, decoded, strict=True):
+        for msg in msgs:
+            value = msg.value() or b""
             topic, part, off = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
             offsets[(topic, part)] = off + 1
-            origin = Origin(topic, part, off)
-            if isinstance(item, DecodeError):
-                self._dead(origin, "decode", "", item.reason, value, msg.key())
-                continue
-            name, record = item
             try:
-                rows = rows_for(name, record, origin)
-            except RowError as exc:
-                self._dead(origin, "map", "", str(exc), value, msg.key())
-                continue
-            if seen.is_duplicate(str(record.get("event_id")), origin):
-                self.counts["duplicates"] += 1
+                name, record = decode(value)
+            except DecodeError as exc:
+                self._dead(Origin(topic, part, off), "decode", "", exc.reason, value, msg.key())
                 continue
             marks = marks_of.get((topic, part))
-            for table, row in rows:
-                if table == "job_events" and row[_STATE] in _TERMINAL:
-                    # also on a replay: the summary may not have been written yet
-                    batch.ended_runs.add(str(row[_RUN]))
-                if marks is not None and off <= marks.get(table, -1):
-                    self.counts["skipped"] += 1
+            if marks is None or off > max(marks.values(), default=-1):
+                undo_marks = append_fast(name, record, (topic, part, off), now, columns)
+                if undo_marks is not None:
+                    if seen.is_duplicate_at(str(record.get("event_id")), topic, part, off):
+                        undo(undo_marks)
+                        self.counts["duplicates"] += 1
                     continue
-                reason = check_row(table, row, now)
-                if reason is not None:
-                    self._dead(origin, "validate", table, reason, value, msg.key())
-                    continue
-                add(table, row)
+            self._take_rows(msg, value, name, record, Origin(topic, part, off), marks, now)
+        batch.count()
+
+    def _take_rows(
+        self,
+        msg: Message,
+        value: bytes,
+        name: str,
+        record: dict[str, Any],
+        origin: Origin,
+        marks: dict[str, int] | None,
+        now: int,
+    ) -> None:
+        """Map one record through ``rows_for``: the general path, with every check."""
+        batch = self.batch
+        try:
+            rows = rows_for(name, record, origin)
+        except RowError as exc:
+            self._dead(origin, "map", "", str(exc), value, msg.key())
+            return
+        if self.seen.is_duplicate(str(record.get("event_id")), origin):
+            self.counts["duplicates"] += 1
+            return
+        off = origin.offset
+        for table, row in rows:
+            if table == "job_events" and row[_STATE] in _TERMINAL:
+                # also on a replay: the summary may not have been written yet
+                batch.ended_runs.add(str(row[_RUN]))
+            if marks is not None and off <= marks.get(table, -1):
+                self.counts["skipped"] += 1
+                continue
+            reason = check_row(table, row, now)
+            if reason is not None:
+                self._dead(origin, "validate", table, reason, value, msg.key())
+                continue
+            batch.add(table, row)
 
     # ---------------------------------------------------------------- output
     def _commit(self) -> None:

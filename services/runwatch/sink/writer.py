@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from runwatch.adapters import clickhouse as ch
-from runwatch.core.rows import COLUMNS, Origin, Row, dead_letter_row
-from runwatch.sink.batch import FlushBatch, dedup_token
+from runwatch.core.colbatch import TableColumns
+from runwatch.core.rows import COLUMNS, Origin, dead_letter_row
+from runwatch.sink.batch import FlushBatch
 from runwatch.sink.settings import SinkSettings
 
 logger = logging.getLogger(__name__)
@@ -170,12 +171,16 @@ class Writer:
                 delay = min(delay * 2, self.settings.backoff_max_s)
 
     def _write(self, batch: FlushBatch) -> None:
-        rejected: list[Row] = []
-        for table, rows in batch.tables.items():
-            if table != "dead_letters" and rows:
-                self._insert(table, rows, batch, rejected)
-        dead = batch.tables.get("dead_letters", []) + rejected
-        if dead:
+        rejected = TableColumns(len(COLUMNS["dead_letters"]))
+        for table, cols in batch.tables.items():
+            if table != "dead_letters" and len(cols):
+                self._insert(table, cols, batch, rejected)
+        dead = batch.tables.get("dead_letters")
+        if dead is not None and len(rejected):
+            dead = TableColumns(0, [a + b for a, b in zip(dead.data, rejected.data, strict=True)])
+        elif dead is None or not len(dead):
+            dead = rejected
+        if len(dead):
             self._insert("dead_letters", dead, batch, None)
         if batch.ended_runs:
             runs = sorted(batch.ended_runs)
@@ -187,25 +192,26 @@ class Writer:
                 ),
             )
 
-    def _insert_once(self, table: str, rows: list[Row], token: str) -> None:
+    def _insert_once(self, table: str, cols: TableColumns, token: str) -> None:
         ch.insert_rows(
             self._client_now(),
             f"{self.db}.{table}",
             COLUMNS[table],
-            rows,
+            cols.data,
             dedup_token=token,
             settings={"deduplicate_blocks_in_dependent_materialized_views": 1},
+            column_oriented=True,
         )
 
     def _insert(
-        self, table: str, rows: list[Row], batch: FlushBatch, rejected: list[Row] | None
+        self, table: str, cols: TableColumns, batch: FlushBatch, rejected: TableColumns | None
     ) -> None:
         """Insert, splitting in halves around rows ClickHouse rejects."""
-        stack = [(0, len(rows))]
+        stack = [(0, len(cols))]
         while stack:
             lo, hi = stack.pop()
-            part = rows if (lo, hi) == (0, len(rows)) else rows[lo:hi]
-            token = dedup_token(table, part)
+            part = cols if (lo, hi) == (0, len(cols)) else cols.slice(lo, hi)
+            token = part.token(table)
             try:
                 self._with_retry(
                     f"insert into {table}", functools.partial(self._insert_once, table, part, token)
@@ -215,7 +221,7 @@ class Writer:
                     mid = (lo + hi) // 2
                     stack += [(mid, hi), (lo, mid)]
                     continue
-                row = rows[lo]
+                row = cols.row(lo)
                 origin = Origin(row[-3], row[-2], row[-1])
                 logger.warning("%s rejected a row from %s: %s", table, origin, exc)
                 if rejected is None:
