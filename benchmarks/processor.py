@@ -252,6 +252,7 @@ def bench_broker(bootstrap: str, seconds: int, worker_env: dict[str, str]) -> di
         sent_at: dict[str, float] = {}
         total = 0
         start = time.monotonic()
+        cpu0 = cpu_seconds(h.workers[0].pid)
         for s in range(seconds):
             tick_start = time.monotonic()
             t = int(time.time() * 1000)
@@ -284,7 +285,11 @@ def bench_broker(bootstrap: str, seconds: int, worker_env: dict[str, str]) -> di
         # latency from the event's emit time (wall clock) to the alert's emit time
         lat = sorted(got[r] - (sent_wall(sent_at[r], recv)) for r in got)
         lag_drained = drain_time(admin, h, start)
+        cpu = cpu_seconds(h.workers[0].pid) - cpu0
         return {
+            "cpu_s": cpu,
+            "cores": cpu / lag_drained,
+            "eps_per_core": total / cpu if cpu > 0 else float("nan"),
             "offered_eps": total / offered_s,
             "sustained_eps": total / lag_drained,
             "p50_s": statistics.median(lat) if lat else float("nan"),
@@ -295,6 +300,14 @@ def bench_broker(bootstrap: str, seconds: int, worker_env: dict[str, str]) -> di
     finally:
         h.stop_all()
         h.delete_topics()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    import os
+
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sent_wall(mono: float, recv_mono: float) -> float:
@@ -377,6 +390,10 @@ def main() -> None:
         print(
             f"broker   event->alert latency   : p50 {r['p50_s']:.2f} s  p99 {r['p99_s']:.2f} s "
             f"({r['alerts']}/{r['probes']} probe alerts)"
+        )
+        print(
+            f"broker   worker CPU             : {r['cores']:.2f} cores busy while draining; "
+            f"{r['eps_per_core']:,.0f} events per CPU-second"
         )
 
 

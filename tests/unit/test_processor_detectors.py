@@ -125,6 +125,29 @@ def test_gpu_occupancy_cause(found, cause) -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "before", "after", "found", "cause"),
+    [
+        ("loader_share", 0.1, 0.1, [], "infrastructure"),  # loader steady: the GPUs
+        ("loader_share", 0.1, 0.3, [], "execution"),  # loader slower, its watch not firing yet
+        ("loader_share", 0.1, 0.3, [evidence("infrastructure", "rule:gpu_xid")],
+         "infrastructure"),
+        ("effective_batch_size", 256.0, 128.0, [], "execution"),
+        ("effective_batch_size", 256.0, 250.0, [], "infrastructure"),  # within the effect bound
+    ],
+)
+def test_gpu_occupancy_cause_sees_a_starving_loader_before_its_watch_fires(
+        name, before, after, found, cause) -> None:
+    st = runstate.new_state("run-s")
+    w = runstate.watch_of(st, CFG, name, None)
+    for x in [before] * 30 + [after] * 20:
+        w.update(x, CFG.specs[name])  # no evidence recorded: only the watch's level moves
+    for f in found:
+        runstate.emit(st, CFG, f, T0, one_shot=True)
+    assert not st.evidence or found
+    assert occupancy_cause(st, T0 + 1, CFG) == cause
+
+
+@pytest.mark.parametrize(
     ("env", "args", "want"),
     [
         ({}, ["worker"], ["--without-web"]),

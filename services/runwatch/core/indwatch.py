@@ -162,8 +162,7 @@ class IndicatorWatch:
         self.z.learn_one(x)
         level_firing, level_score = self.gate.update(x, spec)
         base = self.gate.base.mean
-        gap = sign * (self.gate.level - base) if math.isfinite(self.gate.level) else 0.0
-        effect = gap > max(spec.min_effect, spec.rel_effect * abs(base))
+        effect = self.beyond_effect(spec)
         trend_score, slope = 0.0, 0.0
         if self.trend is not None:
             trend_score = self.trend.score_one(x) if sign * (x - self.trend.mean) > 0 else 0.0
@@ -183,6 +182,18 @@ class IndicatorWatch:
         score = max(level_score, spike if firing else 0.0, trend_score)
         return Reading(firing, kind, min(score, 1.0), zscore, drift, self.gate.level, base,
                        slope)
+
+    def beyond_effect(self, spec: WatchSpec) -> bool:
+        """Whether the recent level sits past the baseline by the effect bound.
+
+        In the bad direction, by ``min_effect`` or ``rel_effect`` × baseline,
+        whether the watch fires yet or not.
+        """
+        if not math.isfinite(self.gate.level):
+            return False
+        base = self.gate.base.mean
+        gap = (self.gate.level - base) * (1.0 if spec.direction == "up" else -1.0)
+        return gap > max(spec.min_effect, spec.rel_effect * abs(base))
 
     def to_state(self) -> dict[str, Any]:
         """Return the watch as a JSON-able dict."""

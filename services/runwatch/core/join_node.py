@@ -36,6 +36,8 @@ Baseline = dict[str, list[float]]
 Gpu = tuple[int, float, float | None, int, int, int]
 """One GPU of a node entry: index, util %, SM active % (or None), throttle reasons, XID, ECC
 uncorrected."""
+STARVING_WATCHES = ("loader_share", "effective_batch_size")
+"""Execution indicators that starve the GPUs when they move (see :func:`occupancy_cause`)."""
 NODE_AGG = "runwatch.internal.NodeAgg"
 NODE_AGG_VERSION = 1
 
@@ -287,11 +289,16 @@ def occupancy_cause(s: RunState, at: int, cfg: RunConfig) -> str:
     """Return the cause of a GPU occupancy decline: infrastructure or execution.
 
     Execution when the window holds execution evidence (a slower loader,
-    restarts, a smaller batch, lower throughput) and no infrastructure evidence
-    (XID/ECC errors, throttling); infrastructure otherwise.
+    restarts, a smaller batch, lower throughput), or the run's loader share or
+    effective batch size already sits past its baseline by the effect bound
+    (a slow loader starves the GPUs before its own watch fires), and there is
+    no infrastructure evidence (XID/ECC errors, throttling); infrastructure
+    otherwise.
     """
     signals = {f.signal for f in evidence_at(s, at) if at - f.at_ms <= cfg.window_ms
                and f.indicator not in ("gpu_occupancy", "gpu_utilization")}
-    if "execution" in signals and "infrastructure" not in signals:
-        return "execution"
-    return "infrastructure"
+    if "infrastructure" in signals:
+        return "infrastructure"
+    starving = any(watch_of(s, cfg, n, None).beyond_effect(cfg.specs[n])
+                   for n in STARVING_WATCHES if n in s.watches)
+    return "execution" if "execution" in signals or starving else "infrastructure"
