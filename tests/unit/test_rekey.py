@@ -1,6 +1,7 @@
 import pytest
 
 from runwatch.core import rekey
+from runwatch.core.codec import load_codec
 from runwatch.core.records import (
     Allocation,
     DataQualityReport,
@@ -59,10 +60,17 @@ def sample(*gpus: GpuSample) -> NodeSample:
         ((gpu(0, "A"), gpu(1)), {"B": []}, {"A": [0], "B": [1]}),  # attribution wins
         ((gpu(0), gpu(1)), {"A": []}, {"A": [0, 1]}),
         ((gpu(0), gpu(1)), {}, {}),
+        # allocated with no GPU list but attributed: an idle or freed GPU is not the run's
+        ((gpu(0, "A"), gpu(1)), {"A": []}, {"A": [0]}),
+        ((gpu(0, "A"), gpu(1), gpu(2, "B")), {"A": [], "B": [2]}, {"A": [0], "B": [2]}),
+        ((gpu(0, "A"), gpu(1)), {"A": [0, 1]}, {"A": [0, 1]}),  # a GPU list still counts
     ],
 )
 def test_route_node_sample(gpus, alloc, expected) -> None:
     assert rekey.route_node_sample(sample(*gpus), alloc) == expected
+    codec = load_codec()  # the dict path routes the same
+    _, d = codec.decode_dict(codec.encode(sample(*gpus)))
+    assert rekey.route_gpus(d["gpus"], alloc) == expected
 
 
 def test_job_events_build_and_release_node_index() -> None:

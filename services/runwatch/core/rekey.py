@@ -183,7 +183,9 @@ def route_node_sample(sample: NodeSample, runs_on_node: NodeIndex) -> dict[str, 
 
     Process attribution in the sample wins (a GPU running a process of run R
     belongs to R); allocation from job events fills in GPUs without attributed
-    processes. A run allocated with no GPU list owns every unattributed GPU.
+    processes. A run allocated with no GPU list owns every unattributed GPU,
+    unless the sample attributes processes to it: then those GPUs are its own
+    (an idle GPU next to it, or one a finished run left, is not).
 
     Args:
         sample: The node sample.
@@ -193,16 +195,24 @@ def route_node_sample(sample: NodeSample, runs_on_node: NodeIndex) -> dict[str, 
         Run id → sorted GPU indices; empty when no run is known on the node.
 
     """
+    pairs = [(g.index, p.run_id) for g in sample.gpus for p in g.processes if p.run_id]
+    return _route(pairs, {g.index for g in sample.gpus}, runs_on_node)
+
+
+def _route(attributed_pairs: list[tuple[int, str]], all_gpus: set[int],
+           runs_on_node: NodeIndex) -> dict[str, list[int]]:
     out: dict[str, set[int]] = {}
     attributed: set[int] = set()
-    for gpu in sample.gpus:
-        for proc in gpu.processes:
-            if proc.run_id:
-                out.setdefault(proc.run_id, set()).add(gpu.index)
-                attributed.add(gpu.index)
-    all_gpus = {g.index for g in sample.gpus}
-    for run_id, gpus in runs_on_node.items():
-        owned = (set(gpus) if gpus else all_gpus) - attributed
+    for index, run_id in attributed_pairs:
+        out.setdefault(run_id, set()).add(index)
+        attributed.add(index)
+    for run_id, mine in runs_on_node.items():
+        if mine:
+            owned = set(mine) - attributed
+        elif run_id in out:
+            continue  # allocated without a GPU list: its attributed processes name its GPUs
+        else:
+            owned = all_gpus - attributed
         if owned or run_id not in out:
             out.setdefault(run_id, set()).update(owned)
     return {r: sorted(g) for r, g in out.items()}
@@ -273,22 +283,10 @@ def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex) -> dict[str,
         Run id → sorted GPU indices; empty when no run is known on the node.
 
     """
-    out: dict[str, set[int]] = {}
-    attributed: set[int] = set()
-    for gpu in gpus:
-        for proc in gpu["processes"]:
-            run_id = proc.get("run_id")
-            if run_id:
-                out.setdefault(run_id, set()).add(gpu["index"])
-                attributed.add(gpu["index"])
-    if not runs_on_node:
-        return {r: sorted(g) for r, g in out.items()}
-    all_gpus = {g["index"] for g in gpus}
-    for run_id, mine in runs_on_node.items():
-        owned = (set(mine) if mine else all_gpus) - attributed
-        if owned or run_id not in out:
-            out.setdefault(run_id, set()).update(owned)
-    return {r: sorted(g) for r, g in out.items()}
+    pairs = [(g["index"], p["run_id"]) for g in gpus for p in g["processes"] if p.get("run_id")]
+    if not pairs and not runs_on_node:
+        return {}
+    return _route(pairs, {g["index"] for g in gpus}, runs_on_node)
 
 
 def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex) -> dict[str, NodeEntry]:
