@@ -37,6 +37,7 @@ class FakeProcessor:
         self.sections = Sections()
         self.node_runs: dict[bytes, bytes] = {}
         self.node_recent: dict = {}
+        self.procs_seen: set = set()
         self.node_by_run = "node-by-run"
         self.counters = Counter()
         self.sent: list[tuple[str, bytes]] = []
@@ -123,6 +124,10 @@ def test_a_run_gets_the_nodes_samples_wherever_its_allocation_falls(position, ba
 
 @pytest.mark.parametrize(("alloc_at", "expected"), [
     (T0, SAMPLES), (T0 + TICK, SAMPLES[1:]), (T0 + 10 * TICK, []),
+    # samples far ahead of the allocation (a clock ahead, a simulation's virtual clock on the
+    # same node names) are not replayed: they would push the run's watermark into the future
+    (T0 - rekey.REPLAY_SPAN_MS - 1, []),
+    (T0 + 2 * TICK - rekey.REPLAY_SPAN_MS, SAMPLES[:3]),
 ])
 def test_late_allocation_replays_only_samples_after_it(alloc_at, expected) -> None:
     p = run_batches([[sample_event(at) for at in SAMPLES],
@@ -224,3 +229,10 @@ def test_node_pair_is_checked_for_copartitioning(counts, ok: bool) -> None:
     else:
         with pytest.raises(ValueError, match="co-partitioned"):
             check_copartitioned(counts, names, 8)
+
+
+def test_a_run_ending_on_a_node_that_showed_processes_gets_no_idle_samples() -> None:
+    running = sample_event(T0, attributed={0: "R", 1: "R"})
+    after_exit = sample_event(T0 + TICK)  # its processes exited; the end event is not in yet
+    p = run_batches([[change_event("R", "add", [0, 1], at=T0), running], [after_exit]])
+    assert p.got("R") == [("n0", T0, [0, 1])]

@@ -57,13 +57,17 @@ def sample(*gpus: GpuSample) -> NodeSample:
     [
         ((gpu(0), gpu(1)), {"A": [0], "B": [1]}, {"A": [0], "B": [1]}),
         ((gpu(0, "A"), gpu(1, "B")), {}, {"A": [0], "B": [1]}),
-        ((gpu(0, "A"), gpu(1)), {"B": []}, {"A": [0], "B": [1]}),  # attribution wins
+        ((gpu(0, "A"), gpu(1)), {"B": []}, {"A": [0], "B": []}),  # attribution wins; 1 idle
         ((gpu(0), gpu(1)), {"A": []}, {"A": [0, 1]}),
         ((gpu(0), gpu(1)), {}, {}),
         # allocated with no GPU list but attributed: an idle or freed GPU is not the run's
         ((gpu(0, "A"), gpu(1)), {"A": []}, {"A": [0]}),
         ((gpu(0, "A"), gpu(1), gpu(2, "B")), {"A": [], "B": [2]}, {"A": [0], "B": [2]}),
-        ((gpu(0, "A"), gpu(1)), {"A": [0, 1]}, {"A": [0, 1]}),  # a GPU list still counts
+        ((gpu(0, "A"), gpu(1, "")), {"A": [0, 1]}, {"A": [0, 1]}),  # 1 busy, unattributed
+        # the node shows processes: allocated GPUs running none (not started, or finished
+        # before the end event) are left out
+        ((gpu(0, "A"), gpu(1)), {"A": [0, 1]}, {"A": [0]}),
+        ((gpu(0, "B"), gpu(1), gpu(2)), {"A": [1, 2], "B": [0]}, {"A": [], "B": [0]}),
     ],
 )
 def test_route_node_sample(gpus, alloc, expected) -> None:
@@ -71,6 +75,16 @@ def test_route_node_sample(gpus, alloc, expected) -> None:
     codec = load_codec()  # the dict path routes the same
     _, d = codec.decode_dict(codec.encode(sample(*gpus)))
     assert rekey.route_gpus(d["gpus"], alloc) == expected
+
+
+@pytest.mark.parametrize(("visible", "expected"), [
+    (False, {"A": [0, 1]}),  # a node that never showed processes: the allocation decides
+    (True, {"A": []}),  # it did before: every run here finished before its end event
+])
+def test_a_node_known_to_show_processes_idle_gpus_are_nobodys(visible, expected) -> None:
+    codec = load_codec()
+    _, d = codec.decode_dict(codec.encode(sample(gpu(0), gpu(1))))
+    assert rekey.route_gpus(d["gpus"], {"A": [0, 1]}, procs_visible=visible) == expected
 
 
 def test_job_events_build_and_release_node_index() -> None:

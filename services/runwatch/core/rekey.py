@@ -185,7 +185,11 @@ def route_node_sample(sample: NodeSample, runs_on_node: NodeIndex) -> dict[str, 
     belongs to R); allocation from job events fills in GPUs without attributed
     processes. A run allocated with no GPU list owns every unattributed GPU,
     unless the sample attributes processes to it: then those GPUs are its own
-    (an idle GPU next to it, or one a finished run left, is not).
+    (an idle GPU next to it, or one a finished run left, is not). Where the
+    node shows GPU processes at all, an allocated GPU running none is left
+    out: the run has not started there yet or has already finished (its
+    processes exit before the scheduler's end event arrives), and its idle
+    GPUs must not read as falling occupancy.
 
     Args:
         sample: The node sample.
@@ -196,11 +200,12 @@ def route_node_sample(sample: NodeSample, runs_on_node: NodeIndex) -> dict[str, 
 
     """
     pairs = [(g.index, p.run_id) for g in sample.gpus for p in g.processes if p.run_id]
-    return _route(pairs, {g.index for g in sample.gpus}, runs_on_node)
+    busy = {g.index for g in sample.gpus if g.processes}
+    return _route(pairs, {g.index for g in sample.gpus}, busy, runs_on_node, bool(busy))
 
 
-def _route(attributed_pairs: list[tuple[int, str]], all_gpus: set[int],
-           runs_on_node: NodeIndex) -> dict[str, list[int]]:
+def _route(attributed_pairs: list[tuple[int, str]], all_gpus: set[int], busy: set[int],
+           runs_on_node: NodeIndex, procs_visible: bool) -> dict[str, list[int]]:
     out: dict[str, set[int]] = {}
     attributed: set[int] = set()
     for index, run_id in attributed_pairs:
@@ -213,6 +218,8 @@ def _route(attributed_pairs: list[tuple[int, str]], all_gpus: set[int],
             continue  # allocated without a GPU list: its attributed processes name its GPUs
         else:
             owned = all_gpus - attributed
+        if procs_visible:  # an allocated GPU running no process is not in use: the run
+            owned &= busy  # has not started there yet, or has already finished
         if owned or run_id not in out:
             out.setdefault(run_id, set()).update(owned)
     return {r: sorted(g) for r, g in out.items()}
@@ -272,12 +279,16 @@ def has_gpu_errors(sample: NodeSample) -> bool:
     return any((g.xid or 0) or g.ecc_uncorrected > 0 for g in sample.gpus)
 
 
-def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex) -> dict[str, list[int]]:
+def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
+               procs_visible: bool = False) -> dict[str, list[int]]:
     """:func:`route_node_sample` on the decoded dict of a node sample's ``gpus``.
 
     Args:
         gpus: The sample's GPUs as decoded dicts (``Codec.decode_dict``).
         runs_on_node: Run id → allocated GPU indices on this node.
+        procs_visible: The node is known to report GPU processes (it did before),
+            so a GPU running none is idle even when no GPU of this sample runs one
+            (every run on the node finished before its end event arrived).
 
     Returns:
         Run id → sorted GPU indices; empty when no run is known on the node.
@@ -286,10 +297,13 @@ def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex) -> dict[str,
     pairs = [(g["index"], p["run_id"]) for g in gpus for p in g["processes"] if p.get("run_id")]
     if not pairs and not runs_on_node:
         return {}
-    return _route(pairs, {g["index"] for g in gpus}, runs_on_node)
+    busy = {g["index"] for g in gpus if g["processes"]}
+    return _route(pairs, {g["index"] for g in gpus}, busy, runs_on_node,
+                  procs_visible or bool(busy))
 
 
-def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex) -> dict[str, NodeEntry]:
+def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
+                 procs_visible: bool = False) -> dict[str, NodeEntry]:
     """Reduce a decoded node sample to one compact entry per run it concerns.
 
     Each entry keeps only that run's GPUs (see :func:`route_gpus`) and the
@@ -298,13 +312,14 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex) -> dict[str, N
     Args:
         sample: A NodeSample as a decoded dict.
         runs_on_node: Run id → allocated GPU indices on this node.
+        procs_visible: The node reported GPU processes before (see :func:`route_gpus`).
 
     Returns:
         Run id → entry; empty when no run owns any GPU of the node.
 
     """
     gpus = sample["gpus"]
-    routes = route_gpus(gpus, runs_on_node)
+    routes = route_gpus(gpus, runs_on_node, procs_visible)
     if not routes:
         return {}
     by_index = {g["index"]: g for g in gpus}
@@ -377,14 +392,22 @@ def apply_alloc_change(runs_on_node: NodeIndex, change: AllocChange) -> bool:
     return True
 
 
+REPLAY_SPAN_MS = 300_000
+"""How far after an allocation a node's recent samples are replayed to the run."""
+
+
 def replay_entries(recent: Iterable[tuple[dict[str, Any], frozenset[str]]],
                    change: AllocChange) -> list[NodeEntry]:
     """Return the entries a newly allocated run missed among a node's recent samples.
 
     A node's samples and the allocation records reach the node agent on two
     topics, so an allocation may arrive after samples taken once the run held the
-    GPUs. Those samples (event time at or after the allocation's) go to the run
-    now, unless it already got them (process attribution).
+    GPUs. Those samples (event time from the allocation's to
+    :data:`REPLAY_SPAN_MS` after it) go to the run now, unless it already got
+    them (process attribution). Samples further ahead are not the race this
+    covers: a node's clock ahead of the scheduler's, or a simulation that ran
+    its virtual clock ahead on the same node names, would otherwise push the
+    run's watermark into the future and make its real samples late.
 
     Args:
         recent: The node's recent samples as decoded dicts, each with the runs it
@@ -399,7 +422,8 @@ def replay_entries(recent: Iterable[tuple[dict[str, Any], frozenset[str]]],
         return []
     out = []
     for sample, routed in recent:
-        if change.run_id in routed or int(sample["emitted_at_ms"]) < change.at_ms:
+        at = int(sample["emitted_at_ms"])
+        if change.run_id in routed or not change.at_ms <= at <= change.at_ms + REPLAY_SPAN_MS:
             continue
         entry = node_entries(sample, {change.run_id: list(change.gpus)}).get(change.run_id)
         if entry is not None:

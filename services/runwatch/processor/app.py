@@ -192,6 +192,7 @@ class Processor:
         self.runstate = table("runstate")
         self.node_runs = table("node-runs")  # node -> {run: [gpu indices]}, local
         self.node_recent: dict[str, deque[tuple[dict[str, Any], frozenset[str]]]] = {}
+        self.procs_seen: set[str] = set()  # nodes whose samples showed GPU processes (memory)
         self.dataset_index = table("dataset-index")  # uri -> {ref: [run ids]}, local
         self.dataset_reports = table("dataset-reports")  # ref -> first/recent reports, local
         self.baselines = table("baselines", glob=True)

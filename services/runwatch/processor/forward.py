@@ -121,7 +121,10 @@ async def node_batch(p: Processor, events: list[Any]) -> None:
                 p.counters["unowned"] += 1  # no run owns a GPU here: skip early
                 recent.append((d, frozenset()))
                 continue
-            entries = rekey.node_entries(d, index)
+            shows = any(g["processes"] for g in d["gpus"])
+            if shows:
+                p.procs_seen.add(node)  # this node's agent reports GPU processes
+            entries = rekey.node_entries(d, index, procs_visible=shows or node in p.procs_seen)
             recent.append((d, frozenset(entries)))
             pairs.extend(entries.items())
         aggs = aggregate(pairs)
