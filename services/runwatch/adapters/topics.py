@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from runwatch.core.topics import TopicSpec, load_topics
 
@@ -65,12 +65,9 @@ def ensure_topics(
     """
     chosen = list(specs) if specs is not None else list(load_topics().values())
     admin = AdminClient(dict(kafka_config))
-    try:
-        have = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
-        msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
-        raise TopicProvisionError(msg) from exc
-    replication = 1 if _single_broker(admin, timeout_s) else -1  # -1: the broker's default
+    meta = _metadata(admin, kafka_config, timeout_s)
+    have = set(meta.topics)
+    replication = 1 if len(meta.brokers) <= 1 else -1  # -1: the broker's default
     new = [
         NewTopic(
             prefix + spec.name,
@@ -81,9 +78,21 @@ def ensure_topics(
         for spec in chosen
         if prefix + spec.name not in have
     ]
-    if not new:
-        return []
+    return _create(admin, new, timeout_s)
+
+
+def _create(admin: AdminClient, new: list[NewTopic], timeout_s: float) -> list[str]:
+    """Create the topics; one that another client created meanwhile is not an error.
+
+    Returns:
+        The names of the topics this call created.
+
+    Raises:
+        TopicProvisionError: The broker refused a topic.
+    """
     created: list[str] = []
+    if not new:
+        return created
     for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
         try:
             fut.result(timeout=timeout_s)
@@ -113,12 +122,7 @@ def topic_states(
     Raises:
         TopicProvisionError: The broker did not answer.
     """
-    admin = AdminClient(dict(kafka_config))
-    try:
-        meta = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
-        raise TopicProvisionError(msg) from exc
+    meta = _metadata(AdminClient(dict(kafka_config)), kafka_config, timeout_s).topics
     states = []
     for spec in load_topics().values():
         name = prefix + spec.name
@@ -151,33 +155,15 @@ def create_named_topics(
             did not show in the metadata in time.
     """
     admin = AdminClient(dict(kafka_config))
-    try:
-        have = set(admin.list_topics(timeout=timeout_s).topics)
-        replication = 1 if _single_broker(admin, timeout_s) else -1
-    except KafkaException as exc:
-        msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
-        raise TopicProvisionError(msg) from exc
+    meta = _metadata(admin, kafka_config, timeout_s)
+    have = set(meta.topics)
+    replication = 1 if len(meta.brokers) <= 1 else -1
     new = [NewTopic(name, num_partitions=n, replication_factor=replication, config=dict(conf))
            for name, (n, conf) in wanted.items() if name not in have]
-    created: list[str] = []
-    if new:
-        for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
-            try:
-                fut.result(timeout=timeout_s)
-            except KafkaException as exc:
-                if "TOPIC_ALREADY_EXISTS" in str(exc):
-                    continue
-                msg = f"cannot create topic {name}: {exc}"
-                raise TopicProvisionError(msg) from exc
-            created.append(name)
-            log.info("created topic %s", name, extra={"topic": name})
+    created = _create(admin, new, timeout_s)
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            listed = admin.list_topics(timeout=min(timeout_s, 10.0)).topics
-        except KafkaException as exc:
-            msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
-            raise TopicProvisionError(msg) from exc
+        listed = _metadata(admin, kafka_config, min(timeout_s, 10.0)).topics
         missing = sorted(set(wanted) - set(listed))
         if not missing:
             return created
@@ -203,19 +189,23 @@ def partition_counts(
     Raises:
         TopicProvisionError: The broker did not answer.
     """
-    admin = AdminClient(dict(kafka_config))
-    try:
-        meta = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
-        raise TopicProvisionError(msg) from exc
+    meta = _metadata(AdminClient(dict(kafka_config)), kafka_config, timeout_s).topics
     return {name: len(meta[name].partitions) for name in names
             if name in meta and not meta[name].error}
 
 
-def _single_broker(admin: AdminClient, timeout_s: float) -> bool:
-    """Return whether the cluster has one broker (replication factor 1 then)."""
-    return len(admin.list_topics(timeout=timeout_s).brokers) <= 1
+def _metadata(admin: AdminClient, kafka_config: Mapping[str, str],
+              timeout_s: float) -> ClusterMetadata:
+    """Return the cluster's metadata (topics and brokers) in one request.
+
+    Raises:
+        TopicProvisionError: The broker did not answer.
+    """
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        msg = f"cannot list topics on {kafka_config.get('bootstrap.servers')}: {exc}"
+        raise TopicProvisionError(msg) from exc
 
 
 def delete_topics_with_prefix(
