@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from importscan import imported_modules
 
 CORE = Path(__file__).resolve().parents[2] / "services" / "runwatch" / "core"
 FORBIDDEN = {
@@ -39,16 +40,6 @@ FORBIDDEN_CALLS = {
 }
 
 
-def _imports(tree: ast.AST) -> list[str]:
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
-    return names
-
-
 def _clock_calls(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):
@@ -71,7 +62,7 @@ def test_core_module_is_pure(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     bad = [
         name
-        for name in _imports(tree)
+        for name in imported_modules(tree)
         if any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
     ]
     assert not bad, f"{path.name} imports I/O modules: {bad}"
@@ -89,8 +80,8 @@ def test_core_module_is_pure(path: Path) -> None:
         ("from runwatch.adapters.kafka import Transport", True),
     ],
 )
-def test_checker_detects_forbidden_imports(source: str, expected_bad: bool) -> None:
-    names = _imports(ast.parse(source))
+def test_checker_detects_forbiddenimported_modules(source: str, expected_bad: bool) -> None:
+    names = imported_modules(ast.parse(source))
     bad = [n for n in names if any(n == f or n.startswith(f + ".") for f in FORBIDDEN)]
     assert bool(bad) is expected_bad
 
