@@ -154,24 +154,11 @@ def bench_core_batched(encoded_setup: list[bytes], encoded: list[bytes], seconds
         by_run: dict[str, list] = {}
         for rec in codec.decode_many(chunk):
             by_run.setdefault(rec.run_id or node_runs[rec.node], []).append(rec)
-        for run_id, recs in by_run.items():
-            hit = states.get(run_id)
-            st = hit[1] if hit else runstate.new_state(run_id)
-            for rec in recs:
-                st, _ = join.step(st, rec, now, cfg)
-            states[run_id] = (runstate.dumps(st), st)
+        fold(states, by_run, now, cfg)
 
     now = int(time.time() * 1000)
     run(encoded_setup, now)
-    for i in range(0, len(encoded), batch):  # first second: detectors of new runs are built
-        run(encoded[i:i + batch], now)
-    t0 = time.perf_counter()
-    n = 0
-    for _ in range(seconds):
-        for i in range(0, len(encoded), batch):
-            run(encoded[i:i + batch], now)
-        n += len(encoded)
-    return n / (time.perf_counter() - t0)
+    return batched_rate(run, encoded, seconds, batch, now)
 
 
 def bench_core_agg(encoded_setup: list[bytes], encoded: list[bytes], seconds: int,
@@ -199,15 +186,29 @@ def bench_core_agg(encoded_setup: list[bytes], encoded: list[bytes], seconds: in
                 by_run.setdefault(d["run_id"], []).append(RECORD_TYPES[name].from_dict(d))
         for agg in aggregate(pairs):
             by_run.setdefault(agg.run_id, []).append(NodeAgg.from_json(agg.to_json()))
-        for run_id, recs in by_run.items():
-            hit = states.get(run_id)
-            st = hit[1] if hit else runstate.new_state(run_id)
-            for rec in recs:
-                st, _ = join.step(st, rec, now, cfg)
-            states[run_id] = (runstate.dumps(st), st)
+        fold(states, by_run, now, cfg)
 
     now = int(time.time() * 1000)
-    bench_setup(codec, cfg, states, encoded_setup, now)
+    setup: dict[str, list] = {}
+    for rec in codec.decode_many(encoded_setup):
+        setup.setdefault(rec.run_id, []).append(rec)
+    fold(states, setup, now, cfg)
+    return batched_rate(run, encoded, seconds, batch, now)
+
+
+def fold(states: dict, by_run: dict[str, list], now: int, cfg: runstate.RunConfig) -> None:
+    """One join pass and one JSON state write per run, as the worker does per batch."""
+    for run_id, recs in by_run.items():
+        hit = states.get(run_id)
+        st = hit[1] if hit else runstate.new_state(run_id)
+        for rec in recs:
+            st, _ = join.step(st, rec, now, cfg)
+        states[run_id] = (runstate.dumps(st), st)
+
+
+def batched_rate(run, encoded: list[bytes], seconds: int, batch: int, now: int) -> float:
+    """Events/s of ``run`` over ``seconds`` passes in batches, after one untimed pass
+    (the first second builds the detectors of new runs)."""
     for i in range(0, len(encoded), batch):
         run(encoded[i:i + batch], now)
     t0 = time.perf_counter()
@@ -217,14 +218,6 @@ def bench_core_agg(encoded_setup: list[bytes], encoded: list[bytes], seconds: in
             run(encoded[i:i + batch], now)
         n += len(encoded)
     return n / (time.perf_counter() - t0)
-
-
-def bench_setup(codec, cfg, states, encoded_setup: list[bytes], now: int) -> None:
-    for rec in codec.decode_many(encoded_setup):
-        hit = states.get(rec.run_id)
-        st = hit[1] if hit else runstate.new_state(rec.run_id)
-        st, _ = join.step(st, rec, now, cfg)
-        states[rec.run_id] = (runstate.dumps(st), st)
 
 
 def bench_broker(bootstrap: str, seconds: int, worker_env: dict[str, str]) -> dict[str, float]:
