@@ -121,10 +121,9 @@ async def node_batch(p: Processor, events: list[Any]) -> None:
                 p.counters["unowned"] += 1  # no run owns a GPU here: skip early
                 recent.append((d, frozenset()))
                 continue
-            shows = any(g["processes"] for g in d["gpus"])
-            if shows:
+            if any(g["processes"] for g in d["gpus"]):
                 p.procs_seen.add(node)  # this node's agent reports GPU processes
-            entries = rekey.node_entries(d, index, procs_visible=shows or node in p.procs_seen)
+            entries = rekey.node_entries(d, index, procs_visible=node in p.procs_seen)
             recent.append((d, frozenset(entries)))
             pairs.extend(entries.items())
         aggs = aggregate(pairs)
