@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import subprocess
 import sys
@@ -334,6 +335,91 @@ def test_lightning_callback_call_order() -> None:
     assert [r.step for r in ls] == [1, 2, 3] and ls[0].lr == 0.01 and ls[0].metrics == {"acc": 0.5}
     assert by_type(t, "ValidationResult")[0].metrics == {"val_loss": 0.4}
     assert by_type(t, "JobEvent")[-1].state == "succeeded"
+
+
+def _lightning_trainer(**kw):
+    base = dict(global_step=0, current_epoch=0, callback_metrics={}, optimizers=[],
+                checkpoint_callback=_Obj(last_model_path="", best_model_path="",
+                                         _last_checkpoint_saved=None, dirpath=None))
+    base.update(kw)
+    return _Obj(**base)
+
+
+@pytest.mark.parametrize(
+    ("batch", "samples"),
+    [
+        (np.zeros((32, 4)), 32),
+        ((np.zeros((16, 3)), np.zeros(16)), 16),
+        ({"input_ids": np.zeros((8, 128)), "labels": np.zeros(8)}, 8),
+        ([[np.zeros((4, 2))]], 4),
+        (None, 0),
+        ("text", 0),
+        (np.float64(1.0), 0),
+    ],
+)
+def test_lightning_samples_from_batch(batch, samples) -> None:
+    run, t = make_run()
+    cb = lightning_callback(run, base=LightningBase)
+    tr = _lightning_trainer()
+    cb.on_train_batch_start(tr, None, batch, 0)
+    tr.global_step = 1
+    cb.on_train_batch_end(tr, None, {"loss": 1.0}, batch, 0)
+    run.finish()
+    assert by_type(t, "StepTiming")[0].samples == samples
+
+
+def test_lightning_loader_wait_is_gap_between_batches() -> None:
+    run, t = make_run()
+    cb = lightning_callback(run, base=LightningBase)
+    tr = _lightning_trainer()
+    cb.on_train_epoch_start(tr, None)
+    for i, gap in enumerate([0.0, 0.05, 0.0]):
+        time.sleep(gap)  # the fit loop fetching the next batch
+        cb.on_train_batch_start(tr, None, None, i)
+        time.sleep(0.01)  # compute
+        tr.global_step += 1
+        cb.on_train_batch_end(tr, None, {"loss": 1.0}, None, i)
+    run.finish()
+    st = by_type(t, "StepTiming")
+    assert st[0].loader_wait_ms == 0.0  # first batch of the epoch: no previous end
+    assert st[1].loader_wait_ms >= 50.0
+    assert st[1].compute_ms >= 10.0 and st[1].compute_ms < st[1].step_ms
+    assert st[2].loader_wait_ms < 40.0
+
+
+def test_lightning_checkpoint_recorded_once_the_file_is_written(tmp_path: Path) -> None:
+    run, t = make_run()
+    cb = lightning_callback(run, base=LightningBase)
+    old = tmp_path / "epoch=0.ckpt"
+    old.write_bytes(b"old")
+    ck = _Obj(last_model_path="", best_model_path=str(old), _last_checkpoint_saved=str(old),
+              dirpath=str(tmp_path))
+    tr = _lightning_trainer(global_step=7, checkpoint_callback=ck)
+    cb.on_save_checkpoint(tr, None, {})  # Lightning calls this BEFORE writing the file
+    assert not by_type(t, "CheckpointEvent")
+    new = tmp_path / "epoch=1.ckpt"
+    new.write_bytes(b"weights" * 1000)  # ModelCheckpoint writes, then records the path
+    ck._last_checkpoint_saved = str(new)
+    cb.on_train_batch_start(tr, None, None, 0)
+    cb.on_train_end(tr, None)  # nothing pending: no second event
+    run.finish()
+    (ev,) = by_type(t, "CheckpointEvent")
+    assert ev.uri == str(new) and ev.step == 7 and ev.outcome == "ok"
+    assert ev.size_bytes == 7000 and ev.sha256 == hashlib.sha256(b"weights" * 1000).hexdigest()
+    assert ev.ended_at_ms >= ev.started_at_ms
+
+
+def test_lightning_checkpoint_without_a_file_is_unknown(tmp_path: Path) -> None:
+    run, t = make_run()
+    cb = lightning_callback(run, base=LightningBase)
+    ck = _Obj(last_model_path="", best_model_path="", _last_checkpoint_saved=None,
+              dirpath=str(tmp_path))
+    tr = _lightning_trainer(global_step=3, checkpoint_callback=ck)
+    cb.on_save_checkpoint(tr, None, {})  # e.g. trainer.save_checkpoint to a remote path
+    cb.on_train_end(tr, None)
+    run.finish()
+    (ev,) = by_type(t, "CheckpointEvent")
+    assert ev.outcome == "unknown" and ev.step == 3 and ev.uri == str(tmp_path)
 
 
 def test_huggingface_callback_call_order(tmp_path: Path) -> None:

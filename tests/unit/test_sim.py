@@ -6,11 +6,12 @@ import collections
 
 import pytest
 
+from runwatch.client.publisher import CaptureTransport
 from runwatch.core.codec import load_codec
 from runwatch.sim import scenarios as sc
 from runwatch.sim.clock import VirtualClock
 from runwatch.sim.model import RunModel, plan_cluster
-from runwatch.sim.replay import CaptureTransport, replay
+from runwatch.sim.replay import replay
 from runwatch.sim.runner import SimConfig, run_simulation
 from runwatch.sim.scoreboard import AlertSeen, Injection, format_board, score
 

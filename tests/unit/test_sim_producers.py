@@ -7,11 +7,11 @@ import inspect
 
 import pytest
 
+from runwatch.client.publisher import CaptureTransport
 from runwatch.core.codec import load_codec
 from runwatch.sim import drivers
 from runwatch.sim import scenarios as sc
 from runwatch.sim.model import DEADLINE_MS, QUEUE_DEADLINE_MS, STEP_COMPUTE_MS
-from runwatch.sim.replay import CaptureTransport
 from runwatch.sim.runner import SimConfig, run_simulation
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,18 +50,53 @@ def _import_first(*names: str) -> Any:
     raise ImportError(msg) from err
 
 
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor-like part (0 if unknown)."""
+    for _ in range(4):
+        if isinstance(batch, Mapping):
+            batch = next(iter(batch.values()), None)
+        elif isinstance(batch, list | tuple):
+            batch = batch[0] if batch else None
+        else:
+            break
+    shape = getattr(batch, "shape", None)
+    try:
+        return int(shape[0]) if shape is not None and len(shape) else 0
+    except (TypeError, IndexError, ValueError):
+        return 0
+
+
 class LightningLogic:
-    """Lightning hooks -> run calls (mixed into ``lightning.pytorch.Callback``)."""
+    """Lightning hooks -> run calls (mixed into ``lightning.pytorch.Callback``).
+
+    * Loader wait of a step: the time from the previous ``on_train_batch_end``
+      to this ``on_train_batch_start``, which is where Lightning's fit loop
+      fetches the next batch (the first batch of an epoch counts none).
+    * Samples of a step: the leading dimension of the batch's first tensor.
+    * Checkpoints: ``on_save_checkpoint`` runs before Lightning writes the
+      file, so the event is recorded at the next hook, once
+      ``ModelCheckpoint`` has written it (its size and sha256 are those of the
+      written file; the duration runs from the hook to the file's mtime). A
+      save whose file cannot be found is recorded with outcome ``unknown``.
+    """
 
     def __init__(self, run: Any, finish_on_end: bool = False) -> None:
         self.rw_run = run
         self.rw_finish = finish_on_end
+        self._t_end: float | None = None
+        self._wait_ms: float | None = None
+        self._pending: tuple[int, float, int, str | None] | None = None
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._flush_checkpoint(trainer)
         self._t_end = None
 
     def on_train_batch_start(
         self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._t_end = None
+        self._flush_checkpoint(trainer)
+        t = time.perf_counter()
+        self._wait_ms = (t - self._t_end) * 1000.0 if self._t_end is not None else None
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -78,26 +115,66 @@ class LightningLogic:
             loss=loss,
             metrics=metrics,
             lr=lr,
+            samples=_batch_len(batch),
             epoch=int(getattr(trainer, "current_epoch", 0)),
+            loader_wait_ms=self._wait_ms,
         )
+        self._wait_ms = None
+        self._t_end = time.perf_counter()
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._flush_checkpoint(trainer)
         m = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val")}
         if m:
             self.rw_run.validation(int(trainer.global_step), m, epoch=int(trainer.current_epoch))
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
+        self._flush_checkpoint(trainer)
         cb = getattr(trainer, "checkpoint_callback", None)
-        path = getattr(cb, "last_model_path", None) or getattr(cb, "dirpath", None)
-        if path:
-            self.rw_run.checkpoint(path, step=int(trainer.global_step))
+        before = getattr(cb, "_last_checkpoint_saved", None) if cb is not None else None
+        self._pending = (int(trainer.global_step), time.time(), self.rw_run.now_ms(), before)
+
+    def _flush_checkpoint(self, trainer: Any) -> None:
+        """Record the checkpoint saved since ``on_save_checkpoint``, once its file is written."""
+        if self._pending is None:
+            return
+        step, t0, start_ms, before = self._pending
+        self._pending = None
+        cb = getattr(trainer, "checkpoint_callback", None)
+        names = ("_last_checkpoint_saved", "last_model_path", "best_model_path")
+        seen = [getattr(cb, n, None) for n in names] if cb is not None else []
+        newest: tuple[float, str] | None = None
+        for p in seen:
+            if not p or not isinstance(p, str):
+                continue
+            try:
+                mtime = os.stat(p).st_mtime
+            except OSError:
+                continue
+            if mtime >= t0 - 1.0 and (newest is None or mtime > newest[0]):
+                newest = (mtime, p)
+        if newest is None:
+            uri = next((p for p in seen if p and isinstance(p, str) and p != before), None)
+            self.rw_run.checkpoint(
+                uri or str(getattr(cb, "dirpath", "") or "lightning-checkpoint"),
+                step=step, started_at_ms=start_ms, outcome="unknown",
+            )
+            return
+        dur = max(newest[0] - t0, 0.0) * 1000.0
+        self.rw_run.checkpoint(newest[1], step=step, started_at_ms=start_ms, duration_ms=dur,
+                               now_ms=start_ms + int(dur))
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._flush_checkpoint(trainer)
         self.rw_run.finish("failed", reason=f"{type(exception).__name__}: {exception}")
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._flush_checkpoint(trainer)
         if self.rw_finish:
             self.rw_run.finish("succeeded")
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        self._flush_checkpoint(trainer)
 
 
 class HuggingFaceLogic:

@@ -52,6 +52,25 @@ class Transport(Protocol):
         """Flush, stop and return counters."""
 
 
+class CaptureTransport:
+    """A transport that keeps ``(topic, key, value)`` in memory."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self.messages: list[tuple[str, bytes | str | None, bytes]] = []
+
+    def produce(self, topic: str, key: bytes | str | None, value: bytes) -> None:
+        """Keep one record."""
+        self.messages.append((topic, key, value))
+
+    def flush(self, timeout: float = 10.0) -> int:
+        """Nothing is pending."""
+        return 0
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Nothing to close."""
+
+
 def record_key(record: Any) -> str | None:
     """Return the partitioning key of a record (run id, node or dataset).
 

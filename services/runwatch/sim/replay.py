@@ -26,25 +26,6 @@ from runwatch.core.records import (
 SOURCE = Source(kind="processor", host="replay", runwatch_version="0")
 
 
-class CaptureTransport:
-    """A transport that keeps ``(topic, key, value)`` in memory."""
-
-    def __init__(self) -> None:
-        """Start empty."""
-        self.messages: list[tuple[str, bytes | str | None, bytes]] = []
-
-    def produce(self, topic: str, key: bytes | str | None, value: bytes) -> None:
-        """Keep one record."""
-        self.messages.append((topic, key, value))
-
-    def flush(self, timeout: float = 10.0) -> int:
-        """Nothing is pending."""
-        return 0
-
-    def close(self, timeout: float = 10.0) -> None:
-        """Nothing to close."""
-
-
 def replay(records: Iterable[Any], cfg: runstate.RunConfig | None = None) -> list[Alert]:
     """Fold records (in publication order) through the run join.
 

@@ -23,8 +23,9 @@ def print_progress(p: Progress) -> None:
 
 def simulate_offline(cfg: SimConfig) -> SimResult:
     """Simulate without Kafka, folding the records through the processor's pure join."""
+    from runwatch.client.publisher import CaptureTransport
     from runwatch.core.codec import load_codec
-    from runwatch.sim.replay import CaptureTransport, replay
+    from runwatch.sim.replay import replay
 
     transport = CaptureTransport()
     res = run_simulation(cfg, transport=transport)
