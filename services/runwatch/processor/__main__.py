@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
 
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.processor.app import build
 from runwatch.processor.provision import ensure_internal_topics
 from runwatch.processor.settings import ProcessorSettings
+
+logger = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -17,9 +21,23 @@ def main(argv: list[str] | None = None) -> None:
     if args[0] == "worker":
         args += worker_web_args(settings, args)
     ensure_internal_topics(settings, kafka)
+    use_event_loop(settings.event_loop)
     processor = build(settings, kafka)
     sys.argv = ["runwatch-processor", *args]
     processor.app.main()
+
+
+def use_event_loop(name: str) -> str:
+    """Install uvloop's event loop policy when asked for and installed; return the loop used."""
+    if name != "uvloop":
+        return "asyncio"
+    try:
+        import uvloop
+    except ImportError:
+        logger.warning("uvloop is not installed: the processor runs on asyncio's event loop")
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
 
 
 def worker_web_args(settings: ProcessorSettings, args: list[str]) -> list[str]:

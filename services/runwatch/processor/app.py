@@ -54,6 +54,7 @@ from runwatch.core.records import (
 )
 from runwatch.core.topics import load_topics
 from runwatch.processor import forward
+from runwatch.processor.fastdrain import FastDrainConsumer
 from runwatch.processor.partitioning import partition_for
 from runwatch.processor.settings import ProcessorSettings
 from runwatch.processor.timing import Sections
@@ -77,6 +78,15 @@ class App(faust.App):
     """
 
     before_stop: Callable[[], Awaitable[None]] | None = None
+    fast_drain = True
+    """Use :class:`~runwatch.processor.fastdrain.FastDrainConsumer` (set before the
+    first topic is declared: that creates the transport)."""
+
+    def _new_transport(self) -> Any:
+        transport = super()._new_transport()
+        if self.fast_drain:
+            transport.Consumer = FastDrainConsumer  # type: ignore[misc]  # this app only
+        return transport
 
     async def on_stop(self) -> None:
         """Run :attr:`before_stop`, then faust's own stop."""
@@ -162,6 +172,7 @@ class Processor:
             producer_linger=settings.producer_linger_ms / 1000.0,
             producer_max_batch_size=256 * 1024,
         )
+        self.app.fast_drain = settings.fast_drain
         app, t = self.app, settings.topic
 
         def topic(*names: str, **kw: Any) -> Any:

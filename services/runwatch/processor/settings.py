@@ -48,6 +48,9 @@ class ProcessorSettings(BaseSettings):
             workers may share a host).
         web_port: Port of the web interface when enabled (``RUNWATCH_PROCESSOR_WEB_PORT``).
         web_bind: Address the web interface binds to when enabled.
+        fast_drain: Deliver fetched messages inline instead of through four
+            asyncio tasks each (:mod:`runwatch.processor.fastdrain`).
+        event_loop: ``uvloop`` (when installed) or ``asyncio``.
 
     """
 
@@ -82,6 +85,8 @@ class ProcessorSettings(BaseSettings):
     web_enabled: bool = False
     web_port: int = Field(default=6066, ge=1, le=65535)
     web_bind: str = "127.0.0.1"
+    fast_drain: bool = True
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     def topic(self, name: str) -> str:
         """Return the deployed name of a default topic name."""
