@@ -387,6 +387,33 @@ def test_lightning_loader_wait_is_gap_between_batches() -> None:
     assert st[2].loader_wait_ms < 40.0
 
 
+@pytest.mark.parametrize("between", ["validation", "checkpoint"])
+def test_lightning_validation_or_checkpoint_between_batches_is_not_loader_wait(
+    between: str, tmp_path: Path
+) -> None:
+    run, t = make_run()
+    cb = lightning_callback(run, base=LightningBase)
+    tr = _lightning_trainer(checkpoint_callback=_Obj(
+        last_model_path="", best_model_path="", _last_checkpoint_saved=None,
+        dirpath=str(tmp_path)))
+    cb.on_train_batch_start(tr, None, None, 0)
+    tr.global_step = 1
+    cb.on_train_batch_end(tr, None, {"loss": 1.0}, None, 0)
+    if between == "validation":
+        cb.on_validation_start(tr, None)
+        time.sleep(0.05)
+        cb.on_validation_end(tr, None)
+    else:
+        cb.on_save_checkpoint(tr, None, {})
+        time.sleep(0.05)  # Lightning writes the file
+    cb.on_train_batch_start(tr, None, None, 1)
+    tr.global_step = 2
+    cb.on_train_batch_end(tr, None, {"loss": 1.0}, None, 1)
+    run.finish()
+    st = by_type(t, "StepTiming")
+    assert st[1].loader_wait_ms < 25.0 and st[1].step_ms >= 50.0
+
+
 def test_lightning_checkpoint_recorded_once_the_file_is_written(tmp_path: Path) -> None:
     run, t = make_run()
     cb = lightning_callback(run, base=LightningBase)

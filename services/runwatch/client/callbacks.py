@@ -71,7 +71,8 @@ class LightningLogic:
 
     * Loader wait of a step: the time from the previous ``on_train_batch_end``
       to this ``on_train_batch_start``, which is where Lightning's fit loop
-      fetches the next batch (the first batch of an epoch counts none).
+      fetches the next batch. The first batch of an epoch counts none, nor
+      does a batch after a validation or a checkpoint save in that gap.
     * Samples of a step: the leading dimension of the batch's first tensor.
     * Checkpoints: ``on_save_checkpoint`` runs before Lightning writes the
       file, so the event is recorded at the next hook, once
@@ -122,6 +123,9 @@ class LightningLogic:
         self._wait_ms = None
         self._t_end = time.perf_counter()
 
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._t_end = None  # a validation between two batches is not loader wait
+
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self._flush_checkpoint(trainer)
         m = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val")}
@@ -130,6 +134,7 @@ class LightningLogic:
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
         self._flush_checkpoint(trainer)
+        self._t_end = None  # nor is writing a checkpoint
         cb = getattr(trainer, "checkpoint_callback", None)
         before = getattr(cb, "_last_checkpoint_saved", None) if cb is not None else None
         self._pending = (int(trainer.global_step), time.time(), self.rw_run.now_ms(), before)
