@@ -22,6 +22,8 @@ from fastavro.schema import to_parsing_canonical_form
 
 from runwatch.core.codec.crc64 import fingerprint_bytes
 from runwatch.core.codec.errors import DecodeError, EncodeError
+from runwatch.core.codec.fast import AVAILABLE as FAST_AVAILABLE
+from runwatch.core.codec.fast import FastBodies
 from runwatch.core.codec.schemas import SchemaSet, SchemaVersion, load_schema_set
 from runwatch.core.records import RECORD_TYPES
 
@@ -81,6 +83,7 @@ class Codec:
         schemas: SchemaSet,
         types: Mapping[str, type[Any]] | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        fast: bool = True,
     ) -> None:
         """Build a codec over a schema set.
 
@@ -88,6 +91,8 @@ class Codec:
             schemas: Every known schema version (see :func:`load_schema_set`).
             types: Avro full name -> dataclass; default the runwatch records.
             max_record_bytes: Inputs longer than this are rejected on decode.
+            fast: Decode current-schema bodies with cavro where it is a plain
+                substitute for fastavro (:mod:`runwatch.core.codec.fast`).
 
         Raises:
             ValueError: A current schema has no dataclass.
@@ -99,6 +104,7 @@ class Codec:
         self._writers: dict[str, tuple[bytes, Any]] = {}
         self._by_class: dict[type[Any], tuple[bytes, Any]] = {}
         self._entries: dict[bytes, WriterEntry] = {}
+        self._fast = FastBodies() if fast and FAST_AVAILABLE else None
         for name, cur in schemas.current.items():
             cls = types.get(name)
             if cls is None:
@@ -254,6 +260,10 @@ class Codec:
             DecodeError: The body is malformed, truncated or has trailing bytes.
 
         """
+        if entry.reader is None and self._fast is not None:
+            fast = self._fast.decode(entry.name, entry.writer, data, offset)
+            if fast is not None:
+                return fast
         buf = io.BytesIO(data)
         buf.seek(offset)
         try:

@@ -1,0 +1,101 @@
+"""A faster reader for bodies written with the current schema: cavro, fastavro as the authority.
+
+fastavro's reader interprets the schema for every value; cavro (Cython)
+compiles a decoder per schema and returns the very same dicts about 2-3x
+faster for the hot records (an 8-GPU NodeSample: ~40 µs instead of ~110 µs on
+this machine). :class:`FastBodies` takes only what is a plain substitute:
+bodies whose writer schema is the current one (no schema resolution) and that
+cavro decodes to a record ending exactly at the end of the input. Anything
+else (an older writer version, a body cavro refuses, trailing bytes, a schema
+cavro cannot build) returns None and the codec decodes it with fastavro, so
+errors, dead-letter reasons and schema evolution stay fastavro's.
+
+Trailing bytes: cavro's ``binary_decode`` ignores bytes after the value, so
+the body is decoded inside a frame ``{payload: <writer schema>, end:
+fixed(8)}`` with a per-process random end mark of 8 distinct bytes appended.
+The mark reads back intact only when the payload ends exactly where the body
+ends: trailing bytes shift it (a shifted copy of 8 distinct bytes never equals
+itself), a truncated body eats into it or runs out of input.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+try:
+    import cavro
+except ImportError:  # pragma: no cover - cavro is a dependency; the codec works without it
+    cavro = None
+
+AVAILABLE = cavro is not None
+"""Whether cavro is installed (the codec falls back to fastavro alone when not)."""
+
+
+def plain(schema: Any) -> Any:
+    """Return a parsed fastavro schema without fastavro's private ``__`` keys."""
+    if isinstance(schema, dict):
+        return {k: plain(v) for k, v in schema.items() if not str(k).startswith("__")}
+    if isinstance(schema, list):
+        return [plain(v) for v in schema]
+    return schema
+
+
+class FastBodies:
+    """cavro decoders of current-schema bodies, built once per schema."""
+
+    def __init__(self) -> None:
+        """Start with no decoders and a fresh end mark."""
+        if cavro is None:
+            msg = "cavro is not installed"
+            raise RuntimeError(msg)
+        self._options = cavro.Options(record_decodes_to_dict=True)
+        self._mark = bytes(secrets.SystemRandom().sample(range(256), 8))
+        self._schemas: dict[str, Any] = {}  # full name -> cavro schema, or None: not fast
+
+    def _schema(self, name: str, writer: Any) -> Any:
+        frame = {
+            "type": "record",
+            "name": "runwatch.codec.Frame",
+            "fields": [
+                {"name": "payload", "type": plain(writer)},
+                {"name": "end", "type": {"type": "fixed", "name": "runwatch.codec.End",
+                                         "size": 8}},
+            ],
+        }
+        try:
+            schema = cavro.Schema(frame, options=self._options)
+        except Exception as exc:  # noqa: BLE001 - fastavro keeps decoding this type
+            logger.warning("no fast decoder for %s (fastavro decodes it): %s", name, exc)
+            schema = None
+        self._schemas[name] = schema
+        return schema
+
+    def decode(self, name: str, writer: Any, data: bytes, offset: int) -> dict[str, Any] | None:
+        """Decode a current-schema body, or return None for the caller's fastavro path.
+
+        Args:
+            name: Avro full name of the record (the writer schema is its current version).
+            writer: The parsed current schema.
+            data: The whole input (bytes).
+            offset: Where the body starts.
+
+        Returns:
+            The record dict, exactly as fastavro would return it; None when this
+            path does not take the body.
+
+        """
+        schema = self._schemas[name] if name in self._schemas else self._schema(name, writer)
+        if schema is None or type(data) is not bytes:
+            return None
+        try:
+            framed = schema.binary_decode(data[offset:] + self._mark)
+        except Exception:  # noqa: BLE001 - fastavro gives the verdict
+            return None
+        datum = framed["payload"]
+        if framed["end"] != self._mark or type(datum) is not dict:
+            return None
+        return datum  # type: ignore[no-any-return]

@@ -1,0 +1,63 @@
+"""The codec's cavro path gives exactly what fastavro gives: same dicts, same errors."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_codec_properties import VALID, mutated, records
+
+from runwatch.core.codec import Codec, DecodeError, load_codec
+from runwatch.core.codec.fast import AVAILABLE
+from runwatch.core.records import RECORD_TYPES
+from runwatch.sink.synth import mixed_events
+
+FAST = load_codec()
+SLOW = Codec(FAST.schemas, fast=False)
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason="cavro is a dependency; see pyproject")
+
+
+def outcome(codec: Codec, data: bytes) -> Any:
+    """repr of the decoded dict (types and NaN included), or the error's reason."""
+    try:
+        return repr(codec.decode_dict(data))
+    except DecodeError as exc:
+        return "DecodeError: " + re.sub(r"0x[0-9a-f]+", "0x?", exc.reason)  # object addresses
+
+
+def test_fast_path_is_on_and_taken() -> None:
+    assert FAST._fast is not None and SLOW._fast is None
+    events = mixed_events(3, 2, 10, 1_800_000_000_000)
+    for e in events:
+        data = FAST.encode(e.record)
+        entry = FAST.entry_for(data)
+        assert FAST._fast.decode(entry.name, entry.writer, data, 10) is not None, e.kind
+
+
+@pytest.mark.parametrize("name", sorted(RECORD_TYPES))
+def test_same_dicts_for_every_record_type(name: str) -> None:
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(records(name))
+    def check(rec: Any) -> None:
+        data = FAST.encode(rec)
+        assert outcome(FAST, data) == outcome(SLOW, data)
+
+    check()
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(mutated(), VALID.map(lambda d: d + b"\x00"), VALID.map(lambda d: d[:-1])))
+def test_same_verdict_on_damaged_bytes(data: bytes) -> None:
+    assert outcome(FAST, data) == outcome(SLOW, data)
+
+
+def test_older_writer_versions_resolve_through_fastavro() -> None:
+    old = [sv for name in FAST.schemas.current for sv in FAST.schemas.versions(name)
+           if sv.fingerprint != FAST.schemas.current[name].fingerprint]
+    assert old, "schemas/avro/history holds older versions"
+    for sv in old:
+        entry = FAST._entries[sv.fingerprint]
+        assert entry.reader is not None  # resolution: never the cavro path
