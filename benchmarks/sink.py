@@ -1,12 +1,18 @@
 """Sink throughput (Kafka → ClickHouse) against a direct insert of the same rows.
 
 Usage: python benchmarks/sink.py [--events 1000000] [--bootstrap 127.0.0.1:9092]
+                                [--reps 3] [--processes N]
 
 Starts its own `runwatch store` on an ephemeral port, publishes mixed events to
 fresh topics on the real broker, runs the sink in-process until every row is
 stored, then inserts the very same rows directly (the ceiling) into a second
 database, and reports rows/s for both, their ratio, and the on-disk bytes per
 GPU metric value from system.columns / system.parts after OPTIMIZE FINAL.
+
+With ``--processes N`` (N > 1) each repetition also runs ``runwatch sink
+--processes N`` (a :class:`SinkPool` of N child processes, fresh group, own
+database), timed from launching the children until every row is stored (polled
+with count()), and reports it beside the 1-process sink and the same ceiling.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from runwatch.adapters import clickhouse as ch  # noqa: E402
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings  # noqa: E402
 from runwatch.core.colbatch import TableColumns  # noqa: E402
 from runwatch.core.rows import COLUMNS, Origin, record_rows  # noqa: E402
+from runwatch.sink.pool import SinkPool  # noqa: E402
 from runwatch.sink.service import Sink  # noqa: E402
 from runwatch.sink.settings import SinkSettings  # noqa: E402
 from runwatch.sink.synth import TOPIC_OF, mixed_events  # noqa: E402
@@ -63,12 +70,50 @@ def run_sink(bootstrap: str, topics: dict[str, str], url: str, db: str, total: i
     return sink_s
 
 
+def run_pool(bootstrap: str, topics: dict[str, str], url: str, db: str,
+             expected: dict[str, int], processes: int) -> float:
+    """Run N sink processes (fresh group) until every row is stored; return seconds."""
+    pool = SinkPool(
+        processes,
+        SinkSettings(group_id=f"bench-{uuid.uuid4().hex[:6]}", topics=tuple(topics.values())),
+        KafkaSettings(bootstrap_servers=bootstrap),
+        ClickHouseSettings(url=url, database=db),
+    )
+    client = ch.make_client(ClickHouseSettings(url=url), database="")
+    count_sql = " + ".join(f"(SELECT count() FROM {db}.{t})" for t in expected)
+    total = sum(expected.values())
+    deadline = time.monotonic() + 3600
+    first_s: float | None = None
+    t0 = time.perf_counter()
+    pool.start()
+    try:
+        while True:
+            if not pool.check(0.2):
+                raise SystemExit(f"a sink process ended: {pool.failed}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{processes} sink processes: {total} rows not stored in an hour")
+            stored = client.query(f"SELECT {count_sql}").result_rows[0][0]
+            if stored and first_s is None:
+                first_s = time.perf_counter() - t0
+            if stored >= total:
+                break
+        pool_s = time.perf_counter() - t0
+        print(f"    (x{processes}: first rows stored after {first_s:.1f}s of {pool_s:.1f}s)")
+    finally:
+        pool.stop()
+    if stored != total:
+        raise SystemExit(f"{processes} sink processes stored {stored} rows, expected {total}")
+    return pool_s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--bootstrap", default="127.0.0.1:9092")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3, help="sink + direct repetitions (median)")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="also run `runwatch sink --processes N` each rep (N > 1)")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="rw-bench-sink-"))
@@ -101,6 +146,7 @@ def main() -> None:
         client = migrate(store.url, "bench_setup")
         sink_runs: list[float] = []
         direct_runs: list[float] = []
+        pool_runs: list[float] = []
         for rep in range(args.reps):
             db_sink, db_direct = f"bench_sink_{rep}", f"bench_direct_{rep}"
             migrate(store.url, db_sink)
@@ -117,6 +163,14 @@ def main() -> None:
             direct_runs.append(direct_s)
             print(f"  rep {rep}: sink {total / sink_s:,.0f} rows/s, direct {total / direct_s:,.0f}"
                   f" rows/s, ratio {direct_s / sink_s:.2f}")
+            if args.processes > 1:
+                db_pool = f"bench_pool_{rep}"
+                migrate(store.url, db_pool)
+                pool_s = run_pool(args.bootstrap, topics, store.url, db_pool, expected,
+                                  args.processes)
+                pool_runs.append(pool_s)
+                print(f"  rep {rep}: sink x{args.processes} processes {total / pool_s:,.0f} rows/s,"
+                      f" ratio {direct_s / pool_s:.2f}", flush=True)
         ratios = [d / s for d, s in zip(direct_runs, sink_runs, strict=True)]
         sink_s, direct_s = statistics.median(sink_runs), statistics.median(direct_runs)
 
@@ -136,6 +190,13 @@ def main() -> None:
         print(f"direct insert (ceiling):  {total / direct_s:,.0f} rows/s ({direct_s:.1f}s, {med})")
         print(f"ratio sink/ceiling: {statistics.median(ratios):.2f} ({med} same-rep ratios;"
               " goal >= 0.5)")
+        if pool_runs:
+            pool_s = statistics.median(pool_runs)
+            pool_ratios = [d / s for d, s in zip(direct_runs, pool_runs, strict=True)]
+            print(f"sink x{args.processes} processes:      {total / pool_s:,.0f} rows/s"
+                  f" ({pool_s:.1f}s, {med})")
+            print(f"ratio sink x{args.processes}/ceiling: {statistics.median(pool_ratios):.2f}"
+                  f" ({med} same-rep ratios; goal >= 0.5)")
         per_value = metric_bytes / values
         print(f"bytes per GPU metric value (metric columns): {per_value:.2f} (goal <= 4)")
         print(f"bytes per GPU metric value (whole table on disk): {table_bytes / values:.2f}")

@@ -11,13 +11,12 @@ from hypothesis import strategies as st
 from test_codec_properties import VALID, mutated, records
 
 from runwatch.core.codec import Codec, DecodeError, load_codec
-from runwatch.core.codec.fast import AVAILABLE
 from runwatch.core.records import RECORD_TYPES
 from runwatch.sink.synth import mixed_events
 
 FAST = load_codec()
+EVENTS = mixed_events(5, 2, 30, 1_800_000_000_000 - 3_600_000)
 SLOW = Codec(FAST.schemas, fast=False)
-pytestmark = pytest.mark.skipif(not AVAILABLE, reason="cavro is a dependency; see pyproject")
 
 
 def outcome(codec: Codec, data: bytes) -> Any:
@@ -61,3 +60,38 @@ def test_older_writer_versions_resolve_through_fastavro() -> None:
     for sv in old:
         entry = FAST._entries[sv.fingerprint]
         assert entry.reader is not None  # resolution: never the cavro path
+
+
+def _first(kind: str) -> bytes:
+    return FAST.encode(next(e.record for e in EVENTS if e.kind == kind))
+
+
+def _mutations() -> list[tuple[str, bytes]]:
+    node = _first("NodeSample")
+    step = _first("StepTiming")
+    cut = len(step) - 3
+    return [
+        ("truncated", node[:-5]),
+        ("trailing bytes", step + b"\x00"),
+        ("many trailing bytes", node + bytes(range(1, 20))),
+        ("trailing zeros", step + b"\x00" * 9),
+        ("header only", step[:10]),
+        ("bad magic", b"\x00\x01" + step[2:]),
+        ("unknown fingerprint", step[:2] + b"\xff" * 8 + step[10:]),
+        # run_id is the second field: a union index 7 does not exist
+        (
+            "bad union index",
+            step[:10]
+            + step[10:11]
+            + step[11 : 11 + step[10] // 2]
+            + b"\x0e"
+            + step[12 + step[10] // 2 :],
+        ),
+        ("invalid utf-8", step[:11] + b"\xff" + step[12:]),
+        ("garbage tail", step[:cut] + b"\xff\xff\xff"),
+    ]
+
+
+@pytest.mark.parametrize(("what", "data"), _mutations(), ids=[m[0] for m in _mutations()])
+def test_bad_bytes_decode_exactly_like_fastavro(what: str, data: bytes) -> None:
+    assert outcome(FAST, data) == outcome(SLOW, data), what

@@ -521,8 +521,14 @@ class BatchConsumer:
             )
 
     def _on_assign(self, consumer: Consumer, parts: Partitions) -> None:
-        if self._paused and parts:
-            consumer.pause(parts)  # stay paused across a rebalance
+        if parts:
+            if self._paused:
+                consumer.pause(parts)  # stay paused across a rebalance
+            else:
+                # librdkafka keeps a partition's pause flag across assignments: a
+                # resume() while nothing was assigned (between revoke and assign)
+                # would otherwise leave these partitions paused for good.
+                consumer.resume(parts)
         if self._user_assign is not None:
             self._user_assign(list(parts))
 

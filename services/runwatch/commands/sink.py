@@ -26,7 +26,16 @@ def _run(args: argparse.Namespace) -> int:
         SinkSettings(**overrides),
         KafkaSettings(**kafka),
         ClickHouseSettings(**ch),
+        processes=args.processes,
     )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        msg = f"must be at least 1, got {value}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,4 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--batch-rows", type=int, help="flush after this many rows (default 50000)")
     parser.add_argument("--batch-ms", type=int, help="flush after this long (default 1000)")
+    parser.add_argument(
+        "--processes",
+        type=_positive,
+        default=1,
+        help="sink processes in the consumer group, supervised by this one (default 1)",
+    )
     parser.set_defaults(func=_run)

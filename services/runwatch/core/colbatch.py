@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from runwatch.core.rows import Origin, RowError, gpu_attribution, rows_for
@@ -36,6 +37,13 @@ Row = tuple[Any, ...]
 Undo = tuple[tuple["TableColumns", int], ...]
 
 _NS = "runwatch.v1."
+#: GPU fields in gpu_samples column order (after index, uuid, run).
+_GPU_HEAD = itemgetter("index", "uuid")
+_GPU_BODY = itemgetter(
+    "util_pct", "sm_active_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c",
+    "sm_clock_mhz", "mem_clock_mhz", "throttle_reasons", "ecc_corrected", "ecc_uncorrected",
+    "xid", "pcie_rx_bps", "pcie_tx_bps", "nvlink_rx_bps", "nvlink_tx_bps",
+)  # fmt: skip
 _MIN_TS_MS = 946_684_800_000  # 2000-01-01, as in rows.check_row
 _FUTURE_SLACK_MS = 86_400_000
 
@@ -164,52 +172,22 @@ def _node(r: Mapping[str, Any], kafka: Row, now_ms: int, out: tuple[TableColumns
             *tail,
         )
     )
-    (
-        c_eid, c_ts, c_node, c_idx, c_uuid, c_run, c_util, c_sm, c_mu, c_mt, c_pw, c_tc,
-        c_smc, c_mc, c_thr, c_ec, c_eu, c_xid, c_prx, c_ptx, c_nrx, c_ntx, c_np, c_pm,
-        c_src, c_seq, c_kt, c_kp, c_ko,
-    ) = gpu.data  # fmt: skip
     src, seq, k_topic, k_part, k_off = tail
+    rows = []
     for g in gpus:
-        util = g["util_pct"]
+        body = _GPU_BODY(g)  # every field present, or KeyError: the row path decides
+        util = body[0]
         if not (0.0 <= util <= 100.0):  # also False for NaN: the row path dead-letters it
             return False
         gpu_run, nprocs, pmem = gpu_attribution(g, run)
-        gg = g.get
-        # read every required field before the first append
-        idx, uuid, mu, mt, pw, tc = (
-            g["index"], g["uuid"], g["mem_used_bytes"], g["mem_total_bytes"], g["power_w"],
-            g["temp_c"],
+        idx, uuid = _GPU_HEAD(g)
+        rows.append(
+            (eid, ts, node, idx, uuid, gpu_run, *body, nprocs, pmem, src, seq, k_topic, k_part,
+             k_off)
         )  # fmt: skip
-        c_eid.append(eid)
-        c_ts.append(ts)
-        c_node.append(node)
-        c_idx.append(idx)
-        c_uuid.append(uuid)
-        c_run.append(gpu_run)
-        c_util.append(util)
-        c_sm.append(gg("sm_active_pct"))
-        c_mu.append(mu)
-        c_mt.append(mt)
-        c_pw.append(pw)
-        c_tc.append(tc)
-        c_smc.append(gg("sm_clock_mhz", 0))
-        c_mc.append(gg("mem_clock_mhz", 0))
-        c_thr.append(gg("throttle_reasons", 0))
-        c_ec.append(gg("ecc_corrected", 0))
-        c_eu.append(gg("ecc_uncorrected", 0))
-        c_xid.append(gg("xid"))
-        c_prx.append(gg("pcie_rx_bps"))
-        c_ptx.append(gg("pcie_tx_bps"))
-        c_nrx.append(gg("nvlink_rx_bps"))
-        c_ntx.append(gg("nvlink_tx_bps"))
-        c_np.append(nprocs)
-        c_pm.append(pmem)
-        c_src.append(src)
-        c_seq.append(seq)
-        c_kt.append(k_topic)
-        c_kp.append(k_part)
-        c_ko.append(k_off)
+    if rows:  # one extend per column (rows transposed in C), after every check passed
+        for col, values in zip(gpu.data, zip(*rows, strict=True), strict=True):
+            col.extend(values)
     return True
 
 

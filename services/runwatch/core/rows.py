@@ -67,6 +67,9 @@ def gpu_attribution(g: Mapping[str, Any], run: str) -> tuple[str, int, int]:
     procs = g.get("processes")
     if not procs:
         return run, 0, 0
+    if len(procs) == 1:  # the common case, without the generators
+        p = procs[0]
+        return p.get("run_id") or run, 1, p.get("used_mem_bytes", 0)
     gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
     return gpu_run, len(procs), sum(p.get("used_mem_bytes", 0) for p in procs)
 

@@ -1,7 +1,8 @@
 """``runwatch sink``: Kafka rw.* topics → ClickHouse raw tables.
 
 Two threads. The consuming thread polls (:class:`BatchConsumer`), decodes (dict
-path, one message at a time), maps records into per-table columns
+path, one message at a time; the codec reads current-schema bodies with cavro),
+maps records into per-table columns
 (:mod:`runwatch.core.colbatch` for the hot types, ``rows_for`` for the rest)
 and, by size or time, hands the rows consumed since the last flush to the
 :class:`~runwatch.sink.writer.Writer` thread, which inserts them while the next
@@ -285,6 +286,9 @@ class Sink:
                 self.consumer.resume()
             else:
                 self.consumer.pause()  # backpressure: the writer is behind
+        elif self.consumer.paused and self.writer.has_room():
+            # nothing pending (a rebalance dropped it): resume, or stay paused forever
+            self.consumer.resume()
         self._commit()
         return len(msgs)
 
