@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from runwatch.core.join_node import AllocChange, NodeEntry
@@ -302,6 +303,11 @@ def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
                   procs_visible or bool(busy))
 
 
+_ENTRY_FIELDS = itemgetter("index", "util_pct", "sm_active_pct", "throttle_reasons", "xid",
+                           "ecc_uncorrected")
+"""A GPU's fields in :data:`NodeEntry` order (``xid`` may still be None)."""
+
+
 def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
                  procs_visible: bool = False) -> dict[str, NodeEntry]:
     """Reduce a decoded node sample to one compact entry per run it concerns.
@@ -328,10 +334,9 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
     for run_id, indices in routes.items():
         if not indices:
             continue
-        sel = [by_index[i] for i in indices]
+        rows = [_ENTRY_FIELDS(by_index[i]) for i in indices]
         out[run_id] = NodeEntry(node, at, tuple(
-            (g["index"], g["util_pct"], g["sm_active_pct"], g["throttle_reasons"],
-             g["xid"] or 0, g["ecc_uncorrected"]) for g in sel))
+            r if r[4] is not None else (*r[:4], 0, r[5]) for r in rows))  # xid None -> 0
     return out
 
 
