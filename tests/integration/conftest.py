@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from sinkkit import Store, delete_topics, make_topics
 
 from runwatch.processor.harness import Harness
 
@@ -19,3 +21,20 @@ def harness(stack) -> Iterator[Harness]:
     finally:
         h.stop_all()
         h.delete_topics()
+
+
+@pytest.fixture
+def own_store(tmp_path: Path) -> Iterator[Store]:
+    """A `runwatch store` process of the test's own (it may stop and restart it)."""
+    store = Store(tmp_path / "chdb")
+    store.start()
+    yield store
+    store.stop()
+
+
+@pytest.fixture
+def sink_topics(stack) -> Iterator[dict[str, str]]:
+    """The sink's topics from schemas/topics.yaml, created under a fresh prefix."""
+    topics = make_topics(stack.bootstrap_servers)
+    yield topics
+    delete_topics(stack.bootstrap_servers, list(topics.values()))

@@ -17,10 +17,7 @@ from pathlib import Path
 import pytest
 from sinkkit import (
     SinkProc,
-    Store,
-    delete_topics,
     expected_counts,
-    make_topics,
     migrate,
     publish,
     table_counts,
@@ -35,20 +32,6 @@ pytestmark = pytest.mark.integration
 EVENTS = int(os.environ.get("RUNWATCH_SINK_TEST_EVENTS", "60000"))
 
 
-@pytest.fixture
-def own_store(tmp_path: Path):
-    store = Store(tmp_path / "chdb")
-    store.start()
-    yield store
-    store.stop()
-
-
-@pytest.fixture
-def sink_topics(stack):
-    """The sink's topics from schemas/topics.yaml, created by ensure_topics under a fresh prefix."""
-    topics = make_topics(stack.bootstrap_servers)
-    yield topics
-    delete_topics(stack.bootstrap_servers, list(topics.values()))
 
 
 def _wait(cond, timeout: float, what: str, step: float = 1.0) -> None:

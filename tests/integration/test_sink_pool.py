@@ -7,14 +7,10 @@ import signal
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from sinkkit import (
-    Store,
-    delete_topics,
     expected_counts,
-    make_topics,
     migrate,
     publish,
     table_counts,
@@ -28,19 +24,6 @@ from runwatch.sink.synth import mixed_events
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def own_store(tmp_path: Path):
-    store = Store(tmp_path / "chdb")
-    store.start()
-    yield store
-    store.stop()
-
-
-@pytest.fixture
-def sink_topics(stack):
-    topics = make_topics(stack.bootstrap_servers)  # 4 partitions each: 2 per process
-    yield topics
-    delete_topics(stack.bootstrap_servers, list(topics.values()))
 
 
 def test_two_processes_exact_then_a_killed_child_fails_the_pool(stack, own_store, sink_topics):
