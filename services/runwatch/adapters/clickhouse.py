@@ -160,6 +160,30 @@ def insert_rows(
         raise ClickHouseUnavailable(msg) from exc
 
 
+def command(client: Client, sql: str, parameters: dict[str, Any] | None = None) -> Any:
+    """Run one statement, with the same error classes as :func:`insert_rows`.
+
+    Args:
+        client: A client allowed to run it.
+        sql: The statement.
+        parameters: Its bound parameters.
+
+    Returns:
+        clickhouse-connect's result.
+
+    Raises:
+        ClickHouseUnavailable: Retry later (a connection reset or refused counts).
+        ClickHouseRejected: ClickHouse refused the statement (message from ClickHouse).
+    """
+    try:
+        return client.command(sql, parameters=parameters)
+    except ClickHouseError as exc:
+        raise _classify(exc) from exc
+    except OSError as exc:
+        msg = f"statement failed: {exc}"
+        raise ClickHouseUnavailable(msg) from exc
+
+
 def read_watermarks(client: Client, db: str) -> dict[tuple[str, str, int], int]:
     """Return the largest stored Kafka offset per (table, topic, partition).
 

@@ -186,7 +186,8 @@ class Writer:
             runs = sorted(batch.ended_runs)
             self._with_retry(
                 "run summaries",
-                lambda: self._client_now().command(
+                lambda: ch.command(
+                    self._client_now(),
                     self.summary_sql,
                     parameters={"runs": runs, "idle_pct": self.settings.idle_util_pct},
                 ),
