@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ from runwatch.sink.writer import Writer, WriterStopped
 logger = logging.getLogger(__name__)
 
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+ENDED_REMEMBERED = 10_000
+"""Ended runs the sink remembers, to rewrite their summaries when late rows arrive."""
 _STATE = COLUMNS["job_events"].index("state")
 _RUN = COLUMNS["job_events"].index("run_id")
 SUMMARY_SQL = Path(__file__).resolve().parents[3] / "schemas" / "clickhouse" / "summary"
@@ -64,6 +67,9 @@ class Sink:
         self.clickhouse = clickhouse
         self.client: Any = None
         self.batch = FlushBatch()
+        # runs seen ending, newest last: rows of theirs that arrive later (other topics and
+        # partitions lag behind the end event) rewrite the summary once they are stored
+        self.ended: OrderedDict[str, None] = OrderedDict()
         self.seq = 0
         # (topic, partition) -> {table: largest stored offset}
         self.watermarks: dict[tuple[str, int], dict[str, int]] = {}
@@ -184,6 +190,9 @@ class Sink:
             except DecodeError as exc:
                 self._dead(Origin(topic, part, off), "decode", "", exc.reason, value, msg.key())
                 continue
+            run = record.get("run_id")
+            if run is not None and run in self.ended:
+                batch.ended_runs.add(run)  # a late row of an ended run: rewrite its summary
             marks = marks_of.get((topic, part))
             if marks is None or off > max(marks.values(), default=-1):
                 undo_marks = append_fast(name, record, (topic, part, off), now, columns)
@@ -220,6 +229,9 @@ class Sink:
             if table == "job_events" and row[_STATE] in _TERMINAL:
                 # also on a replay: the summary may not have been written yet
                 batch.ended_runs.add(str(row[_RUN]))
+                self.ended[str(row[_RUN])] = None
+                if len(self.ended) > ENDED_REMEMBERED:
+                    self.ended.popitem(last=False)
             if marks is not None and off <= marks.get(table, -1):
                 self.counts["skipped"] += 1
                 continue
