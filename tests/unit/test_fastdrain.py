@@ -207,3 +207,67 @@ def test_event_loop_setting(asked: str, used: str) -> None:
         loop.close()
     finally:
         asyncio.set_event_loop_policy(before)
+
+
+@pytest.mark.parametrize("value", [b"\x00\x01avro", None, b""])
+def test_raw_schema_makes_events_of_the_messages_own_bytes(value: bytes | None) -> None:
+    import faust
+    from faust.types import TP
+    from faust.types.tuples import Message
+
+    from runwatch.processor.fastdrain import RawSchema
+
+    app = faust.App("t-raw", broker="kafka://127.0.0.1:9")  # nothing connects
+    msg = Message(topic="t", partition=3, offset=7, timestamp=0.0, timestamp_type=0,
+                  headers=[("h", b"1")], key=b"run-1", value=value, checksum=None,
+                  tp=TP("t", 3))
+    event = asyncio.run(RawSchema().compile(app)(msg))
+    assert isinstance(event, faust.Event)
+    assert (event.key, event.value, event.message) == (b"run-1", value, msg)
+    assert event.headers == {"h": b"1"}
+    # faust's own schema for the same topic types gives the same key and value
+    theirs = asyncio.run(faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw",
+                                      value_serializer="raw").compile(app)(msg))
+    assert (theirs.key, theirs.value) == (event.key, event.value)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_monitor_sensor_is_left_out_unless_kept(keep: bool) -> None:
+    from runwatch.processor.app import App
+
+    app = App("t-monitor", broker="kafka://127.0.0.1:9")  # nothing connects
+    app.monitor_sensor = keep
+    app.on_init_dependencies()
+    assert (app.monitor in set(app.sensors)) is keep
+
+
+def test_tune_gc_raises_generation_0_and_freezes() -> None:
+    import gc
+
+    from runwatch.processor.__main__ import tune_gc
+
+    before = gc.get_threshold()
+    try:
+        assert tune_gc(50_000) == (50_000, *before[1:])
+        assert gc.get_freeze_count() > 0
+        assert tune_gc(0)[0] == 50_000  # 0 leaves the threshold as it is
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+def test_sections_count_garbage_collector_pauses() -> None:
+    import gc
+
+    from runwatch.processor.timing import Sections
+
+    s = Sections()
+    n = len(gc.callbacks)
+    s.track_gc()
+    try:
+        gc.collect()
+        gc.collect(0)
+    finally:
+        del gc.callbacks[n:]
+    assert s.counts["gc"] == 2 and s.secs["gc"] > 0
+    assert "gc " in s.summary()

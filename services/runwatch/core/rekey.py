@@ -12,12 +12,14 @@ samples in one worker.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from runwatch.core.join_node import AllocChange, NodeEntry
 from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, NodeSample, RunManifest
+
+T = TypeVar("T")
 
 ENDED = frozenset({"succeeded", "failed", "cancelled"})
 
@@ -401,8 +403,8 @@ REPLAY_SPAN_MS = 300_000
 """How far after an allocation a node's recent samples are replayed to the run."""
 
 
-def replay_entries(recent: Iterable[tuple[dict[str, Any], frozenset[str]]],
-                   change: AllocChange) -> list[NodeEntry]:
+def replay_entries(recent: Iterable[tuple[int, Collection[str], T]], change: AllocChange,
+                   decode: Callable[[T], dict[str, Any]]) -> list[NodeEntry]:
     """Return the entries a newly allocated run missed among a node's recent samples.
 
     A node's samples and the allocation records reach the node agent on two
@@ -415,9 +417,10 @@ def replay_entries(recent: Iterable[tuple[dict[str, Any], frozenset[str]]],
     run's watermark into the future and make its real samples late.
 
     Args:
-        recent: The node's recent samples as decoded dicts, each with the runs it
-            was routed to, oldest first.
+        recent: The node's recent samples, oldest first, as (event time ms, the
+            runs it was routed to, the sample in any form ``decode`` takes).
         change: An ``add`` change.
+        decode: Gives a sample as a decoded dict (called only for samples replayed).
 
     Returns:
         The run's entries, oldest first; empty for a ``remove``.
@@ -426,11 +429,10 @@ def replay_entries(recent: Iterable[tuple[dict[str, Any], frozenset[str]]],
     if change.op != "add":
         return []
     out = []
-    for sample, routed in recent:
-        at = int(sample["emitted_at_ms"])
+    for at, routed, sample in recent:
         if change.run_id in routed or not change.at_ms <= at <= change.at_ms + REPLAY_SPAN_MS:
             continue
-        entry = node_entries(sample, {change.run_id: list(change.gpus)}).get(change.run_id)
+        entry = node_entries(decode(sample), {change.run_id: list(change.gpus)}).get(change.run_id)
         if entry is not None:
             out.append(entry)
     return out

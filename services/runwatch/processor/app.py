@@ -54,7 +54,7 @@ from runwatch.core.records import (
 )
 from runwatch.core.topics import load_topics
 from runwatch.processor import forward
-from runwatch.processor.fastdrain import FastDrainConsumer
+from runwatch.processor.fastdrain import FastDrainConsumer, RawSchema
 from runwatch.processor.partitioning import partition_for
 from runwatch.processor.settings import ProcessorSettings
 from runwatch.processor.timing import Sections
@@ -81,12 +81,25 @@ class App(faust.App):
     fast_drain = True
     """Use :class:`~runwatch.processor.fastdrain.FastDrainConsumer` (set before the
     first topic is declared: that creates the transport)."""
+    monitor_sensor = True
+    """Keep faust's Monitor sensor (per-event counters for its web views)."""
 
     def _new_transport(self) -> Any:
         transport = super()._new_transport()
         if self.fast_drain:
             transport.Consumer = FastDrainConsumer  # type: ignore[misc]  # this app only
         return transport
+
+    def on_init_dependencies(self) -> Any:
+        """Return faust's services, leaving out its Monitor sensor unless :attr:`monitor_sensor`.
+
+        The Monitor runs on every event and message in and out (about 5 % of a
+        busy worker's CPU); only faust's web views read it.
+        """
+        services = super().on_init_dependencies()
+        if not self.monitor_sensor:
+            self.sensors.remove(self.monitor)
+        return services
 
     async def on_stop(self) -> None:
         """Run :attr:`before_stop`, then faust's own stop."""
@@ -173,11 +186,11 @@ class Processor:
             producer_max_batch_size=256 * 1024,
         )
         self.app.fast_drain = settings.fast_drain
+        self.app.monitor_sensor = settings.web_enabled
         app, t = self.app, settings.topic
 
         def topic(*names: str, **kw: Any) -> Any:
-            return app.topic(*names, key_type=bytes, value_type=bytes, key_serializer="raw",
-                             value_serializer="raw", **kw)
+            return app.topic(*names, schema=RawSchema(), **kw)
 
         self.tick_topic = f"{settings.app_id}-tick"
         self.run_topic_names = [t(x) for x in RUN_TOPICS]
@@ -202,7 +215,8 @@ class Processor:
 
         self.runstate = table("runstate")
         self.node_runs = table("node-runs")  # node -> {run: [gpu indices]}, local
-        self.node_recent: dict[str, deque[tuple[dict[str, Any], frozenset[str]]]] = {}
+        # node -> its recent samples: (event time ms, runs routed to, encoded sample)
+        self.node_recent: dict[str, deque[tuple[int, tuple[str, ...], bytes]]] = {}
         self.procs_seen: set[str] = set()  # nodes whose samples showed GPU processes (memory)
         self.dataset_index = table("dataset-index")  # uri -> {ref: [run ids]}, local
         self.dataset_reports = table("dataset-reports")  # ref -> first/recent reports, local

@@ -15,6 +15,11 @@ the flow is suspended every message takes faust's original path.
 ``_drain_messages`` is faust's method (0.15.3, ``faust/transport/consumer.py``)
 with that one call replaced; ``tests/unit/test_fastdrain.py`` fails when the
 installed faust's method differs from the one this copy was made from.
+
+:class:`RawSchema` is the other per-message saving: the processor's topics
+carry raw bytes (it decodes Avro itself, in batches), so the event is made from
+the message's key and value as they are, without faust's serializer registry
+(two codec lookups and calls per message).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, cast
 
+from faust import Schema
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from mode import Service, ServiceT
@@ -163,3 +169,25 @@ class FastDrainConsumer(AIOKafkaConsumer):  # type: ignore[misc]  # faust is unt
             raise
         finally:
             unset_flag(flag_consumer_fetching)
+
+
+class RawSchema(Schema):  # type: ignore[misc]  # faust is untyped here
+    """Key and value as the raw bytes of the message: no serializer is called.
+
+    faust's default schema passes both through its serializer registry even
+    for ``raw`` (``Schema.loads_key``/``loads_value``, then the codec chain);
+    this one cannot fail to decode, so faust's decode-error callbacks never run.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(key_type=bytes, value_type=bytes, key_serializer="raw",
+                         value_serializer="raw")
+
+    def compile(self, app: Any, **_: Any) -> Callable[..., Coroutine[Any, Any, Any]]:
+        """Return faust's per-message decode: an event of the message's own bytes."""
+        event = app.conf.Event
+
+        async def decode(message: Any, *, propagate: bool = False) -> Any:
+            return event(app, message.key, message.value, message.headers, message)
+
+        return decode

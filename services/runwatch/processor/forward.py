@@ -16,7 +16,10 @@ agent sends each allocation change of a run as one
 (``node-runs``, keyed by node: JSON ``{run: [gpu indices]}``) is a local table
 of the worker that owns the node's samples: no cross-worker race. An allocation
 that arrives after samples taken once the run held the GPUs gets them replayed
-from the last :data:`REPLAY_MAX` samples per node (kept in memory).
+from the last :data:`REPLAY_MAX` samples per node, kept in memory as their
+encoded bytes (decoded again only when replayed: one untracked object per
+sample instead of some forty dicts and lists that the garbage collector would
+scan over and over while they age out).
 
 Data reports are joined to runs as a co-partitioned stream join: the lineage
 agent sends one ``{"v":1,"run","uri","ref"}`` record per manifest dataset to
@@ -119,12 +122,12 @@ async def node_batch(p: Processor, events: list[Any]) -> None:
             if not index and not any(pr.get("run_id") for g in d["gpus"]
                                      for pr in g["processes"]):
                 p.counters["unowned"] += 1  # no run owns a GPU here: skip early
-                recent.append((d, frozenset()))
+                recent.append((d["emitted_at_ms"], (), event.value))
                 continue
             if any(g["processes"] for g in d["gpus"]):
                 p.procs_seen.add(node)  # this node's agent reports GPU processes
             entries = rekey.node_entries(d, index, procs_visible=node in p.procs_seen)
-            recent.append((d, frozenset(entries)))
+            recent.append((d["emitted_at_ms"], tuple(entries), event.value))
             pairs.extend(entries.items())
         aggs = aggregate(pairs)
     with p.sections.timed("node.forward", len(aggs)):
@@ -194,7 +197,8 @@ async def alloc_event(p: Processor, event: Any,
         p.as_current(event)  # the local table writes to this event's partition
         p.node_runs[change.node.encode()] = json.dumps(index).encode()
     return [(change.run_id, e)
-            for e in rekey.replay_entries(p.node_recent.get(change.node, ()), change)]
+            for e in rekey.replay_entries(p.node_recent.get(change.node, ()), change,
+                                          lambda raw: p.codec.decode_dict(raw)[1])]
 
 
 async def dataset_event(p: Processor, event: Any) -> None:

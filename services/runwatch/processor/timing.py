@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Iterator
@@ -29,6 +30,19 @@ class Sections:
         finally:
             self.secs[name] = self.secs.get(name, 0.0) + time.perf_counter() - t0
             self.counts[name] = self.counts.get(name, 0) + n
+
+    def track_gc(self) -> None:
+        """Count the garbage collector's pauses as section ``gc`` (items: collections)."""
+        started = [0.0]
+
+        def on_gc(phase: str, _info: dict[str, int]) -> None:
+            if phase == "start":
+                started[0] = time.perf_counter()
+            else:
+                self.secs["gc"] = self.secs.get("gc", 0.0) + time.perf_counter() - started[0]
+                self.counts["gc"] = self.counts.get("gc", 0) + 1
+
+        gc.callbacks.append(on_gc)
 
     def summary(self) -> str:
         """Return ``name secs/items`` per section and the share of wall time it took."""
