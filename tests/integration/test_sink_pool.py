@@ -70,3 +70,82 @@ def test_two_processes_exact_then_a_killed_child_fails_the_pool(stack, own_store
         for child in pool.children:
             if child.exitcode is None:
                 child.kill()
+
+
+def _gpu_hours(client, db: str) -> dict[str, float]:
+    rows = client.query(
+        f"SELECT run_id, gpu_hours FROM {db}.run_summaries FINAL ORDER BY run_id"
+    ).result_rows
+    return {str(r): float(g or 0.0) for r, g in rows}
+
+
+def test_late_gpu_rows_stored_by_another_process_reach_the_summary(
+    stack, own_store, sink_topics
+):
+    """A run's end and its late GPU samples land on different processes: the sweep counts them.
+
+    The last 20 node samples of every run are published only after everything
+    else is stored and summarised. Node samples are keyed by node and job events
+    by run, so with two processes a run's late samples are often stored by the
+    process that never saw its end; the periodic summary sweep (reading the
+    store) must still add them to every run's GPU hours.
+    """
+    db = f"late_{uuid.uuid4().hex[:8]}"
+    client = migrate(own_store.url, db)
+    events = mixed_events(4, 6, 120, int(time.time() * 1000) - 3_600_000)
+    samples = [i for i, e in enumerate(events) if e.kind == "NodeSample"]
+    late_of: dict[str, list[int]] = {}
+    for i in samples:
+        late_of.setdefault(events[i].key, []).append(i)
+    late = {i for idx in late_of.values() for i in idx[-20:]}
+    early = [e for i, e in enumerate(events) if i not in late]
+    pool = SinkPool(
+        2,
+        SinkSettings(
+            group_id=f"pool-{uuid.uuid4().hex[:6]}",
+            topics=tuple(sink_topics.values()),
+            batch_ms=300,
+            summary_sweep_s=1.0,
+            summary_window_s=7_200.0,  # the synthetic runs ended about an hour ago
+        ),
+        KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
+        ClickHouseSettings(url=own_store.url, database=db),
+        stop_timeout_s=30,
+    )
+    stop = threading.Event()
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(pool.run(stop)))
+    runner.start()
+    try:
+        publish(stack.bootstrap_servers, sink_topics, early)
+        want = expected_counts(early)
+        deadline = time.monotonic() + 60
+        while table_counts(client, db, list(want)) != dict(want) or len(
+            _gpu_hours(client, db)
+        ) < 6:
+            assert runner.is_alive(), f"pool ended early: {pool.failed}"
+            assert time.monotonic() < deadline, table_counts(client, db, list(want))
+            time.sleep(0.5)
+        time.sleep(3)  # a sweep or two after the early rows are all stored
+        before = _gpu_hours(client, db)
+        assert all(g > 0 for g in before.values()), before
+        publish(stack.bootstrap_servers, sink_topics, [events[i] for i in sorted(late)])
+        want = expected_counts(events)
+        deadline = time.monotonic() + 60
+        while True:
+            after = _gpu_hours(client, db)
+            done = table_counts(client, db, list(want)) == dict(want) and all(
+                after[r] > before[r] for r in before
+            )
+            if done:
+                break
+            assert runner.is_alive(), f"pool ended early: {pool.failed}"
+            assert time.monotonic() < deadline, (before, after)
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        runner.join(60)
+        for child in pool.children:
+            if child.exitcode is None:
+                child.kill()
+    assert result == [0]

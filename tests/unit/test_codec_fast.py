@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import re
 from typing import Any
 
 import pytest
+from fastavro import parse_schema, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_codec_properties import VALID, mutated, records
+from test_codec_properties import PRIMS, VALID, mutated, records, strategy
 
 from runwatch.core.codec import Codec, DecodeError, load_codec
+from runwatch.core.codec.fast import plain
+from runwatch.core.codec.ranges import widen_ints
 from runwatch.core.records import RECORD_TYPES
 from runwatch.sink.synth import mixed_events
 
@@ -47,8 +51,42 @@ def test_same_dicts_for_every_record_type(name: str) -> None:
     check()
 
 
+# ints anywhere in 64 bits (a foreign producer's bytes): written as longs, the same varints
+WIDE_PRIMS = {**PRIMS, "int": st.one_of(PRIMS["int"], st.integers(-(2**63), 2**63 - 1))}
+
+
+def wide_bodies(name: str) -> st.SearchStrategy[bytes]:
+    header = FAST.header(name)
+    writer = parse_schema(widen_ints(plain(FAST.current(name).parsed)), named_schemas={})
+
+    def write(datum: Any) -> bytes:
+        buf = io.BytesIO()
+        buf.write(header)
+        schemaless_writer(buf, writer, datum)
+        return buf.getvalue()
+
+    return strategy(FAST.current(name).schema, {}, WIDE_PRIMS).map(write)
+
+
+WIDE = st.sampled_from(sorted(RECORD_TYPES)).flatmap(wide_bodies)
+
+
+@pytest.mark.parametrize("name", sorted(RECORD_TYPES))
+def test_same_verdict_with_out_of_range_ints(name: str) -> None:
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(wide_bodies(name))
+    def check(data: bytes) -> None:
+        fast, slow = outcome(FAST, data), outcome(SLOW, data)
+        assert fast == slow
+        if "out of 32-bit range" not in fast:  # in range: decodes, and re-encodes the same
+            assert FAST.encode_dict(name, FAST.decode_dict(data)[1]) == data
+
+    check()
+
+
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(mutated(), VALID.map(lambda d: d + b"\x00"), VALID.map(lambda d: d[:-1])))
+@given(st.one_of(mutated(), VALID.map(lambda d: d + b"\x00"), VALID.map(lambda d: d[:-1]),
+                 WIDE, mutated(WIDE)))
 def test_same_verdict_on_damaged_bytes(data: bytes) -> None:
     assert outcome(FAST, data) == outcome(SLOW, data)
 

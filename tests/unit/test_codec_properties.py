@@ -24,25 +24,28 @@ PRIMS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
-def strategy(schema: Any, named: dict[str, Any]) -> st.SearchStrategy[Any]:
+def strategy(
+    schema: Any, named: dict[str, Any], prims: dict[str, st.SearchStrategy[Any]] = PRIMS
+) -> st.SearchStrategy[Any]:
     """A strategy of fastavro-ready data for an Avro schema (JSON form)."""
     if isinstance(schema, str):
-        return PRIMS[schema] if schema in PRIMS else st.deferred(lambda: named[schema])
+        return prims[schema] if schema in prims else st.deferred(lambda: named[schema])
     if isinstance(schema, list):
-        return st.one_of([strategy(s, named) for s in schema])
+        return st.one_of([strategy(s, named, prims) for s in schema])
     kind = schema["type"]
     if kind == "array":
-        return st.lists(strategy(schema["items"], named), max_size=3)
+        return st.lists(strategy(schema["items"], named, prims), max_size=3)
     if kind == "map":
-        return st.dictionaries(st.text(max_size=6), strategy(schema["values"], named), max_size=3)
+        return st.dictionaries(st.text(max_size=6), strategy(schema["values"], named, prims),
+                               max_size=3)
     if kind == "enum":
         out: st.SearchStrategy[Any] = st.sampled_from(schema["symbols"])
     elif kind == "record":
         out = st.fixed_dictionaries(
-            {f["name"]: strategy(f["type"], named) for f in schema["fields"]}
+            {f["name"]: strategy(f["type"], named, prims) for f in schema["fields"]}
         )
     else:
-        return PRIMS[kind]
+        return prims[kind]
     named[schema["name"]] = out
     return out
 
@@ -85,8 +88,8 @@ VALID = st.sampled_from(sorted(RECORD_TYPES)).flatmap(records).map(CODEC.encode)
 
 
 @st.composite
-def mutated(draw: st.DrawFn) -> bytes:
-    data = bytearray(draw(VALID))
+def mutated(draw: st.DrawFn, valid: st.SearchStrategy[bytes] = VALID) -> bytes:
+    data = bytearray(draw(valid))
     for _ in range(draw(st.integers(1, 4))):
         op = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "body"]))
         pos = draw(st.integers(0, max(len(data) - 1, 0)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import uuid
@@ -79,6 +80,16 @@ def test_unknown_record_name_in_registry(reg: RegistryCodec) -> None:
 def test_encode_errors(reg: RegistryCodec) -> None:
     with pytest.raises(EncodeError, match="no schema"):
         reg.encode(object())
+
+
+def test_registry_framing_refuses_out_of_range_ints(reg: RegistryCodec) -> None:
+    from runwatch.core.records import JobEvent
+
+    job = JobEvent(event_id="j", run_id="r", emitted_at_ms=1, source=SRC, seq=1,
+                   state="running", attempt=2**31)
+    with pytest.raises(EncodeError, match="int field attempt out of 32-bit range"):
+        reg.encode(job)
+    assert reg.decode(reg.encode(dataclasses.replace(job, attempt=2**31 - 1))).attempt == 2**31 - 1
 
 
 def test_pure_codec_without_registry() -> None:

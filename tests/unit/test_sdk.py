@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 import runwatch
+import runwatch.client.callbacks as cbmod
+import runwatch.client.run as runmod
 from runwatch.client import NullRun
 from runwatch.client.callbacks import huggingface_callback, keras_callback, lightning_callback
 from runwatch.core.codec import load_codec
@@ -37,6 +39,30 @@ class ListTransport:
     def records(self):
         codec = load_codec()
         return [(t, k, codec.decode(v)) for t, k, v in self.out]
+
+
+class FakeTime:
+    """The SDK's interval clocks, advanced by hand (no timed assertions on busy cores)."""
+
+    def __init__(self) -> None:
+        self.ns = 10**12
+
+    def advance(self, ms: float) -> None:
+        self.ns += int(ms * 1_000_000)
+
+    def perf_counter_ns(self) -> int:
+        return self.ns
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)  # wall clock, sleep, ...: the real ones
+
+
+@pytest.fixture
+def fake_time(monkeypatch) -> FakeTime:
+    ft = FakeTime()
+    monkeypatch.setattr(runmod, "time", ft)  # Run.step / data_wait measure with it
+    monkeypatch.setattr(cbmod, "_perf_s", lambda: ft.ns / 1e9)  # the Lightning callback too
+    return ft
 
 
 def make_run(**kw):
@@ -97,11 +123,12 @@ def test_generated_run_ids_differ(monkeypatch) -> None:
     b.finish()
 
 
-def test_steps_build_learning_and_timing_in_order() -> None:
+def test_steps_build_learning_and_timing_in_order(fake_time: FakeTime) -> None:
     run, t = make_run()
     for s in range(50):
         with run.data_wait():
-            time.sleep(0.001)
+            fake_time.advance(1.5)
+        fake_time.advance(2.0)  # compute
         run.step(
             s,
             loss=1.0 / (s + 1),
@@ -116,8 +143,9 @@ def test_steps_build_learning_and_timing_in_order() -> None:
     st = by_type(t, "StepTiming")
     assert [r.step for r in ls] == list(range(50)) and [r.step for r in st] == list(range(50))
     assert ls[3].metrics == {"acc": 3 / 50, "n": 3.0} and ls[3].lr == 0.1
-    assert all(r.loader_wait_ms >= 1.0 for r in st)
-    assert all(abs(r.step_ms - r.loader_wait_ms - r.compute_ms) < 1e-6 for r in st[1:])
+    assert [r.loader_wait_ms for r in st] == pytest.approx([1.5] * 50)
+    assert [r.step_ms for r in st] == pytest.approx([3.5] * 50)
+    assert [r.compute_ms for r in st] == pytest.approx([2.0] * 50)
     seqs = [r.seq for _, _, r in t.records()]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     ids = [r.event_id for _, _, r in t.records()]
@@ -368,28 +396,42 @@ def test_lightning_samples_from_batch(batch, samples) -> None:
     assert by_type(t, "StepTiming")[0].samples == samples
 
 
-def test_lightning_loader_wait_is_gap_between_batches() -> None:
+@pytest.mark.parametrize(
+    ("batches", "waits"),
+    [
+        # (new epoch before the batch?, ms fetching it): the first batch of each epoch has no
+        # previous end in this epoch, so its fetch is not counted; later fetches are.
+        ([(True, 30.0), (False, 50.0), (False, 7.0)], [0.0, 50.0, 7.0]),
+        ([(True, 5.0), (False, 12.0), (True, 40.0), (False, 3.0)], [0.0, 12.0, 0.0, 3.0]),
+        ([(False, 20.0), (False, 0.0)], [0.0, 0.0]),
+    ],
+)
+def test_lightning_loader_wait_is_gap_between_batches(
+    fake_time: FakeTime, batches, waits
+) -> None:
     run, t = make_run()
     cb = lightning_callback(run, base=LightningBase)
     tr = _lightning_trainer()
-    cb.on_train_epoch_start(tr, None)
-    for i, gap in enumerate([0.0, 0.05, 0.0]):
-        time.sleep(gap)  # the fit loop fetching the next batch
+    for i, (new_epoch, gap) in enumerate(batches):
+        if new_epoch:
+            cb.on_train_epoch_start(tr, None)
+        fake_time.advance(gap)  # the fit loop fetching the next batch
         cb.on_train_batch_start(tr, None, None, i)
-        time.sleep(0.01)  # compute
+        fake_time.advance(10.0)  # compute
         tr.global_step += 1
         cb.on_train_batch_end(tr, None, {"loss": 1.0}, None, i)
     run.finish()
     st = by_type(t, "StepTiming")
-    assert st[0].loader_wait_ms == 0.0  # first batch of the epoch: no previous end
-    assert st[1].loader_wait_ms >= 50.0
-    assert st[1].compute_ms >= 10.0 and st[1].compute_ms < st[1].step_ms
-    assert st[2].loader_wait_ms < 40.0
+    assert [s.loader_wait_ms for s in st] == pytest.approx(waits)
+    steps = [gap + 10.0 for _, gap in batches]  # the Run times each step since the last
+    assert [s.step_ms for s in st] == pytest.approx(steps)
+    computes = [s - w for s, w in zip(steps, waits, strict=True)]
+    assert [s.compute_ms for s in st] == pytest.approx(computes)
 
 
 @pytest.mark.parametrize("between", ["validation", "checkpoint"])
 def test_lightning_validation_or_checkpoint_between_batches_is_not_loader_wait(
-    between: str, tmp_path: Path
+    between: str, tmp_path: Path, fake_time: FakeTime
 ) -> None:
     run, t = make_run()
     cb = lightning_callback(run, base=LightningBase)
@@ -401,17 +443,20 @@ def test_lightning_validation_or_checkpoint_between_batches_is_not_loader_wait(
     cb.on_train_batch_end(tr, None, {"loss": 1.0}, None, 0)
     if between == "validation":
         cb.on_validation_start(tr, None)
-        time.sleep(0.05)
+        fake_time.advance(50.0)
         cb.on_validation_end(tr, None)
     else:
         cb.on_save_checkpoint(tr, None, {})
-        time.sleep(0.05)  # Lightning writes the file
+        fake_time.advance(50.0)  # Lightning writes the file
+    fake_time.advance(4.0)  # fetching the next batch, after the validation or save
     cb.on_train_batch_start(tr, None, None, 1)
+    fake_time.advance(6.0)  # compute
     tr.global_step = 2
     cb.on_train_batch_end(tr, None, {"loss": 1.0}, None, 1)
     run.finish()
     st = by_type(t, "StepTiming")
-    assert st[1].loader_wait_ms < 25.0 and st[1].step_ms >= 50.0
+    assert st[1].loader_wait_ms == 0.0  # the 54 ms since the last batch are not loader wait
+    assert st[1].step_ms == pytest.approx(60.0) and st[1].compute_ms == pytest.approx(60.0)
 
 
 def test_lightning_checkpoint_recorded_once_the_file_is_written(tmp_path: Path) -> None:

@@ -184,6 +184,32 @@ def command(client: Client, sql: str, parameters: dict[str, Any] | None = None) 
         raise ClickHouseUnavailable(msg) from exc
 
 
+def query_rows(
+    client: Client, sql: str, parameters: dict[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """Run a query and return its rows, with the same error classes as :func:`insert_rows`.
+
+    Args:
+        client: A client allowed to run it.
+        sql: The query.
+        parameters: Its bound parameters.
+
+    Returns:
+        The result rows.
+
+    Raises:
+        ClickHouseUnavailable: Retry later (a connection reset or refused counts).
+        ClickHouseRejected: ClickHouse refused the query (message from ClickHouse).
+    """
+    try:
+        return [tuple(r) for r in client.query(sql, parameters=parameters).result_rows]
+    except ClickHouseError as exc:
+        raise _classify(exc) from exc
+    except OSError as exc:
+        msg = f"query failed: {exc}"
+        raise ClickHouseUnavailable(msg) from exc
+
+
 def read_watermarks(client: Client, db: str) -> dict[tuple[str, str, int], int]:
     """Return the largest stored Kafka offset per (table, topic, partition).
 

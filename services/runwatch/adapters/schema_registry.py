@@ -120,10 +120,12 @@ class RegistryCodec:
         if name is None or name not in self.codec.schemas.current:
             msg = f"no schema for {type(record).__name__}"
             raise EncodeError(msg)
+        datum = record.to_dict()
+        self.codec.check_ranges(name, datum)  # fastavro's writer does not check int ranges
         buf = io.BytesIO()
         buf.write(self._header(name))
         try:
-            schemaless_writer(buf, self.codec.current(name).parsed, record.to_dict())
+            schemaless_writer(buf, self.codec.current(name).parsed, datum)
         except Exception as exc:
             msg = f"cannot encode {name}: {exc!r}"
             raise EncodeError(msg) from exc

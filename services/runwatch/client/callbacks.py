@@ -66,6 +66,38 @@ def _batch_len(batch: Any) -> int:
         return 0
 
 
+def _perf_s() -> float:
+    """Monotonic seconds for the callbacks' intervals (one seam for tests)."""
+    return time.perf_counter()
+
+
+def _is_remote(uri: str) -> bool:
+    """Whether ``uri`` names an fsspec location other than the local file system."""
+    return "://" in uri and not uri.startswith("file://")
+
+
+def _saved_outcome(uri: str) -> str:
+    """Outcome of a save Lightning returned from: remote is ``ok``; local must be readable."""
+    if _is_remote(uri):
+        return "ok"  # fsspec wrote it; nothing local to hash
+    path = uri[7:] if uri.startswith("file://") else uri
+    return "ok" if os.path.exists(path) and os.access(path, os.R_OK) else "unknown"
+
+
+def _fitting(trainer: Any) -> bool:
+    """Whether ``trainer`` is inside ``fit`` (stand-ins without a ``state`` count as fitting)."""
+    state = getattr(trainer, "state", None)
+    if state is None:
+        return True
+    fn, status = getattr(state, "fn", None), getattr(state, "status", None)
+    return str(getattr(fn, "value", fn)) == "fit" and str(getattr(status, "value", status)) == (
+        "running"
+    )
+
+
+_CKPT_ATTRS = ("_last_checkpoint_saved", "last_model_path", "best_model_path")
+
+
 class LightningLogic:
     """Lightning hooks -> run calls (mixed into ``lightning.pytorch.Callback``).
 
@@ -74,11 +106,15 @@ class LightningLogic:
       fetches the next batch. The first batch of an epoch counts none, nor
       does a batch after a validation or a checkpoint save in that gap.
     * Samples of a step: the leading dimension of the batch's first tensor.
-    * Checkpoints: ``on_save_checkpoint`` runs before Lightning writes the
-      file, so the event is recorded at the next hook, once
-      ``ModelCheckpoint`` has written it (its size and sha256 are those of the
-      written file; the duration runs from the hook to the file's mtime). A
-      save whose file cannot be found is recorded with outcome ``unknown``.
+    * Checkpoints: ``on_save_checkpoint`` runs inside ``Trainer.save_checkpoint``
+      before the write, which then goes through ``trainer.strategy.save_checkpoint``
+      (also for ``trainer.save_checkpoint(path)`` called after ``fit``). The hook
+      wraps that call once, so the save is recorded when it returns, with its
+      path: a remote (fsspec URL) path is ``ok`` without size or sha256; a local
+      file is ``ok`` with its size and sha256, or ``unknown`` if it cannot be
+      read; a save that raises is ``failed``. Without a strategy to wrap, the
+      save is recorded at the next hook from the path ``ModelCheckpoint``
+      reports as just saved (outside ``fit``: at once, as ``unknown``).
     """
 
     def __init__(self, run: Any, finish_on_end: bool = False) -> None:
@@ -86,7 +122,8 @@ class LightningLogic:
         self.rw_finish = finish_on_end
         self._t_end: float | None = None
         self._wait_ms: float | None = None
-        self._pending: tuple[int, float, int, str | None] | None = None
+        self._pending: tuple[int, float, int, dict[str, Any]] | None = None
+        self._armed: tuple[Any, Any, Any] | None = None
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._flush_checkpoint(trainer)
@@ -96,7 +133,7 @@ class LightningLogic:
         self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
     ) -> None:
         self._flush_checkpoint(trainer)
-        t = time.perf_counter()
+        t = _perf_s()
         self._wait_ms = (t - self._t_end) * 1000.0 if self._t_end is not None else None
 
     def on_train_batch_end(
@@ -121,7 +158,7 @@ class LightningLogic:
             loader_wait_ms=self._wait_ms,
         )
         self._wait_ms = None
-        self._t_end = time.perf_counter()
+        self._t_end = _perf_s()
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._t_end = None  # a validation between two batches is not loader wait
@@ -136,38 +173,95 @@ class LightningLogic:
         self._flush_checkpoint(trainer)
         self._t_end = None  # nor is writing a checkpoint
         cb = getattr(trainer, "checkpoint_callback", None)
-        before = getattr(cb, "_last_checkpoint_saved", None) if cb is not None else None
-        self._pending = (int(trainer.global_step), time.time(), self.rw_run.now_ms(), before)
+        names = (*_CKPT_ATTRS, "_last_global_step_saved")
+        before = {n: getattr(cb, n, None) for n in names} if cb is not None else {}
+        self._pending = (int(trainer.global_step), _perf_s(), self.rw_run.now_ms(), before)
+        if not self._arm(trainer) and not _fitting(trainer):
+            self._flush_checkpoint(trainer)  # no later hook is coming
+
+    def _arm(self, trainer: Any) -> bool:
+        """Wrap ``trainer.strategy.save_checkpoint`` for its next call; False if impossible."""
+        strategy = getattr(trainer, "strategy", None)
+        orig = getattr(strategy, "save_checkpoint", None)
+        if strategy is None or not callable(orig):
+            return False
+        if getattr(orig, "rw_owner", None) is self:
+            return True
+        try:
+            own = vars(strategy).get("save_checkpoint")
+        except TypeError:
+            return False
+
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            self._disarm()
+            path = args[1] if len(args) > 1 else kwargs.get("filepath")
+            try:
+                out = orig(*args, **kwargs)
+            except BaseException:
+                self._record_save(path, "failed")
+                raise
+            self._record_save(path, None)
+            return out
+
+        save_checkpoint.rw_owner = self  # type: ignore[attr-defined]
+        try:
+            strategy.save_checkpoint = save_checkpoint
+        except (AttributeError, TypeError):
+            return False
+        self._armed = (strategy, own, save_checkpoint)
+        return True
+
+    def _disarm(self) -> None:
+        if self._armed is None:
+            return
+        strategy, own, ours = self._armed
+        self._armed = None
+        with contextlib.suppress(AttributeError, TypeError):
+            if vars(strategy).get("save_checkpoint") is ours:
+                if own is None:
+                    del strategy.save_checkpoint
+                else:
+                    strategy.save_checkpoint = own
+
+    def _record_save(self, path: Any, outcome: str | None) -> None:
+        """Record the pending checkpoint as written to ``path`` (the strategy's call returned)."""
+        if self._pending is None:
+            return
+        step, t0, start_ms, _ = self._pending
+        self._pending = None
+        uri = os.fspath(path) if path is not None else "lightning-checkpoint"
+        uri = uri if isinstance(uri, str) else uri.decode(errors="replace")
+        self._emit(uri, step, t0, start_ms, outcome or _saved_outcome(uri))
+
+    def _emit(self, uri: str, step: int, t0: float, start_ms: int, outcome: str) -> None:
+        dur = max(_perf_s() - t0, 0.0) * 1000.0
+        self.rw_run.checkpoint(uri, step=step, started_at_ms=start_ms, duration_ms=dur,
+                               outcome=outcome, now_ms=start_ms + int(dur))
 
     def _flush_checkpoint(self, trainer: Any) -> None:
-        """Record the checkpoint saved since ``on_save_checkpoint``, once its file is written."""
+        """Record a save the strategy wrapper did not see, from what ``ModelCheckpoint`` reports.
+
+        A path counts as just saved if ``ModelCheckpoint`` changed it (or its
+        last saved step) since ``on_save_checkpoint``; no file times are
+        compared, so a file server's clock skew does not matter. The duration
+        then runs to this hook (an upper bound).
+        """
+        self._disarm()
         if self._pending is None:
             return
         step, t0, start_ms, before = self._pending
         self._pending = None
         cb = getattr(trainer, "checkpoint_callback", None)
-        names = ("_last_checkpoint_saved", "last_model_path", "best_model_path")
-        seen = [getattr(cb, n, None) for n in names] if cb is not None else []
-        newest: tuple[float, str] | None = None
-        for p in seen:
-            if not p or not isinstance(p, str):
-                continue
-            try:
-                mtime = os.stat(p).st_mtime
-            except OSError:
-                continue
-            if mtime >= t0 - 1.0 and (newest is None or mtime > newest[0]):
-                newest = (mtime, p)
-        if newest is None:
-            uri = next((p for p in seen if p and isinstance(p, str) and p != before), None)
-            self.rw_run.checkpoint(
-                uri or str(getattr(cb, "dirpath", "") or "lightning-checkpoint"),
-                step=step, started_at_ms=start_ms, outcome="unknown",
-            )
+        now = {n: getattr(cb, n, None) for n in before}
+        saved = [now[n] for n in _CKPT_ATTRS if n in now and now[n] != before[n]]
+        if now.get("_last_global_step_saved") != before.get("_last_global_step_saved"):
+            saved.insert(0, now.get("_last_checkpoint_saved"))
+        uri = next((p for p in saved if p and isinstance(p, str)), None)
+        if uri is None:
+            where = str(getattr(cb, "dirpath", "") or "lightning-checkpoint")
+            self._emit(where, step, t0, start_ms, "unknown")
             return
-        dur = max(newest[0] - t0, 0.0) * 1000.0
-        self.rw_run.checkpoint(newest[1], step=step, started_at_ms=start_ms, duration_ms=dur,
-                               now_ms=start_ms + int(dur))
+        self._emit(uri, step, t0, start_ms, _saved_outcome(uri))
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._flush_checkpoint(trainer)
@@ -179,6 +273,9 @@ class LightningLogic:
             self.rw_run.finish("succeeded")
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        self._flush_checkpoint(trainer)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._flush_checkpoint(trainer)
 
 

@@ -232,6 +232,8 @@ class Sink:
                 self.ended[str(row[_RUN])] = None
                 if len(self.ended) > ENDED_REMEMBERED:
                     self.ended.popitem(last=False)
+            elif table == "job_events":
+                self.ended.pop(str(row[_RUN]), None)  # retried under the same run id
             if marks is not None and off <= marks.get(table, -1):
                 self.counts["skipped"] += 1
                 continue

@@ -19,7 +19,13 @@ def default_topics() -> tuple[str, ...]:
 
 
 class SinkSettings(BaseSettings):
-    """How the sink consumes and batches."""
+    """How the sink consumes and batches.
+
+    ``summary_sweep_s`` (0: off): how often the sink rewrites the summaries of
+    every run whose terminal job event is at most ``summary_window_s`` old, so
+    rows that reach the store after a run's end (other topics and partitions lag
+    behind it, or another sink process stored them) are counted.
+    """
 
     model_config = SettingsConfigDict(env_prefix="RUNWATCH_SINK_", extra="ignore")
 
@@ -35,6 +41,8 @@ class SinkSettings(BaseSettings):
     idle_util_pct: float = 5.0
     schema_dir: Path | None = None
     summary_sql: Path | None = None
+    summary_sweep_s: float = 60.0
+    summary_window_s: float = 900.0
 
     def topic_list(self) -> tuple[str, ...]:
         """Return the topics to consume (configured, else the rw.* defaults)."""

@@ -27,6 +27,8 @@ from runwatch.core.rows import COLUMNS, Origin, dead_letter_row
 from runwatch.sink.batch import FlushBatch
 from runwatch.sink.settings import SinkSettings
 
+SUMMARY_CHUNK = 1_000  # runs per run-summary statement
+
 logger = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], int]
@@ -72,7 +74,9 @@ class Writer:
         self._idle = threading.Condition()
         self._busy = 0
         self.error: BaseException | None = None
-        self.stats = {"rows": 0, "dead_letters": 0, "batches": 0}
+        self.stats = {"rows": 0, "dead_letters": 0, "batches": 0, "sweeps": 0,
+                      "summary_errors": 0}
+        self._swept = time.monotonic()  # the first sweep comes one interval after the start
         self._thread = threading.Thread(target=self._loop, name="runwatch-sink-writer", daemon=True)
         self._thread.start()
 
@@ -129,23 +133,43 @@ class Writer:
     # ------------------------------------------------------------ writer thread
     def _loop(self) -> None:
         while True:
-            batch = self._queue.get()
+            try:
+                batch = self._queue.get(timeout=self._until_sweep())
+            except queue.Empty:  # no batch for a while: the sweep still runs on time
+                self._guarded(self._sweep, "summary sweep")
+                continue
             if batch is None:
                 return
             try:
-                if self.error is None:
-                    self._write(batch)
-                    self._done.put(batch.offsets)
-                    self.stats["batches"] += 1
-            except WriterStopped:
-                self.error = self.error or WriterStopped("stopped during a ClickHouse outage")
-            except BaseException as exc:  # noqa: BLE001 - reported to the consuming thread
-                logger.exception("sink writer failed on batch %d", batch.seq)
-                self.error = exc
+                self._guarded(functools.partial(self._write_one, batch), f"batch {batch.seq}")
             finally:
                 with self._idle:
                     self._busy -= 1
                     self._idle.notify_all()
+
+    def _write_one(self, batch: FlushBatch) -> None:
+        self._write(batch)
+        self._done.put(batch.offsets)
+        self.stats["batches"] += 1
+
+    def _guarded(self, work: Callable[[], None], what: str) -> None:
+        """Run ``work`` unless the writer failed; a failure is kept for the consuming thread."""
+        if self.error is not None:
+            return
+        try:
+            work()
+        except WriterStopped:
+            self.error = self.error or WriterStopped("stopped during a ClickHouse outage")
+        except BaseException as exc:  # noqa: BLE001 - reported to the consuming thread
+            logger.exception("sink writer failed on %s", what)
+            self.error = exc
+
+    def _until_sweep(self) -> float | None:
+        """Seconds until the next summary sweep is due (None: sweeps are off)."""
+        every = self.settings.summary_sweep_s
+        if every <= 0:
+            return None
+        return max(0.05, self._swept + every - time.monotonic())
 
     def _client_now(self) -> Any:
         if self._client is None:
@@ -183,15 +207,62 @@ class Writer:
         if len(dead):
             self._insert("dead_letters", dead, batch, None)
         if batch.ended_runs:
-            runs = sorted(batch.ended_runs)
-            self._with_retry(
-                "run summaries",
-                lambda: ch.command(
+            self._summaries(sorted(batch.ended_runs))
+        self._sweep()
+
+    def _summaries(self, runs: list[str]) -> None:
+        """Rewrite the summaries of ``runs`` (idempotent: ReplacingMergeTree).
+
+        A statement ClickHouse refuses is logged and counted, not fatal: the rows
+        are stored, and summaries can be rewritten from them at any time.
+        """
+        for i in range(0, len(runs), SUMMARY_CHUNK):
+            chunk = runs[i : i + SUMMARY_CHUNK]
+            try:
+                self._with_retry("run summaries", functools.partial(self._summary_once, chunk))
+            except ch.ClickHouseRejected as exc:
+                self.stats["summary_errors"] += 1
+                logger.error(
+                    "ClickHouse refused the run-summary statement for %d runs (their rows are "
+                    "stored, their summaries are not): %s",
+                    len(chunk),
+                    exc,
+                )
+
+    def _summary_once(self, runs: list[str]) -> None:
+        ch.command(
+            self._client_now(),
+            self.summary_sql,
+            parameters={"runs": runs, "idle_pct": self.settings.idle_util_pct},
+        )
+
+    def _sweep(self) -> None:
+        """Every ``summary_sweep_s``, rewrite the summaries of recently ended runs."""
+        every = self.settings.summary_sweep_s
+        if every <= 0 or time.monotonic() - self._swept < every:
+            return
+        self._swept = time.monotonic()
+        try:
+            rows = self._with_retry(
+                "finding ended runs",
+                lambda: ch.query_rows(
                     self._client_now(),
-                    self.summary_sql,
-                    parameters={"runs": runs, "idle_pct": self.settings.idle_util_pct},
+                    f"SELECT DISTINCT toString(run_id) FROM {self.db}.job_events "  # noqa: S608
+                    "WHERE state IN ('succeeded', 'failed', 'cancelled') "
+                    "AND ts >= now64(3) - toIntervalMillisecond(%(window_ms)s)",
+                    {"window_ms": int(self.settings.summary_window_s * 1000)},
                 ),
             )
+        except ch.ClickHouseRejected as exc:
+            self.stats["summary_errors"] += 1
+            logger.error("ClickHouse refused the summary sweep's query: %s", exc)
+            return
+        runs = sorted(str(r[0]) for r in rows)
+        if runs:
+            logger.debug("summary sweep: %d runs ended in the last %.0f s", len(runs),
+                         self.settings.summary_window_s)
+            self._summaries(runs)
+        self.stats["sweeps"] += 1
 
     def _insert_once(self, table: str, cols: TableColumns, token: str) -> None:
         ch.insert_rows(

@@ -24,6 +24,7 @@ from runwatch.core.codec.crc64 import fingerprint_bytes
 from runwatch.core.codec.errors import DecodeError, EncodeError
 from runwatch.core.codec.fast import AVAILABLE as FAST_AVAILABLE
 from runwatch.core.codec.fast import FastBodies
+from runwatch.core.codec.ranges import Check, OutOfRange, range_checker
 from runwatch.core.codec.schemas import SchemaSet, SchemaVersion, load_schema_set
 from runwatch.core.records import RECORD_TYPES
 
@@ -33,6 +34,9 @@ MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
 REGISTRY_MAGIC = 0
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+_Writer = tuple[bytes, Any, "Check | None", str]
+"""How to encode one record: header, parsed schema, int range check, Avro full name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,17 @@ def decode_each(decode: Callable[[bytes], T], items: Sequence[bytes]) -> list[T 
             out.append(err)
     return out
 
+
+def _check_encode(name: str, check: Check, datum: Any) -> None:
+    try:
+        check(datum)
+    except OutOfRange as exc:
+        msg = f"cannot encode {name}: {exc}"
+        raise EncodeError(msg) from None
+    except (TypeError, KeyError, AttributeError):
+        return  # a value of the wrong type: fastavro's writer refuses it with its own error
+
+
 class Codec:
     """Encode and decode runwatch records in Avro single-object encoding."""
 
@@ -101,8 +116,10 @@ class Codec:
         types = dict(RECORD_TYPES if types is None else types)
         self.schemas = schemas
         self.max_record_bytes = max_record_bytes
-        self._writers: dict[str, tuple[bytes, Any]] = {}
-        self._by_class: dict[type[Any], tuple[bytes, Any]] = {}
+        self._writers: dict[str, _Writer] = {}
+        self._by_class: dict[type[Any], _Writer] = {}
+        self._checks: dict[str, Check | None] = {}  # name -> int range check (current schema)
+        self._full_checks: dict[str, Check | None] = {}  # int and long, for error messages
         self._entries: dict[bytes, WriterEntry] = {}
         self._fast = FastBodies() if fast and FAST_AVAILABLE else None
         for name, cur in schemas.current.items():
@@ -110,9 +127,11 @@ class Codec:
             if cls is None:
                 msg = f"no record class for schema {name}"
                 raise ValueError(msg)
-            pair = (MAGIC + cur.fingerprint, cur.parsed)
-            self._writers[name] = pair
-            self._by_class[cls] = pair
+            self._checks[name] = range_checker(cur.parsed)
+            check = range_checker(cur.parsed, tolerant=True)
+            writer = (MAGIC + cur.fingerprint, cur.parsed, check, name)
+            self._writers[name] = writer
+            self._by_class[cls] = writer
             for sv in schemas.versions(name):
                 self._entries[sv.fingerprint] = WriterEntry(
                     name=name,
@@ -133,14 +152,16 @@ class Codec:
             The single-object encoding.
 
         Raises:
-            EncodeError: The type is unknown or a field does not fit its schema.
+            EncodeError: The type is unknown or a field does not fit its schema
+                (an ``int`` outside the signed 32-bit range, a ``long``
+                outside 64 bits included).
 
         """
-        pair = self._by_class.get(type(record))
-        if pair is None:
+        writer = self._by_class.get(type(record))
+        if writer is None:
             msg = f"no schema for {type(record).__name__}"
             raise EncodeError(msg)
-        return self._write(pair, record.to_dict())
+        return self._write(writer, record.to_dict())
 
     def encode_dict(self, name: str, datum: Mapping[str, Any]) -> bytes:
         """Encode a plain dict as the current version of record ``name``.
@@ -156,11 +177,11 @@ class Codec:
             EncodeError: Unknown name or a field does not fit its schema.
 
         """
-        pair = self._writers.get(name)
-        if pair is None:
+        writer = self._writers.get(name)
+        if writer is None:
             msg = f"unknown record name {name!r}"
             raise EncodeError(msg)
-        return self._write(pair, datum)
+        return self._write(writer, datum)
 
     def encode_many(self, records: Iterable[Any]) -> list[bytes]:
         """Encode a batch of records.
@@ -179,30 +200,77 @@ class Codec:
         buf = io.BytesIO()
         out: list[bytes] = []
         for record in records:
-            pair = by_class.get(type(record))
-            if pair is None:
+            writer = by_class.get(type(record))
+            if writer is None:
                 msg = f"no schema for {type(record).__name__}"
                 raise EncodeError(msg)
+            header, parsed, check, name = writer
+            datum = record.to_dict()
+            if check is not None:
+                _check_encode(name, check, datum)
             buf.seek(0)
             buf.truncate()
-            buf.write(pair[0])
+            buf.write(header)
             try:
-                schemaless_writer(buf, pair[1], record.to_dict())
+                schemaless_writer(buf, parsed, datum)
             except Exception as exc:
-                msg = f"cannot encode {type(record).__name__}: {exc!r}"
-                raise EncodeError(msg) from exc
+                raise self._encode_error(name, datum, exc) from exc
             out.append(buf.getvalue())
         return out
 
-    def _write(self, pair: tuple[bytes, Any], datum: Mapping[str, Any]) -> bytes:
+    def check_ranges(self, name: str, datum: Mapping[str, Any]) -> None:
+        """Refuse ``int``/``long`` values outside their Avro range (for other encoders).
+
+        The codec's own encoders call this; an encoder that writes bodies
+        itself (e.g. with registry framing) should call it before writing.
+
+        Args:
+            name: Avro full name of a current record.
+            datum: The record as fastavro writes it (nested records as dicts).
+
+        Raises:
+            EncodeError: Unknown name, an ``int`` outside the signed 32-bit
+                range or a ``long`` outside 64 bits.
+
+        """
+        if name not in self._checks:
+            msg = f"unknown record name {name!r}"
+            raise EncodeError(msg)
+        full = self._full_check(name)
+        if full is not None:
+            _check_encode(name, full, datum)
+
+    def _write(self, writer: _Writer, datum: Mapping[str, Any]) -> bytes:
+        header, parsed, check, name = writer
+        if check is not None:
+            _check_encode(name, check, datum)
         buf = io.BytesIO()
-        buf.write(pair[0])
+        buf.write(header)
         try:
-            schemaless_writer(buf, pair[1], datum)
+            schemaless_writer(buf, parsed, datum)
         except Exception as exc:
-            msg = f"cannot encode {pair[1].get('name')}: {exc!r}"
-            raise EncodeError(msg) from exc
+            raise self._encode_error(name, datum, exc) from exc
         return buf.getvalue()
+
+    def _full_check(self, name: str) -> Check | None:
+        if name not in self._full_checks:
+            parsed = self.schemas.current[name].parsed
+            self._full_checks[name] = range_checker(parsed, longs=True, tolerant=True)
+        return self._full_checks[name]
+
+    def _encode_error(self, name: str, datum: Any, exc: Exception) -> EncodeError:
+        """Explain a writer failure; a value out of range is named by its field."""
+        full = self._full_check(name)
+        try:
+            if full is not None:
+                full(datum)
+        except OutOfRange as bad:
+            msg = f"cannot encode {name}: {bad}"
+            return EncodeError(msg)
+        except Exception:  # noqa: BLE001, S110 - the writer's own error explains it
+            pass
+        msg = f"cannot encode {name}: {exc!r}"
+        return EncodeError(msg[:500])
 
     # ----------------------------------------------------------------- decode
     def entry_for(self, data: bytes) -> WriterEntry:
@@ -257,13 +325,27 @@ class Codec:
             The record as a dict in the reader (current) schema.
 
         Raises:
-            DecodeError: The body is malformed, truncated or has trailing bytes.
+            DecodeError: The body is malformed, truncated or has trailing bytes,
+                or an ``int`` field holds a value outside the signed 32-bit
+                range (checked the same way after either reader).
 
         """
+        datum: Any = None
         if entry.reader is None and self._fast is not None:
-            fast = self._fast.decode(entry.name, entry.writer, data, offset)
-            if fast is not None:
-                return fast
+            datum = self._fast.decode(entry.name, entry.writer, data, offset)
+        if datum is None:
+            datum = self._read(entry, data, offset)
+        check = self._checks.get(entry.name)
+        if check is not None:
+            try:
+                check(datum)
+            except OutOfRange as exc:
+                msg = f"{entry.name}: {exc}"
+                raise DecodeError(msg) from None
+        return datum  # type: ignore[no-any-return]
+
+    def _read(self, entry: WriterEntry, data: bytes, offset: int) -> dict[str, Any]:
+        """Decode a body with fastavro (the authority); see :meth:`decode_body`."""
         buf = io.BytesIO(data)
         buf.seek(offset)
         try:

@@ -16,6 +16,11 @@ fixed(8)}`` with a per-process random end mark of 8 distinct bytes appended.
 The mark reads back intact only when the payload ends exactly where the body
 ends: trailing bytes shift it (a shifted copy of 8 distinct bytes never equals
 itself), a truncated body eats into it or runs out of input.
+
+32-bit ints: cavro wraps an ``int`` varint outside 32 bits (as Java does)
+where fastavro returns it whole, so the frame reads every ``int`` as ``long``
+(the same zig-zag varint) and both paths hand the codec the same full value
+for its range check (:mod:`runwatch.core.codec.ranges`), which dead-letters it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import logging
 import secrets
 from typing import Any
+
+from runwatch.core.codec.ranges import widen_ints
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +68,7 @@ class FastBodies:
             "type": "record",
             "name": "runwatch.codec.Frame",
             "fields": [
-                {"name": "payload", "type": plain(writer)},
+                {"name": "payload", "type": widen_ints(plain(writer))},
                 {"name": "end", "type": {"type": "fixed", "name": "runwatch.codec.End",
                                          "size": 8}},
             ],
