@@ -97,12 +97,17 @@ def part_agent(all_msgs: list[tuple[str, Any, bytes]]) -> dict[str, Any]:
         ready = Path(d) / "ready"
         env = dict(os.environ, RUNWATCH_RUN_ID="gpu-check-load")
         child = subprocess.Popen([sys.executable, "-c", LOAD, str(ready), "12"], env=env)
-        t0 = time.time()
-        while not ready.exists() and child.poll() is None and time.time() - t0 < 120:
-            time.sleep(0.2)
-        pid = int(ready.read_text()) if ready.exists() else -1
-        busy = ticks(agent, 6)
-        child.wait(timeout=60)
+        try:
+            t0 = time.time()
+            while not ready.exists() and child.poll() is None and time.time() - t0 < 120:
+                time.sleep(0.2)
+            pid = int(ready.read_text()) if ready.exists() else -1
+            busy = ticks(agent, 6)
+            child.wait(timeout=60)
+        finally:
+            if child.poll() is None:  # never leave the GPU load running
+                child.kill()
+                child.wait()
     after = ticks(agent, 2)
     nv.close()
     all_msgs.extend(t.messages)

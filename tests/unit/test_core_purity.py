@@ -80,7 +80,7 @@ def test_core_module_is_pure(path: Path) -> None:
         ("from runwatch.adapters.kafka import Transport", True),
     ],
 )
-def test_checker_detects_forbiddenimported_modules(source: str, expected_bad: bool) -> None:
+def test_checker_detects_forbidden_imported_modules(source: str, expected_bad: bool) -> None:
     names = imported_modules(ast.parse(source))
     bad = [n for n in names if any(n == f or n.startswith(f + ".") for f in FORBIDDEN)]
     assert bool(bad) is expected_bad

@@ -84,7 +84,13 @@ class FastDrainConsumer(AIOKafkaConsumer):  # type: ignore[misc]  # faust is unt
     """faust's aiokafka consumer whose fetch loop delivers messages inline."""
 
     async def _deliver(self, callback: Callable[[Any], Any], message: Any) -> None:
-        """Hand one message to the conductor: inline, or under ``wait_first`` if it waits."""
+        """Hand one message to the conductor: inline, or under ``wait_first`` if it waits.
+
+        A delivery that waits starts in this (the fetch loop's) task and ends in
+        the one ``wait_first`` makes, so the callback must not keep
+        ``asyncio.current_task()`` across an await (``asyncio.timeout`` does);
+        faust 0.15.3's conductor and streams do not.
+        """
         if self.suspend_flow.is_set():
             await self.wait_first(callback(message), self.suspend_flow.wait())
             return
