@@ -24,20 +24,19 @@ from runwatch.sink.synth import mixed_events
 pytestmark = pytest.mark.integration
 
 
+def start_pool(stack, own_store, sink_topics, db: str, **settings):
+    """Two sink processes on the test topics and database, run in a thread.
 
-
-def test_two_processes_exact_then_a_killed_child_fails_the_pool(stack, own_store, sink_topics):
-    db = f"pool_{uuid.uuid4().hex[:8]}"
-    client = migrate(own_store.url, db)
-    events = mixed_events(3, 6, 300, int(time.time() * 1000) - 3_600_000)
-    publish(stack.bootstrap_servers, sink_topics, events)
-    expected = expected_counts(events)
+    Returns:
+        (pool, stop event, runner thread, list that receives ``pool.run``'s result).
+    """
     pool = SinkPool(
         2,
         SinkSettings(
             group_id=f"pool-{uuid.uuid4().hex[:6]}",
             topics=tuple(sink_topics.values()),
             batch_ms=300,
+            **settings,
         ),
         KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
         ClickHouseSettings(url=own_store.url, database=db),
@@ -47,6 +46,25 @@ def test_two_processes_exact_then_a_killed_child_fails_the_pool(stack, own_store
     result: list[int] = []
     runner = threading.Thread(target=lambda: result.append(pool.run(stop)))
     runner.start()
+    return pool, stop, runner, result
+
+
+def stop_pool(pool, stop, runner) -> None:
+    """Stop the pool's thread; kill any child still running after a minute."""
+    stop.set()
+    runner.join(60)
+    for child in pool.children:
+        if child.exitcode is None:
+            child.kill()
+
+
+def test_two_processes_exact_then_a_killed_child_fails_the_pool(stack, own_store, sink_topics):
+    db = f"pool_{uuid.uuid4().hex[:8]}"
+    client = migrate(own_store.url, db)
+    events = mixed_events(3, 6, 300, int(time.time() * 1000) - 3_600_000)
+    publish(stack.bootstrap_servers, sink_topics, events)
+    expected = expected_counts(events)
+    pool, stop, runner, result = start_pool(stack, own_store, sink_topics, db)
     try:
         deadline = time.monotonic() + 40
         while table_counts(client, db, list(expected)) != dict(expected):
@@ -65,11 +83,7 @@ def test_two_processes_exact_then_a_killed_child_fails_the_pool(stack, own_store
         assert pool.children[0].exitcode == 0  # the survivor was stopped cleanly
         assert table_counts(client, db, list(expected)) == dict(expected)
     finally:
-        stop.set()
-        runner.join(60)
-        for child in pool.children:
-            if child.exitcode is None:
-                child.kill()
+        stop_pool(pool, stop, runner)
 
 
 def _gpu_hours(client, db: str) -> dict[str, float]:
@@ -99,23 +113,11 @@ def test_late_gpu_rows_stored_by_another_process_reach_the_summary(
         late_of.setdefault(events[i].key, []).append(i)
     late = {i for idx in late_of.values() for i in idx[-20:]}
     early = [e for i, e in enumerate(events) if i not in late]
-    pool = SinkPool(
-        2,
-        SinkSettings(
-            group_id=f"pool-{uuid.uuid4().hex[:6]}",
-            topics=tuple(sink_topics.values()),
-            batch_ms=300,
-            summary_sweep_s=1.0,
-            summary_window_s=7_200.0,  # the synthetic runs ended about an hour ago
-        ),
-        KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
-        ClickHouseSettings(url=own_store.url, database=db),
-        stop_timeout_s=30,
+    pool, stop, runner, result = start_pool(
+        stack, own_store, sink_topics, db,
+        summary_sweep_s=1.0,
+        summary_window_s=7_200.0,  # the synthetic runs ended about an hour ago
     )
-    stop = threading.Event()
-    result: list[int] = []
-    runner = threading.Thread(target=lambda: result.append(pool.run(stop)))
-    runner.start()
     try:
         publish(stack.bootstrap_servers, sink_topics, early)
         want = expected_counts(early)
@@ -143,9 +145,5 @@ def test_late_gpu_rows_stored_by_another_process_reach_the_summary(
             assert time.monotonic() < deadline, (before, after)
             time.sleep(0.5)
     finally:
-        stop.set()
-        runner.join(60)
-        for child in pool.children:
-            if child.exitcode is None:
-                child.kill()
+        stop_pool(pool, stop, runner)
     assert result == [0]
