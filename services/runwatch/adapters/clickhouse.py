@@ -9,7 +9,8 @@ client serializer refused the data: split the batch, dead-letter the bad rows).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -117,6 +118,24 @@ def _classify(exc: Exception) -> Exception:
     return ClickHouseRejected(f"{type(exc).__name__}: {text}")
 
 
+@contextmanager
+def _classified(what: str, refused: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Turn the driver's errors into :class:`ClickHouseUnavailable` or :class:`ClickHouseRejected`.
+
+    Args:
+        what: The operation, for the message of a failed connection.
+        refused: More exception types that :func:`_classify` judges (they mean refused).
+    """
+    judged: tuple[type[Exception], ...] = (ClickHouseError, *refused)
+    try:
+        yield
+    except judged as exc:
+        raise _classify(exc) from exc
+    except OSError as exc:
+        msg = f"{what} failed: {exc}"
+        raise ClickHouseUnavailable(msg) from exc
+
+
 def insert_rows(
     client: Client,
     table: str,
@@ -145,7 +164,9 @@ def insert_rows(
     query_settings: dict[str, Any] = dict(settings or {})
     if dedup_token:
         query_settings["insert_deduplication_token"] = dedup_token
-    try:
+    # the driver raises these for values it cannot serialize: refused, like ClickHouse's own
+    with _classified(f"insert into {table}", (TypeError, ValueError, OverflowError,
+                                              AttributeError)):
         client.insert(
             table,
             rows,
@@ -153,11 +174,6 @@ def insert_rows(
             settings=query_settings,
             column_oriented=column_oriented,
         )
-    except (ClickHouseError, TypeError, ValueError, OverflowError, AttributeError) as exc:
-        raise _classify(exc) from exc
-    except OSError as exc:
-        msg = f"insert into {table} failed: {exc}"
-        raise ClickHouseUnavailable(msg) from exc
 
 
 def command(client: Client, sql: str, parameters: dict[str, Any] | None = None) -> Any:
@@ -175,13 +191,8 @@ def command(client: Client, sql: str, parameters: dict[str, Any] | None = None) 
         ClickHouseUnavailable: Retry later (a connection reset or refused counts).
         ClickHouseRejected: ClickHouse refused the statement (message from ClickHouse).
     """
-    try:
+    with _classified("statement"):
         return client.command(sql, parameters=parameters)
-    except ClickHouseError as exc:
-        raise _classify(exc) from exc
-    except OSError as exc:
-        msg = f"statement failed: {exc}"
-        raise ClickHouseUnavailable(msg) from exc
 
 
 def query_rows(
@@ -201,13 +212,8 @@ def query_rows(
         ClickHouseUnavailable: Retry later (a connection reset or refused counts).
         ClickHouseRejected: ClickHouse refused the query (message from ClickHouse).
     """
-    try:
+    with _classified("query"):
         return [tuple(r) for r in client.query(sql, parameters=parameters).result_rows]
-    except ClickHouseError as exc:
-        raise _classify(exc) from exc
-    except OSError as exc:
-        msg = f"query failed: {exc}"
-        raise ClickHouseUnavailable(msg) from exc
 
 
 def read_watermarks(client: Client, db: str) -> dict[tuple[str, str, int], int]:
