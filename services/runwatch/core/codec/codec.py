@@ -204,17 +204,9 @@ class Codec:
             if writer is None:
                 msg = f"no schema for {type(record).__name__}"
                 raise EncodeError(msg)
-            header, parsed, check, name = writer
-            datum = record.to_dict()
-            if check is not None:
-                _check_encode(name, check, datum)
             buf.seek(0)
             buf.truncate()
-            buf.write(header)
-            try:
-                schemaless_writer(buf, parsed, datum)
-            except Exception as exc:
-                raise self._encode_error(name, datum, exc) from exc
+            self._write_to(buf, writer, record.to_dict())
             out.append(buf.getvalue())
         return out
 
@@ -241,16 +233,20 @@ class Codec:
             _check_encode(name, full, datum)
 
     def _write(self, writer: _Writer, datum: Mapping[str, Any]) -> bytes:
+        buf = io.BytesIO()
+        self._write_to(buf, writer, datum)
+        return buf.getvalue()
+
+    def _write_to(self, buf: io.BytesIO, writer: _Writer, datum: Mapping[str, Any]) -> None:
+        """Check ``datum``'s int ranges, then write the header and body to ``buf``."""
         header, parsed, check, name = writer
         if check is not None:
             _check_encode(name, check, datum)
-        buf = io.BytesIO()
         buf.write(header)
         try:
             schemaless_writer(buf, parsed, datum)
         except Exception as exc:
             raise self._encode_error(name, datum, exc) from exc
-        return buf.getvalue()
 
     def _full_check(self, name: str) -> Check | None:
         if name not in self._full_checks:
