@@ -1,6 +1,6 @@
 import pytest
 
-from runwatch.core.cause import classify, in_window
+from runwatch.core.cause import classify, explains, in_window, symptom_kind
 from runwatch.core.rules import Finding
 
 T = 1_000_000
@@ -60,3 +60,55 @@ def test_confidence_is_share_of_weight() -> None:
 def test_in_window_sorts_and_filters() -> None:
     ev = [f("data", T - 5), f("data", T - 100_000), f("data", T - 50)]
     assert [e.at_ms for e in in_window(ev, T, 60_000)] == [T - 50, T - 5]
+
+
+def rule(name: str, signal: str, indicator: str, at: int = T - 10) -> Finding:
+    return Finding(f"rule:{name}", indicator, signal, "critical", 0.0, 1.0, 1.0, at, name)
+
+
+NAN = rule("non_finite", "learning", "loss", T)
+STALL = rule("stalled", "execution", "step_gap_ms", T)
+IMAGE = rule("image_allow_list", "artifact", "image")
+
+
+@pytest.mark.parametrize(
+    ("symptom", "evidence", "cause"),
+    [
+        # an image-policy finding cannot cause a numerical or learning symptom
+        (NAN, [IMAGE], "learning"),
+        (NAN, [rule("image_missing", "artifact", "image")], "learning"),
+        (DECLINE, [IMAGE, rule("failed_gate", "artifact", "gate")], "learning"),
+        # a monitoring gap is not a fault in the data
+        (DECLINE, [rule("missing_data_report", "data", "data_report")], "learning"),
+        # data can: bad or shifted values reach the model
+        (NAN, [IMAGE, f("data", T - 10, "label_balance", 0.3)], "data"),
+        (NAN, [rule("zero_rows", "data", "rows")], "data"),
+        # a corrupt checkpoint the run resumed from can
+        (NAN, [rule("checkpoint_checksum", "artifact", "checkpoint")], "artifact"),
+        (NAN, [rule("gpu_ecc", "infrastructure", "ecc_uncorrected")], "infrastructure"),
+        (NAN, [f("execution", T - 10, "restart_count")], "execution"),
+        # slowness explains slowness, not numerics
+        (NAN, [f("execution", T - 10, "loader_share", 1.0)], "learning"),
+        (NAN, [f("infrastructure", T - 10, "throttle_reasons", 1.0)], "learning"),
+        (STALL, [f("execution", T - 10, "loader_share")], "execution"),
+        (STALL, [rule("gpu_xid", "infrastructure", "xid")], "infrastructure"),
+        (STALL, [IMAGE], "execution"),
+        (STALL, [], "execution"),
+    ],
+)
+def test_cause_weighs_only_plausible_evidence(symptom, evidence, cause) -> None:
+    verdict = classify(symptom, evidence, window_ms=60_000)
+    assert verdict.cause == cause
+    assert verdict.evidence[-1] is symptom
+    if cause not in ("learning", symptom.signal):
+        assert all(e.signal == cause for e in verdict.evidence[:-1])
+    assert IMAGE not in verdict.evidence
+
+
+def test_plausibility_map_defaults_by_class() -> None:
+    assert explains(f("data", T, "null_rate")) == {"numerics", "learning"}
+    assert explains(f("infrastructure", T, "gpu_temperature")) == {"throughput"}
+    assert explains(f("artifact", T, "registry_status")) == frozenset()
+    assert explains(IMAGE) == frozenset()
+    assert symptom_kind(NAN) == "numerics" and symptom_kind(DECLINE) == "learning"
+    assert symptom_kind(IMAGE) is None

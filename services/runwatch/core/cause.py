@@ -1,12 +1,54 @@
 """Probable cause from the evidence correlated within a window.
 
-A symptom in the learning signal (validation decline, rising loss, NaN) says
-that something is wrong, rarely why. The classifier looks at every other
-finding about the same run inside a correlation window and names the signal
-class that explains it: a label-balance shift points at data; a smaller
-effective batch with worker restarts points at execution; an XID points at
-infrastructure. A finding that is itself in a causal class (a checksum
-mismatch, a missing data report) is its own cause.
+A symptom in the learning signal (validation decline, rising loss, NaN) or in
+throughput says that something is wrong, rarely why. The classifier looks at
+every other finding about the same run inside a correlation window, keeps
+only the findings that can plausibly cause that kind of symptom (the
+plausibility map below), and names the signal class with the most weight: a
+label-balance shift points at data; a smaller effective batch with worker
+restarts points at execution; an XID points at infrastructure. A finding that
+is itself in a causal class (a checksum mismatch, a missing data report) is
+its own cause.
+
+The plausibility map
+--------------------
+Evidence is weighed by what its mechanism can do, not by its class alone.
+Symptoms come in three kinds (:func:`symptom_kind`):
+
+* ``numerics``: non-finite loss, gradient norm or values (``rule:non_finite``);
+* ``learning``: any other learning-signal finding (trends, validation decline,
+  gradient variance);
+* ``throughput``: the job going slower (throughput, stalls).
+
+Each piece of evidence explains a set of those kinds (:func:`explains`),
+looked up by its detector, then its indicator, then its signal class:
+
+============================================== ================================
+evidence                                       can explain
+============================================== ================================
+data findings (shift, drift, zero rows,        numerics, learning (bad or
+rejected samples, schema, nulls, ranges)       shifted values reach the model)
+``rule:missing_data_report``                   nothing (a reporting gap, not a
+                                               fault in the data)
+restarts, worker restarts, effective batch     numerics, learning, throughput
+                                               (resumed state, smaller batch)
+other execution findings                       learning, throughput
+loader share, checkpoint share, throughput,    throughput only
+stalls, queue delay (``queue_delay_ms``)
+GPU XID, uncorrected ECC                       numerics, learning, throughput
+                                               (corrupted values, lost work)
+other infrastructure findings (utilization,    throughput only
+occupancy, throttling, clocks, temperature,
+power, memory, interconnect)
+``rule:checkpoint_checksum``                   numerics, learning (a resumed
+                                               corrupt checkpoint)
+image policy (``rule:image_allow_list``,       nothing: policy findings say
+``rule:image_missing``), failed gates,         where a run stands, not what
+serialization, other artifact findings         happened to its computation
+============================================== ================================
+
+Symptoms outside the three kinds (data, artifact, infrastructure findings,
+execution findings that are mechanisms themselves) are their own cause.
 """
 
 from __future__ import annotations
@@ -21,6 +63,93 @@ Cause = Literal["data", "execution", "learning", "artifact", "infrastructure", "
 
 # Ties between causal classes go to the first in this order.
 PRIORITY: tuple[Cause, ...] = ("infrastructure", "data", "execution", "artifact")
+
+Effect = Literal["numerics", "learning", "throughput"]
+
+_NONE: frozenset[Effect] = frozenset()
+_ALL: frozenset[Effect] = frozenset(("numerics", "learning", "throughput"))
+_MODEL: frozenset[Effect] = frozenset(("numerics", "learning"))
+_SPEED: frozenset[Effect] = frozenset(("throughput",))
+
+#: Symptom indicators that are effects on speed rather than mechanisms.
+THROUGHPUT_SYMPTOMS = frozenset({"throughput", "step_gap_ms"})
+
+#: Detector or indicator → the symptom kinds that evidence can explain.
+EXPLAINS: dict[str, frozenset[Effect]] = {
+    # policy and reporting findings: they explain nothing but themselves
+    "rule:image_allow_list": _NONE,
+    "rule:image_missing": _NONE,
+    "rule:failed_gate": _NONE,
+    "rule:missing_data_report": _NONE,
+    "rule:checkpoint_serialization": _NONE,
+    "rule:queue_deadline": _NONE,
+    # artifact integrity: training resumed from a corrupt checkpoint
+    "rule:checkpoint_checksum": _MODEL,
+    # hardware faults
+    "rule:gpu_xid": _ALL,
+    "rule:gpu_ecc": _ALL,
+    "xid": _ALL,
+    "ecc_uncorrected": _ALL,
+    # restarts change the model's state and the batch
+    "indicator:restarts": _ALL,
+    "restart_count": _ALL,
+    "worker_restarts": _ALL,
+    "effective_batch_size": frozenset(("learning", "throughput")),
+    # slowness: the job goes slower, the model learns the same
+    "rule:stalled": _SPEED,
+    "loader_share": _SPEED,
+    "checkpoint_share": _SPEED,
+    "throughput": _SPEED,
+    "step_gap_ms": _SPEED,
+    "queue_delay_ms": _SPEED,
+}
+
+#: Default reach of evidence not named in :data:`EXPLAINS`, by signal class.
+EXPLAINS_BY_SIGNAL: dict[str, frozenset[Effect]] = {
+    "data": _MODEL,
+    "execution": frozenset(("learning", "throughput")),
+    "infrastructure": _SPEED,
+    "artifact": _NONE,
+    "learning": _NONE,
+}
+
+
+def symptom_kind(symptom: Finding) -> Effect | None:
+    """Return the kind of symptom a finding is, or None when it is its own cause.
+
+    Args:
+        symptom: The finding that raises an alert.
+
+    Returns:
+        ``numerics``, ``learning``, ``throughput`` or None.
+
+    """
+    if symptom.detector == "rule:non_finite":
+        return "numerics"
+    if symptom.signal == "learning":
+        return "learning"
+    if symptom.indicator in THROUGHPUT_SYMPTOMS:
+        return "throughput"
+    return None
+
+
+def explains(evidence: Finding) -> frozenset[Effect]:
+    """Return the symptom kinds a piece of evidence can plausibly cause.
+
+    Args:
+        evidence: A finding about the run.
+
+    Returns:
+        The kinds, from :data:`EXPLAINS` (detector first, then indicator) or
+        the signal class's default.
+
+    """
+    hit = EXPLAINS.get(evidence.detector)
+    if hit is None:
+        hit = EXPLAINS.get(evidence.indicator)
+    if hit is None:
+        hit = EXPLAINS_BY_SIGNAL.get(evidence.signal, _NONE)
+    return hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,23 +193,26 @@ def classify(symptom: Finding, evidence: Sequence[Finding], window_ms: int) -> V
         window_ms: Correlation window before the symptom.
 
     Returns:
-        The verdict. A symptom in a causal class is its own cause with
-        confidence 1; a learning symptom takes the causal class with the most
-        weight (score sum) in the window, else ``learning``.
+        The verdict. A symptom that is not an effect (:func:`symptom_kind`) is
+        its own cause with confidence 1. An effect takes the causal class with
+        the most weight (score sum) among the evidence in the window that can
+        plausibly cause it (:func:`explains`), else its own class (``learning``
+        for numerics and learning symptoms).
 
     """
     near = [f for f in in_window(evidence, symptom.at_ms, window_ms) if f is not symptom]
-    if symptom.signal != "learning":
+    kind = symptom_kind(symptom)
+    if kind is None:
         support = tuple(f for f in near if f.signal == symptom.signal) + (symptom,)
         return Verdict(symptom.signal, 1.0, support)
     weights: dict[Cause, float] = {c: 0.0 for c in PRIORITY}
-    for f in near:
-        if f.signal in weights:
-            weights[f.signal] += max(f.score, 0.05)
+    plausible = [f for f in near if f.signal in weights and kind in explains(f)]
+    for f in plausible:
+        weights[f.signal] += max(f.score, 0.05)
     total = sum(weights.values())
     if total <= 0:
-        learning = tuple(f for f in near if f.signal == "learning") + (symptom,)
-        return Verdict("learning", 1.0, learning)
+        own = tuple(f for f in near if f.signal == symptom.signal) + (symptom,)
+        return Verdict(symptom.signal, 1.0, own)
     best = max(PRIORITY, key=lambda c: (weights[c], -PRIORITY.index(c)))
-    support = tuple(f for f in near if f.signal == best) + (symptom,)
+    support = tuple(f for f in plausible if f.signal == best) + (symptom,)
     return Verdict(best, weights[best] / total, support)
