@@ -68,7 +68,9 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
     at = int(event.emitted_at_ms)
     # One watermark per record type: topics (and partitions) are consumed
     # independently, so only a stream's own order says whether it is late.
-    stream = event.AVRO_NAME
+    if isinstance(event, DataQualityReport) and report_seen(state, event):
+        return state, []  # the same report twice (redelivered, or forwarded again)
+    stream = _stream(event)
     mark = state.watermarks.get(stream, 0)
     if mark and at < mark - cfg.lateness_ms:
         state.late_count += 1
@@ -85,6 +87,29 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
         for held in take_pending(state):
             out.extend(step(state, held, now_ms, cfg, baseline=baseline)[1])
     return state, out
+
+
+def _stream(event: Any) -> str:
+    """Return the stream whose watermark an event is judged against.
+
+    One per record type, except data-quality reports: one per dataset reference
+    (``DataQualityReport|uri@version``). A run's datasets are reported by
+    different pipelines at their own pace, and the stored reports of each are
+    replayed when the run starts, oldest first per dataset but datasets in
+    any order.
+    """
+    if isinstance(event, DataQualityReport):
+        return f"{event.AVRO_NAME}|{report_ref(event)}"
+    return str(event.AVRO_NAME)
+
+
+REPORT_IDS = 32  # event ids kept per dataset of a run to drop a report folded twice
+
+
+def report_seen(state: RunState, e: DataQualityReport) -> bool:
+    """Return whether this run has folded this report (same event id) already."""
+    kept = state.reports.get(report_ref(e)) or {}
+    return e.event_id in kept.get("ids", ())
 
 
 def _dispatch(state: RunState, e: Any, at: int, now: int, cfg: RunConfig,
@@ -297,8 +322,10 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     ref = report_ref(e)
     prev = s.reports.get(ref)
     labels = dict(e.label_distribution)
+    ids = [*(prev or {}).get("ids", []), e.event_id][-REPORT_IDS:]
     s.reports[ref] = {"rows": e.row_count, "at_ms": at,
-                      "labels0": prev["labels0"] if prev else labels, "labels": labels}
+                      "labels0": prev["labels0"] if prev else labels, "labels": labels,
+                      "ids": ids}
     f = rules.zero_rows(ref, e.row_count, at)
     if f:
         out += emit(s, cfg, f, now, one_shot=True)

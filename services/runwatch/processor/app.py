@@ -65,6 +65,7 @@ RUN_TOPICS = ("rw.lineage", "rw.exec.job", "rw.learning", "rw.artifact",
               "rw.internal.node-by-run", "rw.internal.data-by-run")
 TICK = b"tick"
 NODE_BY_RUN = "rw.internal.node-by-run"
+DATA_BY_RUN = "rw.internal.data-by-run"
 TELEMETRY = (StepTiming, LearningStep, NodeAgg)
 """High-rate records whose state changes may wait for the next checkpoint (see ``Processor``)."""
 
@@ -412,7 +413,8 @@ class Processor:
             if isinstance(rec, str):
                 await self._dead(msg.topic, msg.partition, msg.offset, rec, event.value, event.key)
                 continue
-            if not rec.run_id:
+            run = self._run_of(msg.topic, event.key, rec)
+            if not run:
                 await self._dead(msg.topic, msg.partition, msg.offset,
                                  "run-keyed record without run_id", event.value, event.key)
                 continue
@@ -420,8 +422,19 @@ class Processor:
                 await self._index_job(rec, held)
             elif isinstance(rec, RunManifest):
                 await self._index_manifest(rec)
-            by_run.setdefault(rec.run_id.encode(), []).append((rec, event, event.value))
+            by_run.setdefault(run, []).append((rec, event, event.value))
         await self._flush(by_run)
+
+    def _run_of(self, topic: str, key: bytes | None, rec: Any) -> bytes:
+        """Return the run a record of a run-keyed topic is folded into (empty: none).
+
+        A data report re-keyed by the data agent belongs to the run it was
+        forwarded to, its message key: a dataset's report goes to every run
+        that reads the dataset, and most reports name no run at all.
+        """
+        if self._deployed(topic) == DATA_BY_RUN:
+            return bytes(key or b"")
+        return (rec.run_id or "").encode()
 
     async def _flush(self, by_run: dict[bytes, list[tuple[Any, Any, bytes]]]) -> None:
         now = now_ms()

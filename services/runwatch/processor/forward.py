@@ -220,7 +220,10 @@ def _index(p: Processor, uri: str) -> dict[str, list[str]]:
 
 
 async def manifest_ref_event(p: Processor, event: Any) -> None:
-    """Index a run under a dataset and send it the dataset's first and recent reports."""
+    """Index a run under a dataset and send it the dataset's first and recent reports.
+
+    A run already indexed under the reference got them then: nothing is resent.
+    """
     msg = event.message
     try:
         value = bytes(event.value) if isinstance(event.value, bytes | bytearray) else b""
@@ -229,14 +232,20 @@ async def manifest_ref_event(p: Processor, event: Any) -> None:
         await p._dead(msg.topic, msg.partition, msg.offset, str(exc), event.value, event.key)
         return
     index = _index(p, uri)
-    if rekey.add_run(index, ref, run_id):
-        p.dataset_index[uri.encode()] = json.dumps(index).encode()
+    if not rekey.add_run(index, ref, run_id):
+        return  # indexed already (a repeated manifest, or a report that named the run)
+    p.dataset_index[uri.encode()] = json.dumps(index).encode()
     for report in recent_reports(p, ref):
         await p._forward(p.data_by_run, run_id, report)
 
 
 async def data_event(p: Processor, event: Any) -> None:
-    """Remember a data report per dataset and forward it to the runs consuming it."""
+    """Remember a data report per dataset and forward it to the runs consuming it.
+
+    Each copy is keyed by the run it goes to (the runs agent folds it into
+    that run whatever the report's own ``run_id``): every run whose manifest
+    names the dataset gets it once, and so does the run the report names.
+    """
     msg = event.message
     rec = p._decode(msg.topic, event.value)
     if isinstance(rec, str) or not isinstance(rec, DataQualityReport):
@@ -244,15 +253,31 @@ async def data_event(p: Processor, event: Any) -> None:
         await p._dead(msg.topic, msg.partition, msg.offset, reason, event.value, event.key)
         return
     value = bytes(event.value)
-    ref = rekey.report_ref(rec).encode()
-    raw = p.dataset_reports.get(ref)
-    doc = json.loads(raw) if raw else {}
+    ref = rekey.report_ref(rec)
+    index = _index(p, rec.dataset_uri)
+    if rec.run_id and rec.run_id not in rekey.runs_for_report(index, rec):
+        # a report naming its run subscribes that run to the dataset, as its manifest
+        # would: it first gets the stored reports (older ones before this one)
+        for report in recent_reports(p, ref):
+            await p._forward(p.data_by_run, rec.run_id, report)
+        rekey.add_run(index, ref, rec.run_id)
+        p.dataset_index[rec.dataset_uri.encode()] = json.dumps(index).encode()
     b64 = base64.b64encode(value).decode()
+    remember_report(p, ref, b64)
+    if rec.dataset_version:  # for runs that declare the dataset unversioned (any version)
+        remember_report(p, rec.dataset_uri, b64)
+    for run_id in rekey.runs_for_report(index, rec):  # each run once, keyed by the run
+        await p._forward(p.data_by_run, run_id, value)
+
+
+def remember_report(p: Processor, ref: str, b64: str) -> None:
+    """Keep a report (base64) as the first and among the recent ones of a dataset reference."""
+    key = ref.encode()
+    raw = p.dataset_reports.get(key)
+    doc = json.loads(raw) if raw else {}
     doc.setdefault("first", b64)
     doc["recent"] = [*doc.get("recent", []), b64][-RECENT_MAX:]
-    p.dataset_reports[ref] = json.dumps(doc).encode()
-    for run_id in rekey.runs_for_report(_index(p, rec.dataset_uri), rec):
-        await p._forward(p.data_by_run, run_id, value)
+    p.dataset_reports[key] = json.dumps(doc).encode()
 
 
 def recent_reports(p: Processor, ref: str) -> list[bytes]:

@@ -1,0 +1,162 @@
+"""The processor's agents driven in memory: no broker, the exact code live traffic runs.
+
+Like Kafka Streams' ``TopologyTestDriver``: what producers publish (the SDK,
+``data.report``, ``emit`` or the agent, through a
+:class:`~runwatch.client.publisher.CaptureTransport`) is handed, in order, to
+the agent that reads its topic (``runs``, ``nodes`` or ``data``) of a real
+:class:`~runwatch.processor.app.Processor`; what the agents send to internal
+topics (``rw.internal.*``) is handed back to the agent that reads those, in
+the order it was sent; alerts and dead letters are decoded and kept. Tables
+are dicts. Only the transport is replaced: keys, partitions, decoding, the
+join, the rules and the alert lifecycle are the worker's own. The
+processor's clock is still the wall clock (as live); :meth:`MemoryProcessor.tick`
+runs the timer's rules at a given time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from faust.types import TP
+
+from runwatch.adapters.settings import KafkaSettings
+from runwatch.core.records import Alert, DeadLetter
+from runwatch.processor import forward
+from runwatch.processor.app import Processor
+from runwatch.processor.settings import ProcessorSettings
+
+NODE_TOPICS = ("rw.exec.node", forward.JOB_BY_NODE)
+DATA_TOPICS = ("rw.data", forward.MANIFEST_BY_DATASET)
+
+
+def _agent(topic: str) -> str:
+    return "nodes" if topic in NODE_TOPICS else "data" if topic in DATA_TOPICS else "runs"
+
+
+class _Message:
+    """What the agents read of a faust message (weak-referenceable, like faust's)."""
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.tp = TP(topic, partition)
+        self.refs = 1
+
+    def incref(self) -> None:
+        self.refs += 1
+
+
+class _Event:
+    """What the agents read of a faust event."""
+
+    def __init__(self, message: _Message, key: bytes | None, value: bytes) -> None:
+        self.message, self.key, self.value = message, key, value
+
+    def ack(self) -> bool:
+        self.message.refs -= 1
+        return self.message.refs <= 0
+
+
+class _Topic:
+    """An output topic: what is sent goes back on the driver's queue."""
+
+    def __init__(self, driver: MemoryProcessor, name: str) -> None:
+        self.driver, self.name = driver, name
+
+    async def send(self, key: bytes | None = None, value: bytes = b"",
+                   partition: int | None = None) -> None:
+        self.driver.sent(self.name, key, value, partition)
+
+
+class MemoryProcessor:
+    """One processor worker fed from memory (see the module docstring)."""
+
+    def __init__(self, settings: ProcessorSettings | None = None,
+                 data_dir: str | Path | None = None) -> None:
+        """Build the worker (no broker is contacted).
+
+        Args:
+            settings: Processor settings (default: the shipped defaults, with
+                every run state saved on every batch).
+            data_dir: faust's data directory (default: a fresh temporary one).
+        """
+        base = settings or ProcessorSettings(save_interval_s=0)
+        data = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="rwmem-"))
+        self.settings = base.model_copy(update={"data_dir": data, "topic_prefix": ""})
+        p = self.p = Processor(self.settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+        for name in ("runstate", "node_runs", "dataset_index", "dataset_reports", "baselines"):
+            setattr(p, name, {})
+        for attr in ("alerts_out", "dlq_out", "data_by_run", "node_by_run",
+                     "manifest_by_dataset", "job_by_node", "tick_out"):
+            setattr(p, attr, _Topic(self, self._name(getattr(p, attr))))
+        self.queue: deque[tuple[str, bytes | None, bytes, int | None]] = deque()
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.alerts: list[Alert] = []
+        self.dead: list[DeadLetter] = []
+        self.internal: list[tuple[str, bytes | None, bytes]] = []
+
+    @staticmethod
+    def _name(topic: Any) -> str:
+        names = topic.get_topic_name() if hasattr(topic, "get_topic_name") else str(topic)
+        return str(names)
+
+    def sent(self, topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
+        """Take what an agent sent: outputs are kept, internal topics go back on the queue."""
+        if topic == "rw.alerts":
+            self.alerts.append(self.p.codec.decode(value))
+        elif topic == "rw.dlq":
+            self.dead.append(self.p.codec.decode(value))
+        else:
+            self.internal.append((topic, key, value))
+            self.queue.append((topic, key, value, partition))
+
+    def feed(self, messages: Iterable[tuple[str, bytes | str | None, bytes]]) -> None:
+        """Hand published ``(topic, key, value)`` messages to the agents, then drain.
+
+        Args:
+            messages: As a :class:`~runwatch.client.publisher.CaptureTransport`
+                keeps them (topic names without prefix).
+        """
+        for topic, key, value in messages:
+            k = key.encode() if isinstance(key, str) else key
+            self.queue.append((topic, k, value, None))
+        asyncio.run(self._drain())
+
+    def tick(self, at_ms: int) -> None:
+        """Run the timer's rules on every partition at ``at_ms`` (or the wall clock, if later)."""
+        for part in range(self.settings.partitions):
+            self.queue.append((self.p.tick_topic, b"tick", str(at_ms).encode(), part))
+        asyncio.run(self._drain())
+
+    def _event(self, topic: str, key: bytes | None, value: bytes, part: int | None) -> _Event:
+        if part is None:
+            part = self.p._partition(key) if key else 0
+        slot = (topic, part)
+        off = self.offsets.get(slot, 0)
+        self.offsets[slot] = off + 1
+        return _Event(_Message(topic, part, off), key, value)
+
+    async def _drain(self) -> None:
+        """Deliver queued messages in order; consecutive ones of one agent form a batch."""
+        p = self.p
+        while self.queue:
+            agent = _agent(self.queue[0][0])
+            batch: list[_Event] = []
+            while self.queue and len(batch) < self.settings.batch_size:
+                if _agent(self.queue[0][0]) != agent:
+                    break
+                batch.append(self._event(*self.queue.popleft()))
+            if agent == "nodes":
+                await forward.node_batch(p, batch)
+            elif agent == "data":
+                for ev in batch:
+                    p.as_current(ev)
+                    await forward.dataset_event(p, ev)
+            else:
+                await p._run_batch(batch)
+                for ev in batch:
+                    ev.ack()

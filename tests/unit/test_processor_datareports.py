@@ -1,0 +1,137 @@
+"""Data-quality reports from the SDK reach their runs through the processor's own agents.
+
+Records are published the way users publish them (``runwatch.init``/``run.*``,
+``runwatch.client.data.report``, ``runwatch.client.emit``) to a capture
+transport and handed to a real processor worker driven in memory
+(:class:`~runwatch.processor.memory.MemoryProcessor`): the data agent's
+dataset join, the re-keyed ``rw.internal.data-by-run`` topic and the runs agent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+import runwatch
+from runwatch.client import data
+from runwatch.client.emit import emit_records
+from runwatch.client.publisher import CaptureTransport, Publisher
+from runwatch.core.records import Alert, DatasetRef
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
+
+DATA_WAIT_MS = ProcessorSettings().data_wait_ms
+HOLD_MS = ProcessorSettings().hold_ms
+
+
+def start(transport: CaptureTransport, run_id: str, *datasets: tuple[str, str],
+          clock_ms: int | None = None):
+    clock = None if clock_ms is None else (lambda: clock_ms)
+    return runwatch.init("fam", run_id=run_id, transport=transport, install_hooks=False,
+                         capture_lineage=False, clock=clock,
+                         datasets=[DatasetRef(uri=u, version=v) for u, v in datasets])
+
+
+def firing(m: MemoryProcessor) -> set[tuple[str, str, str]]:
+    return {(a.run_id, a.detector, a.probable_cause) for a in m.alerts
+            if isinstance(a, Alert) and a.status == "firing"}
+
+
+def publisher(transport: CaptureTransport) -> Publisher:
+    return Publisher(transport, kind="sdk")
+
+
+def forwarded(m: MemoryProcessor) -> Counter[str]:
+    return Counter((k or b"").decode() for t, k, _ in m.internal
+                   if t == "rw.internal.data-by-run")
+
+
+@pytest.mark.parametrize("own_run", [None, "A", "C"])
+def test_a_report_reaches_every_run_of_its_dataset_once(own_run: str | None, tmp_path) -> None:
+    t = CaptureTransport()
+    runs = [start(t, r, ("s3://shared", "v1")) for r in ("A", "B")]
+    others = [start(t, "C", ("s3://other", "v1"))]
+    data.report("s3://shared", "v1", None, {"x": []}, run_id=own_run, publisher=publisher(t),
+                baseline_directory=tmp_path)  # zero rows: rule:zero_rows for each run that gets it
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    want = {("A", "rule:zero_rows", "data"), ("B", "rule:zero_rows", "data")}
+    if own_run == "C":  # the report names its run: it reaches it too
+        want.add(("C", "rule:zero_rows", "data"))
+    assert firing(m) == want
+    assert m.dead == []
+    assert forwarded(m) == Counter({r: 1 for r, _, _ in want})  # one copy per run
+    for r in runs + others:
+        r.finish()
+
+
+@pytest.mark.parametrize("run_first", [True, False])
+def test_a_report_without_run_id_is_not_dead_lettered_whatever_the_order(run_first: bool,
+                                                                        tmp_path) -> None:
+    t = CaptureTransport()
+    pub = publisher(t)
+    if run_first:
+        start(t, "A", ("s3://d", "v1"))
+    data.report("s3://d", "v1", None, {"x": [1, 2, 3]}, publisher=pub,
+                baseline_directory=tmp_path)
+    if not run_first:
+        start(t, "A", ("s3://d", "v1"))
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    m.tick(int(time.time() * 1000) + DATA_WAIT_MS + 60_000)
+    assert m.dead == []
+    assert firing(m) == set()  # reported: no rule:missing_data_report
+
+
+def test_a_label_shift_makes_a_validation_decline_a_data_problem(tmp_path) -> None:
+    t = CaptureTransport()
+    pub = publisher(t)
+    wall = int(time.time() * 1000)
+    run = start(t, "A", ("s3://d", "v1"), clock_ms=wall)
+    labels = {"x": list(range(100))}
+    data.report("s3://d", "v1", "p=1", {**labels, "y": [0, 1] * 50}, label="y",
+                publisher=pub, baseline_directory=tmp_path)
+    data.report("s3://d", "v1", "p=2", {**labels, "y": [0] * 90 + [1] * 10}, label="y",
+                publisher=pub, baseline_directory=tmp_path)
+    later = wall + 600_000  # validations after the reports, within the correlation window
+    for i, acc in enumerate((0.90, 0.70, 0.60)):
+        run.validation(100 * (i + 1), {"val_acc": acc}, now_ms=later + i * 60_000)
+    run.finish()
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    assert ("A", "rule:validation_decline", "data") in firing(m)
+
+
+@pytest.mark.parametrize("older_first", [True, False])
+def test_stored_reports_of_two_datasets_replay_in_either_order(older_first: bool) -> None:
+    t = CaptureTransport()
+    wall = int(time.time() * 1000)
+    uris = ["s3://a", "s3://b"] if older_first else ["s3://b", "s3://a"]
+    res = emit_records(publisher(t), [
+        {"type": "data-quality", "dataset_uri": uri, "dataset_version": "v1",
+         "emitted_at_ms": at, "window_start_ms": at, "window_end_ms": at, "row_count": 10,
+         "schema_failures": 0, "duplicate_rows": 0}
+        for uri, at in zip(uris, (wall - 901_000, wall), strict=True)])
+    assert res.errors == []
+    start(t, "A", ("s3://a", "v1"), ("s3://b", "v1"))  # both replayed as the run starts
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    m.tick(wall + DATA_WAIT_MS + 60_000)
+    assert [d.reason for d in m.dead] == []
+    assert firing(m) == set()
+
+
+def test_reports_of_unseen_runs_are_held_then_dead_lettered_with_a_summary(tmp_path) -> None:
+    t = CaptureTransport()
+    data.report("s3://d", "v1", None, {"x": [1]}, run_id="ghost", publisher=publisher(t),
+                baseline_directory=tmp_path)
+    data.report("s3://nobody", "v1", None, {"x": [1]}, publisher=publisher(t),
+                baseline_directory=tmp_path)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    assert m.dead == []  # held while the run may still appear
+    m.tick(int(time.time() * 1000) + HOLD_MS + 1_000)
+    assert [d.reason.split(":")[0] for d in m.dead] == ["unseen run ghost"]
+    assert firing(m) == set()
