@@ -85,13 +85,21 @@ def test_a_run_gets_every_report_whatever_the_order(position: int) -> None:
     assert p.dead == []
 
 
-@pytest.mark.parametrize(("version", "runs"), [("v1", {"A"}), ("v2", {"B"}),
+@pytest.mark.parametrize(("version", "runs"), [("v1", {"A", "C"}), ("v2", {"B", "C"}),
                                                (None, {"A", "B", "C"})])
 def test_reports_reach_runs_of_their_version(version, runs) -> None:
+    """C declared the dataset unversioned: it gets the reports of every version."""
     evs = [ref_event("A", "v1"), ref_event("B", "v2"), ref_event("C", None),
            ref_event("X", "v1", uri="s3://other"), event("p.rw.data", report(7, version))]
     p = run_events(evs)
     assert {run for run, _ in p.sent} == runs
+
+
+@pytest.mark.parametrize(("declared", "got"), [(None, [0, 1, 2]), ("v1", [0, 2]), ("v2", [1])])
+def test_a_late_run_gets_the_stored_reports_it_declared(declared, got) -> None:
+    reports = [report(0, "v1"), report(1, "v2"), report(2, "v1")]
+    p = run_events([event("p.rw.data", r) for r in reports] + [ref_event("late", declared)])
+    assert [v for _, v in p.sent] == [reports[i] for i in got]
 
 
 def test_first_and_recent_reports_are_kept() -> None:

@@ -103,7 +103,7 @@ def test_job_events_build_and_release_node_index() -> None:
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("v1", ["R1"]), ("v2", ["R2"]), (None, ["R1", "R2", "R3"])],
+    [("v1", ["R1", "R3"]), ("v2", ["R2", "R3"]), (None, ["R1", "R2", "R3"])],  # R3: unversioned
 )
 def test_dataset_routing(version, expected) -> None:
     idx: dict = {}

@@ -60,6 +60,7 @@ def init(
     queue_max: int = 100_000,
     clock: Callable[[], int] | None = None,
     lineage: Mapping[str, Any] | None = None,
+    attempt: int | None = None,
 ) -> Any:
     """Start a run and publish its RunManifest and JobEvent(running).
 
@@ -90,7 +91,14 @@ def init(
             step and loader timings.
         lineage: RunManifest fields that replace what the probes find
             (e.g. ``image_digest``, ``code_revision``, ``hardware``,
-            ``framework_versions``).
+            ``framework_versions``). Plain mappings are accepted for records
+            (``hardware={"gpu_count": 8, ...}``, datasets as strings or
+            mappings); a field that cannot be published is left out of the
+            manifest, counted in ``lineage_dropped`` and logged (``strict``:
+            ``ValueError``), the rest of the manifest is kept.
+        attempt: The run's attempt (0 = first); default ``RUNWATCH_ATTEMPT``,
+            else ``SLURM_RESTART_COUNT``, else 0. An explicit value wins over
+            the environment.
 
     Returns:
         The :class:`~runwatch.client.run.Run` (a :class:`NullRun` if it cannot start).
@@ -108,9 +116,10 @@ def init(
             transport = KafkaTransport(
                 kafka or KafkaSettings(), producer or ProducerSettings(), name=f"sdk-{rid}-r{rank}"
             )
-        attempt = int(
-            os.environ.get("RUNWATCH_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT") or 0
-        )
+        if attempt is None:
+            attempt = int(
+                os.environ.get("RUNWATCH_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT") or 0
+            )
         return Run(
             Publisher(transport, kind="sdk", topics=topics, clock=clock),
             run_id=rid,

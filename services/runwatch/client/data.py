@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,8 @@ def report(
     topics: Mapping[str, str] | None = None,
     psi_threshold: float = dq.PSI_THRESHOLD,
     flush_timeout: float = 10.0,
+    now_ms: int | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> DataQualityReport:
     """Compute and publish a data-quality report for one batch.
 
@@ -188,7 +190,9 @@ def report(
             from this batch when absent) or a baseline mapping.
         label: Label column for label balance.
         schema: Expected types per column (``float``, ``int``, ``str``, ``bool``, ``?`` = nullable).
-        timestamp: Event-time column in epoch ms, for freshness.
+        timestamp: Event-time column in epoch ms, for freshness. It is never
+            compared with the baseline for drift (event times move forward
+            with every batch by design).
         rejected_samples: Samples the pipeline rejected before this batch.
         run_id: Run this batch feeds, when known.
         baseline_directory: Baseline directory override.
@@ -196,12 +200,20 @@ def report(
         topics: Topic overrides when no publisher is given.
         psi_threshold: PSI drift threshold.
         flush_timeout: Seconds to wait for delivery with a short-lived transport.
+        now_ms: The report's time (UTC epoch ms): stamps ``emitted_at_ms``, is
+            the default window and the reference of the freshness lag.
+            Default: ``clock``, else the publisher's clock, else the wall clock.
+        clock: Callable returning UTC epoch ms, used when ``now_ms`` is None
+            (replays and simulators, as for :func:`runwatch.init`).
 
     Returns:
         The published report.
 
     """
-    now_ms = int(time.time() * 1000)
+    if now_ms is None:
+        clock = clock or getattr(publisher, "clock", None)
+        now_ms = clock() if clock is not None else int(time.time() * 1000)
+    now_ms = int(now_ms)
     base_name: str | None = None
     base: Mapping[str, Any] | None = None
     if isinstance(table_or_stats, dq.QualityStats):
@@ -212,7 +224,7 @@ def report(
             base_name = baseline
             base = load_baseline(dataset, baseline, baseline_directory)
             if base is None:
-                base = dq.make_baseline(cols, label)
+                base = dq.make_baseline(cols, label, timestamp=timestamp)
                 path = save_baseline(dataset, baseline, base, baseline_directory)
                 logger.warning(
                     "baseline %s of %s did not exist: stored this batch at %s",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -10,7 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,82 @@ def image_digest() -> str | None:
 def hostname() -> str:
     """Return this host's name."""
     return socket.gethostname()
+
+
+_STAMP_FIELDS = frozenset({"event_id", "run_id", "emitted_at_ms", "source", "seq"})
+_STR_MAPS = frozenset({"config", "labels", "framework_versions"})
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Turn plain values of a ``lineage=`` override into what RunManifest holds.
+
+    Raises:
+        ValueError: The value cannot be turned into that field's type.
+        TypeError: Idem.
+
+    """
+    from runwatch.core.records import DatasetRef, Hardware, TransformRef
+
+    if name == "hardware" and isinstance(value, Mapping):
+        unknown = sorted(set(value) - {"nodes", "gpu_count", "gpu_model"})
+        if unknown:
+            msg = f"unknown keys {unknown} (expected nodes, gpu_count, gpu_model)"
+            raise ValueError(msg)
+        nodes = value.get("nodes", ())
+        return Hardware(
+            nodes=(nodes,) if isinstance(nodes, str) else tuple(str(n) for n in nodes),
+            gpu_count=int(value.get("gpu_count", 0)),
+            gpu_model=None if value.get("gpu_model") is None else str(value["gpu_model"]),
+        )
+    if name == "datasets" and not isinstance(value, str | Mapping):
+        return tuple(
+            d if isinstance(d, DatasetRef)
+            else DatasetRef(uri=d) if isinstance(d, str)
+            else DatasetRef.from_dict(d)
+            for d in value
+        )
+    if name == "transforms" and not isinstance(value, str | Mapping):
+        return tuple(t if isinstance(t, TransformRef) else TransformRef.from_dict(t)
+                     for t in value)
+    if name in _STR_MAPS and isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    return value
+
+
+def manifest_overrides(
+    overrides: Mapping[str, Any], check: Callable[[dict[str, Any]], None]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Coerce and check the ``lineage=`` overrides of :func:`runwatch.init`.
+
+    Plain values are accepted where the manifest holds a record: a mapping for
+    ``hardware`` (``nodes``, ``gpu_count``, ``gpu_model``), strings or
+    mappings for ``datasets``, mappings for ``transforms``; string maps are
+    stringified. Each field is checked on its own, so one bad field costs only
+    itself, never the whole manifest.
+
+    Args:
+        overrides: RunManifest field name -> value.
+        check: Raises when a dict of manifest fields cannot be published (the
+            SDK encodes a trial manifest with the run's codec).
+
+    Returns:
+        (fields to apply, field name -> why it was refused).
+
+    """
+    from runwatch.core.records import RunManifest
+
+    known = {f.name for f in dataclasses.fields(RunManifest)} - _STAMP_FIELDS
+    good: dict[str, Any] = {}
+    bad: dict[str, str] = {}
+    for name, value in overrides.items():
+        if name not in known:
+            bad[name] = f"not a RunManifest field (one of {', '.join(sorted(known))})"
+            continue
+        try:
+            fixed = _coerce(name, value)
+            check({name: fixed})
+        except Exception as exc:
+            bad[name] = f"{type(value).__name__} value refused: {exc}"
+            continue
+        good[name] = fixed
+    return good, bad

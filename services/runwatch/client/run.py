@@ -111,7 +111,7 @@ class Run(ExitHooks):
             clock if clock is not None else getattr(publisher, "clock", None)
         )
         self._started_ms = self._clock() if self._clock is not None else None
-        self._lineage = dict(lineage or {})
+        self._lineage = self._check_lineage(lineage or {})
         self._attempt0 = attempt
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -132,6 +132,28 @@ class Run(ExitHooks):
         self._prev_term: Any = None
         if install_hooks:
             self._install_hooks()
+
+    def _check_lineage(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """Coerce ``lineage=`` overrides; refuse bad fields one by one (strict: raise)."""
+        codec = getattr(self.publisher, "codec", None)
+
+        def check(fields: dict[str, Any]) -> None:
+            if codec is not None:
+                stamp = self.publisher.meta(0, seq=0)  # a trial: no sequence number used
+                codec.encode(RunManifest(**stamp, run_id=self.run_id, **fields))
+
+        good, bad = lineage.manifest_overrides(overrides, check)
+        if bad:
+            why = "; ".join(f"{k}: {v}" for k, v in bad.items())
+            if self.strict:
+                msg = f"runwatch: lineage= fields refused: {why}"
+                raise ValueError(msg)
+            self.counters["lineage_dropped"] += len(bad)
+            logger.warning(
+                "runwatch left %d lineage= field(s) out of the RunManifest of %s (counted in "
+                "lineage_dropped): %s", len(bad), self.run_id, why,
+            )
+        return good
 
     # ------------------------------------------------------------- hot path
     def step(
@@ -358,7 +380,7 @@ class Run(ExitHooks):
         if expected and digest and expected != digest and outcome == "ok":
             outcome = "corrupt"
         return CheckpointEvent(
-            **self._meta(end if self._clock is not None else None),
+            **self._meta(end),  # the explicit now_ms, the clock, or the call's wall time
             step=step,
             started_at_ms=start,
             ended_at_ms=end,
@@ -506,6 +528,9 @@ class Run(ExitHooks):
             self.finished = True
         self._stop.set()
         self._thread.join(timeout=max(timeout, 1.0))
+        encode_errors = int(getattr(self.publisher, "encode_errors", 0))
+        if encode_errors:
+            self.counters["encode_errors"] = encode_errors
         try:
             tc = self.publisher.transport.close(timeout)
             for k in ("sent", "spooled", "replayed", "evicted", "failed", "duplicates", "in_spool"):
@@ -547,16 +572,22 @@ class Run(ExitHooks):
         return RunManifest(**fields)
 
     def _work(self) -> None:
+        first: list[Any] = []
         try:
-            first = [
-                self._manifest(),
+            first.append(self._manifest())
+        except Exception:
+            self.counters["manifest_errors"] += 1
+            logger.exception("runwatch could not build the run manifest of %s", self.run_id)
+        try:
+            first.append(
                 JobEvent(
                     **self._meta(self._started_ms),
                     **{**self._job_fields("running", None), "attempt": self._attempt0},
-                ),
-            ]
-            self.publisher.publish(first)
+                )
+            )
+            self.counters["published"] += self.publisher.publish(first)
         except Exception:
+            self.counters["publish_errors"] += 1
             logger.exception("runwatch could not publish the run manifest")
         q = self._q
         while True:
@@ -574,8 +605,7 @@ class Run(ExitHooks):
                     self.counters["build_errors"] += 1
                     logger.warning("runwatch could not build a record: %s", exc)
             try:
-                self.publisher.publish(batch)
-                self.counters["published"] += len(batch)
+                self.counters["published"] += self.publisher.publish(batch)
             except Exception:
                 self.counters["publish_errors"] += 1
                 logger.exception("runwatch publish failed")

@@ -132,12 +132,16 @@ def ks(sample: np.ndarray, actual: np.ndarray) -> float:
     return float(np.max(np.abs(cdf_s - cdf_a)))
 
 
-def make_baseline(columns: Mapping[str, Sequence[Any]], label: str | None = None) -> dict[str, Any]:
+def make_baseline(
+    columns: Mapping[str, Sequence[Any]], label: str | None = None, *, timestamp: str | None = None
+) -> dict[str, Any]:
     """Summarise a reference batch as a JSON-able baseline.
 
     Args:
         columns: name -> values.
         label: Label column, summarised as a distribution.
+        timestamp: Event-time column: left out (event times are not a feature;
+            every later batch is newer by design, so it would always drift).
 
     Returns:
         ``{"columns": {name: {"edges", "props", "sample"}}, "label": {...}}``.
@@ -146,7 +150,7 @@ def make_baseline(columns: Mapping[str, Sequence[Any]], label: str | None = None
     out: dict[str, Any] = {"columns": {}}
     for name, values in columns.items():
         arr = numeric(values)
-        if arr is None or arr.size == 0 or name == label:
+        if arr is None or arr.size == 0 or name == label or name == timestamp:
             continue
         qs = np.quantile(arr, np.linspace(0, 1, _BINS + 1)[1:-1])
         edges = np.unique(qs)
@@ -267,7 +271,8 @@ def compute(
         now_ms: Current time, for freshness.
         schema: Expected column types.
         label: Label column.
-        timestamp: Column of event times in epoch ms, for freshness.
+        timestamp: Column of event times in epoch ms, for freshness; never
+            compared with the baseline for drift.
         baseline: A baseline from :func:`make_baseline`, for drift.
         psi_threshold: PSI above which a feature counts as drifted.
         ks_threshold: KS above which a feature counts as drifted.
@@ -296,7 +301,7 @@ def compute(
             stats.append(ColumnStats(name=name, null_pct=100.0 * nulls / rows if rows else 0.0))
             continue
         p = k = None
-        if name in base_cols:
+        if name in base_cols and name != timestamp:
             b = base_cols[name]
             p = psi(b["props"], b["edges"], arr)
             k = ks(np.asarray(b["sample"], dtype=np.float64), arr)

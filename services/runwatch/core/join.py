@@ -27,7 +27,7 @@ from runwatch.core.records import (
     StepTiming,
     ValidationResult,
 )
-from runwatch.core.rekey import manifest_refs, report_ref
+from runwatch.core.rekey import covered_refs, manifest_refs, report_ref
 from runwatch.core.rules import Finding
 from runwatch.core.runstate import (
     Output,
@@ -380,7 +380,8 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig) -> tuple[RunState, list[O
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.manifest_at_ms:
-        for f in rules.missing_data_reports(s.datasets, s.reports, s.manifest_at_ms, now_ms,
+        reported = covered_refs(s.datasets, s.reports)  # an unversioned ref: any version
+        for f in rules.missing_data_reports(s.datasets, reported, s.manifest_at_ms, now_ms,
                                             cfg.data_wait_ms):
             out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.alerts.get("entries"):

@@ -41,6 +41,42 @@ def dataset_ref(uri: str, version: str | None) -> str:
     return f"{uri}@{version}" if version else uri
 
 
+def refs_match(declared: str, reported: str) -> bool:
+    """Return whether a run's dataset reference and a report's name the same data.
+
+    Equal references match, and an unversioned reference (the bare uri, as a
+    dataset given to ``runwatch.init`` as a plain string) matches every
+    version of that uri, whichever side is unversioned: a run that reads
+    ``s3://d`` gets the reports of ``s3://d@v3``, and a report on ``s3://d``
+    reaches every run of any version of it.
+
+    Args:
+        declared: A reference from a manifest (:func:`dataset_ref`).
+        reported: A reference from a report (:func:`report_ref`).
+
+    Returns:
+        Whether they match.
+
+    """
+    return (declared == reported or reported.startswith(declared + "@")
+            or declared.startswith(reported + "@"))
+
+
+def covered_refs(declared: Iterable[str], reported: Iterable[str]) -> list[str]:
+    """Return the declared dataset references that some reported reference matches.
+
+    Args:
+        declared: A run's dataset references (from its manifest).
+        reported: References its data-quality reports were about.
+
+    Returns:
+        The declared references with a matching report (:func:`refs_match`), sorted.
+
+    """
+    seen = list(reported)
+    return sorted({d for d in declared if any(refs_match(d, r) for r in seen)})
+
+
 def manifest_refs(datasets: Iterable[DatasetRef]) -> list[str]:
     """Return the sorted, distinct dataset references of a manifest.
 
@@ -254,7 +290,9 @@ def apply_manifest(index: dict[str, list[str]], manifest: RunManifest) -> list[s
 def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> list[str]:
     """Return the runs consuming the dataset version a report is about.
 
-    A report on an unversioned dataset reaches every run of any version of it.
+    A report on an unversioned dataset reaches every run of any version of it,
+    and a run that declared the dataset unversioned gets the reports of every
+    version (:func:`refs_match`).
 
     Args:
         index: Dataset reference → run ids.
@@ -266,7 +304,9 @@ def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> l
     """
     ref = report_ref(report)
     runs = set(index.get(ref, []))
-    if report.dataset_version is None:
+    if report.dataset_version:
+        runs.update(index.get(report.dataset_uri, []))
+    else:
         prefix = f"{report.dataset_uri}@"
         for key, rs in index.items():
             if key.startswith(prefix):
