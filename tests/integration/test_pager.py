@@ -307,3 +307,43 @@ def test_kill_9_mid_retry_loses_nothing_and_pages_once(
     state = (tmp_path / "state" / "notifications.jsonl").read_text().splitlines()
     sent = sorted((json.loads(x)["receiver"], json.loads(x)["dedup_key"]) for x in state)
     assert sent == [("hook", "k1"), ("hook", "k2"), ("pd", "k1"), ("pd", "k2")]
+
+
+def test_alertmanager_fire_resolve_refire_resolve_across_clocks(
+    stack, fresh_topic, run_pager
+) -> None:
+    """Event time ahead of and behind the pager's clock: every transition is accepted.
+
+    The first episode was first seen two minutes ahead of the pager's clock (a
+    replay or a producer clock ahead); its resolve is stamped now, before that
+    first sighting. The second episode was first seen before the first resolve's
+    stamp. Alertmanager must show each firing alert active and end it on each
+    resolve, and nothing goes to the DLQ.
+    """
+    am = stack.alertmanager_url
+    alerts, dlq = fresh_topic(prefix="rw.alerts"), fresh_topic(partitions=1, prefix="rw.dlq")
+    rules = (f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {am}\n"
+             "route:\n  receiver: am\n")
+    run_pager(rules, alerts, dlq)
+    key = f"run-it/{uuid.uuid4().hex[:8]}"
+    codec = load_codec()
+
+    def active() -> bool:
+        got = _am_alerts(am, key)
+        return bool(got) and got[0]["status"]["state"] == "active" and datetime.fromisoformat(
+            got[0]["endsAt"].replace("Z", "+00:00")) > datetime.now(UTC)
+
+    def ended() -> bool:
+        got = _am_alerts(am, key)
+        return not got or datetime.fromisoformat(
+            got[0]["endsAt"].replace("Z", "+00:00")) <= datetime.now(UTC)
+
+    t = now_ms()
+    episodes = [(str(uuid.uuid4()), t + 120_000), (str(uuid.uuid4()), t - 30_000)]
+    for alert_id, first_seen in episodes:
+        for status, check in (("firing", active), ("resolved", ended)):
+            alert = make_alert(key, status=status, alert_id=alert_id, first_seen_ms=first_seen,
+                               last_seen_ms=first_seen)
+            publish(stack, alerts, [(key, codec.encode(alert))])
+            wait_until(check, 60, f"Alertmanager to show the {status} alert")
+    assert not read_dlq(stack, dlq, 1, timeout=2)

@@ -96,3 +96,35 @@ def test_queue_deadline_reports_delay_against_the_allowed_wait() -> None:
     f = rules.queue_deadline(T, T + 90_000, T + 90_000, T + 60_000)
     assert f is not None
     assert (f.observed, f.expected, f.at_ms) == (90_000.0, 60_000.0, T + 90_000)
+
+
+@pytest.mark.parametrize(
+    ("call", "detector", "title"),
+    [
+        # a mismatch is the most specific evidence, whatever outcome came with it
+        (lambda: rules.checkpoint_integrity("a", "b", False, T, corrupt=True),
+         "rule:checkpoint_checksum", "Checkpoint checksum mismatch"),
+        (lambda: rules.checkpoint_integrity("", "", True, T, corrupt=True),
+         "rule:checkpoint_checksum", "Checkpoint reported corrupt"),
+        (lambda: rules.checkpoint_integrity("a", "a", True, T, corrupt=True),
+         "rule:checkpoint_checksum", "Checkpoint reported corrupt"),
+        (lambda: rules.checkpoint_integrity("", "", False, T),
+         "rule:checkpoint_serialization", "Checkpoint serialization failed"),
+        (lambda: rules.image_allowed("", ("registry.local/",), T), None, None),
+        (lambda: rules.image_allowed("", ("registry.local/",), T, "allow"), None, None),
+        (lambda: rules.image_allowed("", (), T, "deny"), None, None),  # no allow-list: rule off
+        (lambda: rules.image_allowed("", ("registry.local/",), T, "warn"),
+         "rule:image_missing", "Run reports no container image (image allow-list in force)"),
+        (lambda: rules.image_allowed("evil.io/x", ("registry.local/",), T, "allow"),
+         "rule:image_allow_list", "Image evil.io/x is not allowed"),
+    ],
+)
+def test_checkpoint_and_image_titles(call, detector, title) -> None:
+    f = call()
+    assert (f.detector, f.title) == (detector, title) if detector else f is None
+
+
+@pytest.mark.parametrize(("policy", "severity"), [("warn", "warning"), ("deny", "critical")])
+def test_image_missing_severity(policy, severity) -> None:
+    f = rules.image_allowed("", ("registry.local/",), T, policy)
+    assert f is not None and f.severity == severity and f.signal == "artifact"

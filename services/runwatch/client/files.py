@@ -39,3 +39,23 @@ def file_digest(uri: str) -> tuple[int, str | None]:
         return size, h.hexdigest()
     except OSError:
         return 0, None
+
+
+def normalize_sha256(value: str | None) -> str | None:
+    """Return a checksum as hashlib writes it: lowercase hex, no ``sha256:`` prefix.
+
+    Writers record checksums in several spellings (``sha256:<hex>`` as OCI
+    digests do, uppercase hex); comparing them verbatim with the digest
+    computed here would report every such checkpoint as mismatched.
+
+    Args:
+        value: A checksum as the caller gave it, or None.
+
+    Returns:
+        The normalized hex string, or None when empty.
+
+    """
+    if not value:
+        return None
+    text = value.strip().lower()
+    return text.removeprefix("sha256:") or None

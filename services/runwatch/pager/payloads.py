@@ -137,7 +137,9 @@ def alertmanager_alert(
     """Build one Alertmanager v2 alert.
 
     A firing alert gets ``endsAt = now + ttl`` so that Alertmanager keeps it
-    active until the next repeat; a resolve sets ``endsAt = now``.
+    active until the next repeat; a resolve sets ``endsAt = now``. See
+    :func:`alertmanager_window` for ``startsAt`` and why both stamps always
+    satisfy Alertmanager's ``startsAt <= endsAt``.
 
     Args:
         alert: The Alert record.
@@ -158,7 +160,9 @@ def alertmanager_alert(
         if a.get(key) not in (None, ""):
             labels[key] = str(a[key])
     labels["alertname"] = str(a.get("detector") or a.get("indicator") or "runwatch")
-    resolved = a.get("status") == "resolved"
+    starts, ends = alertmanager_window(
+        int(a.get("first_seen_ms") or 0), a.get("status") == "resolved", now_ms, ttl_ms
+    )
     return {
         "labels": labels,
         "annotations": {
@@ -168,10 +172,40 @@ def alertmanager_alert(
             "observed": str(a.get("observed")),
             "expected": str(a.get("expected")),
         },
-        "startsAt": iso_ms(int(a.get("first_seen_ms") or now_ms)),
-        "endsAt": iso_ms(now_ms if resolved else now_ms + ttl_ms),
+        "startsAt": iso_ms(starts),
+        "endsAt": iso_ms(ends),
         "generatorURL": generator_url,
     }
+
+
+def alertmanager_window(
+    first_seen_ms: int, resolved: bool, now_ms: int, ttl_ms: int
+) -> tuple[int, int]:
+    """Return ``(startsAt, endsAt)`` for an Alertmanager alert, in epoch ms.
+
+    Alertmanager refuses (HTTP 400, "start time must be before end time") an
+    alert whose ``endsAt`` precedes its ``startsAt``. ``first_seen_ms`` is the
+    run's event time, ``now_ms`` the pager's clock: a replay, a backfill or a
+    producer clock ahead of the pager puts the first on the far side of the
+    second, and a resolve stamped ``now`` would then end before it started.
+    So ``startsAt`` is the first sighting, but never later than now; a resolve
+    ends now and a firing alert ``ttl_ms`` after now, both at or after
+    ``startsAt`` whatever the two clocks say. Alertmanager identifies an alert
+    by its labels alone, so a resolve (or a re-fire) whose ``startsAt`` differs
+    from the one first sent still ends (or revives) the same alert.
+
+    Args:
+        first_seen_ms: The alert's first sighting (event time; 0 when unknown).
+        resolved: Whether this is a resolve.
+        now_ms: The pager's clock.
+        ttl_ms: How long a firing alert stays active without a resend.
+
+    Returns:
+        ``(starts_ms, ends_ms)`` with ``starts_ms <= ends_ms``.
+
+    """
+    starts = min(first_seen_ms, now_ms) if first_seen_ms > 0 else now_ms
+    return starts, (now_ms if resolved else now_ms + max(ttl_ms, 0))
 
 
 def pagerduty_event(alert: object, routing_key: str, now_ms: int, link: str) -> dict[str, Any]:
