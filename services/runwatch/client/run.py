@@ -29,7 +29,7 @@ from typing import Any
 
 from runwatch.client import lineage
 from runwatch.client.exithooks import ExitHooks
-from runwatch.client.files import file_digest, file_size
+from runwatch.client.files import file_digest, file_size, normalize_sha256
 from runwatch.client.publisher import Publisher
 from runwatch.core.records import (
     ArtifactEvent,
@@ -377,6 +377,9 @@ class Run(ExitHooks):
     def _build_checkpoint(self, args: tuple[Any, ...]) -> CheckpointEvent:
         uri, step, start, end, dur, expected, outcome = args
         size, digest = file_digest(uri)
+        expected = normalize_sha256(expected)
+        # A mismatch is reported as outcome "corrupt" with both checksums; the processor
+        # raises rule:checkpoint_checksum for it (rule:checkpoint_serialization is "failed").
         if expected and digest and expected != digest and outcome == "ok":
             outcome = "corrupt"
         return CheckpointEvent(
