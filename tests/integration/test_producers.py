@@ -210,6 +210,36 @@ def test_training_loop_survives_20s_broker_outage(kafka: PrivateKafka, tmp_path:
         assert seqs == sorted(seqs), f"order broken in {key}"
 
 
+def test_misspelt_topic_is_named_and_blocks_nothing(
+    kafka: PrivateKafka, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A topic the broker lacks (auto-create off) is an error naming it, not an outage."""
+    lineage_t, job_t = kafka.topics(2)
+    typo = f"test.prod.typo-{uuid.uuid4().hex[:8]}"
+    transport = KafkaTransport(
+        KafkaSettings(bootstrap_servers=kafka.bootstrap),
+        _settings(tmp_path, message_timeout_ms=2000),
+        name="typo",
+    )
+    run = runwatch.init(
+        "typo", transport=transport, install_hooks=False, capture_lineage=False,
+        topics={"rw.lineage": lineage_t, "rw.exec.job": job_t, "rw.learning": typo},
+    )
+    t0 = int(time.time() * 1000)
+    for i in range(20):
+        run.step(i, loss=1.0, now_ms=t0 + i, step_ms=10.0, loader_wait_ms=1.0)
+    counters = run.finish(timeout=60)
+    # the 20 LearningSteps are refused and counted; nothing waits in the spool
+    assert counters["transport_missing_topic"] == 20
+    assert counters["transport_in_spool"] == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(repr(typo) in e and "does not exist" in e for e in errors), errors
+    # everything else arrives: manifest, running, 20 StepTimings, succeeded
+    msgs = consume_all(kafka.bootstrap, [lineage_t, job_t], 23, timeout=60)
+    names = collections.Counter(type(load_codec().decode(m.value())).__name__ for m in msgs)
+    assert names == {"RunManifest": 1, "JobEvent": 2, "StepTiming": 20}
+
+
 def test_agent_publishes_host_samples_without_nvml(kafka: PrivateKafka, tmp_path: Path) -> None:
     (topic,) = kafka.topics(1)
     env = dict(

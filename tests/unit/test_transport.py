@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -39,6 +40,9 @@ class FakeProducer:
         if self.broker.up:
             q, self.queue = self.queue, []
             for m, cb in q:
+                if self.broker.topics is not None and m.topic() not in self.broker.topics:
+                    cb(KafkaError(KafkaError._MSG_TIMED_OUT), m)  # librdkafka's only sign
+                    continue
                 if m.value() in self.broker.reject:
                     cb(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), m)
                     continue
@@ -64,7 +68,9 @@ class FakeProducer:
     def list_topics(self, timeout=None):
         if not self.broker.up:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
-        return {}
+        if self.broker.topics is None:
+            return {}  # a metadata answer that tells nothing about topics
+        return SimpleNamespace(topics=dict.fromkeys(self.broker.topics), brokers={1: "b"})
 
     def __len__(self):
         return len(self.queue)
@@ -77,6 +83,7 @@ class Broker:
         self.capacity = capacity
         self.log: list[bytes] = []
         self.reject: set[bytes] = set()
+        self.topics: set[str] | None = None  # None: metadata lists nothing, all accepted
 
 
 def make(tmp_path: Path, broker: Broker, **kw) -> KafkaTransport:
@@ -101,9 +108,11 @@ def test_config_is_safe(tmp_path: Path) -> None:
     t.close(1)
 
 
+@pytest.mark.parametrize("metadata", [False, True])
 @pytest.mark.parametrize("outage", ["delivery_timeout", "all_brokers_down", "queue_full"])
-def test_outage_spools_then_replays_in_order(tmp_path: Path, outage) -> None:
+def test_outage_spools_then_replays_in_order(tmp_path: Path, outage, metadata) -> None:
     b = Broker(capacity=5 if outage == "queue_full" else 10_000)
+    b.topics = {"rw.x"} if metadata else None  # an outage is never a missing topic
     t = make(tmp_path, b)
     sent = vals(300)
     for v in sent[:50]:
@@ -207,3 +216,42 @@ def test_unwritable_spool_dir_degrades_never_crashes(tmp_path: Path, caplog) -> 
     assert t.flush(5) == 0
     c = t.close(1)
     assert "DEGRADED" in caplog.text and b.log == vals(10) and c.replayed == 10
+
+
+def test_missing_topic_is_named_refused_and_blocks_nothing(tmp_path: Path, caplog) -> None:
+    b = Broker()
+    b.topics = {"rw.x"}
+    t = make(tmp_path, b)
+    sent = vals(30)
+    typo = [v for i, v in enumerate(sent) if i % 3 == 1]
+    for v in sent:
+        t.produce("rw.typo" if v in typo else "rw.x", None, v)
+    assert t.flush(20) == 0  # nothing left behind a missing topic
+    t.produce("rw.typo", None, b"later")  # refused at once, never spooled
+    assert t.flush(1) == 0
+    c = t.close(1)
+    good = [v for v in sent if v not in typo]
+    assert list(dict.fromkeys(b.log)) == good  # every other record, in order
+    assert len(b.log) - len(good) == c.duplicates
+    assert c.missing_topic == len(typo) + 1 and c.failed == len(typo) + 1
+    assert c.in_spool == 0 and c.sent + c.replayed == len(good)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "'rw.typo' does not exist" in errors[0]
+    assert "missing topics: rw.typo" in caplog.text  # the close line names it too
+
+
+def test_a_missing_topic_that_appears_is_sent_again(tmp_path: Path) -> None:
+    b = Broker()
+    b.topics = {"rw.x"}
+    t = make(tmp_path, b, missing_topic_recheck_s=0.05)
+    t.produce("rw.new", None, b"early")
+    assert t.flush(20) == 0
+    assert t.counters().missing_topic == 1
+    b.topics.add("rw.new")
+    deadline = time.monotonic() + 10
+    while "rw.new" in t._missing and time.monotonic() < deadline:
+        time.sleep(0.02)
+    t.produce("rw.new", None, b"late")
+    assert t.flush(10) == 0
+    c = t.close(1)
+    assert b.log == [b"late"] and c.missing_topic == 1 and c.sent == 1

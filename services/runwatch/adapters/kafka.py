@@ -23,6 +23,15 @@ How records reach the spool (the design choice):
   spool mode, and replays the spool in order (after every earlier record has
   been resolved) in batches; a batch commits only its delivered prefix.
   When the spool is empty again the transport returns to direct mode.
+* A missing topic is not an outage. librdkafka reports a record to a topic
+  the broker does not have (auto-create off) only as a timeout, so the
+  transport trips as for an outage; the replay's probe then reads the
+  cluster's metadata from a broker that answered, and records whose topic is
+  not listed in two answers at least a second apart are refused for good
+  instead of blocking the ordered spool:
+  counted in ``missing_topic`` (and ``failed``) and logged as an error naming
+  the topic. Later records to that topic are refused at once, until a
+  metadata check (every ``missing_topic_recheck_s``) lists the topic again.
 
 Consumer side (:class:`BatchConsumer`): subscribe, poll batches, commit the
 offsets you processed explicitly, pause/resume for backpressure, rebalance
@@ -59,6 +68,9 @@ _NON_RETRIABLE = {
     KafkaError.RECORD_LIST_TOO_LARGE,
 }
 _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+#: A topic is declared missing only when two metadata answers at least this far
+#: apart lack it (a broker that has just started may answer before it knows all).
+_MISSING_CONFIRM_S = 1.0
 
 
 class ProducerSettings(BaseSettings):
@@ -76,6 +88,7 @@ class ProducerSettings(BaseSettings):
     queue_max_messages: int = 100_000
     replay_batch: int = 1000
     probe_timeout_s: float = 1.0
+    missing_topic_recheck_s: float = 30.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -91,6 +104,8 @@ class TransportCounters:
         duplicates: Delivered more than once (in flight when the transport tripped,
             or delivered after an earlier record of a replay batch failed).
         in_spool: Still in the spool now.
+        missing_topic: Refused because their topic does not exist on a broker
+            that answered (also counted in ``failed``).
 
     """
 
@@ -101,6 +116,7 @@ class TransportCounters:
     failed: int = 0
     duplicates: int = 0
     in_spool: int = 0
+    missing_topic: int = 0
 
 
 ProducerFactory = Callable[[dict[str, Any]], Any]
@@ -150,6 +166,9 @@ class KafkaTransport:
         self._backoff_s = 0.0
         self._next_try = 0.0
         self._last_sync = time.monotonic()
+        self._missing: dict[str, int] = {}  # topic -> records refused since found missing
+        self._missing_checked = time.monotonic()
+        self._suspects: dict[str, float] = {}  # topic -> when a metadata answer first lacked it
         self._stop = threading.Event()
         self._closed = False
         self._producer = self._new_producer()
@@ -174,6 +193,9 @@ class KafkaTransport:
                 self._c.failed += 1
                 if self._c.failed == 1:
                     logger.error("transport %s is closed: record to %s dropped", self.name, topic)
+                return
+            if topic in self._missing:
+                self._refuse_missing(topic, 1)
                 return
             if self._mode == "spool":
                 self._to_spool(rec)
@@ -261,7 +283,7 @@ class KafkaTransport:
         logger.log(
             level,
             "transport %s closed: sent=%d spooled=%d replayed=%d evicted=%d failed=%d "
-            "duplicates=%d left_in_spool=%d",
+            "duplicates=%d left_in_spool=%d missing_topic=%d%s",
             self.name,
             c.sent,
             c.spooled,
@@ -270,6 +292,8 @@ class KafkaTransport:
             c.failed,
             c.duplicates,
             c.in_spool,
+            c.missing_topic,
+            f" (missing topics: {', '.join(sorted(self._missing))})" if self._missing else "",
         )
         return c
 
@@ -298,6 +322,44 @@ class KafkaTransport:
         if self._spool.fsync == "batch" and time.monotonic() - self._last_sync > 1.0:
             self._spool.sync()
             self._last_sync = time.monotonic()
+
+    def _refuse_missing(self, topic: str, n: int) -> None:
+        """Count records refused because their topic is missing (lock held)."""
+        if topic not in self._missing:
+            self._missing[topic] = 0
+            logger.error(
+                "transport %s: topic %r does not exist on the broker (topic auto-creation is "
+                "off there): its records are refused and counted in missing_topic, not "
+                "spooled. Check the topic name, or create the topic; it is checked again "
+                "every %gs",
+                self.name,
+                topic,
+                self.settings.missing_topic_recheck_s,
+            )
+        self._missing[topic] += n
+        self._c.missing_topic += n
+        self._c.failed += n
+
+    def _recheck_missing(self) -> None:
+        """Forget missing topics the broker lists again (background thread)."""
+        if not self._missing or (
+            time.monotonic() - self._missing_checked < self.settings.missing_topic_recheck_s
+        ):
+            return
+        self._missing_checked = time.monotonic()
+        try:
+            listed = _listed(self._producer.list_topics(timeout=self.settings.probe_timeout_s))
+        except KafkaException:
+            return
+        if listed is None:
+            return
+        with self._lock:
+            for topic in [t for t in self._missing if t in listed]:
+                n = self._missing.pop(topic)
+                logger.warning(
+                    "transport %s: topic %r exists now; its records are sent again "
+                    "(%d were refused while it was missing)", self.name, topic, n,
+                )
 
     def _trip(self, reason: str) -> None:
         """Move everything unconfirmed to the spool, in order (lock held)."""
@@ -359,6 +421,7 @@ class KafkaTransport:
         while not self._stop.is_set():
             try:
                 self._serve(0.05)
+                self._recheck_missing()
                 if self._mode == "spool":
                     self._maybe_replay()
                     if self._spool.fsync == "batch" and time.monotonic() - self._last_sync > 1:
@@ -373,10 +436,13 @@ class KafkaTransport:
         if time.monotonic() < self._next_try or len(self._producer) > 0:
             return
         try:
-            self._producer.list_topics(timeout=self.settings.probe_timeout_s)
+            listed = _listed(self._producer.list_topics(timeout=self.settings.probe_timeout_s))
         except KafkaException:
             self._bump_backoff()
             return
+        if listed is not None:
+            for topic in [t for t in self._suspects if t in listed]:
+                del self._suspects[topic]
         with self._lock:
             batch = self._spool.peek(self.settings.replay_batch)
             if not batch:
@@ -384,13 +450,20 @@ class KafkaTransport:
                 self._backoff_s = 0.0
                 logger.warning("transport %s: spool drained, back to direct delivery", self.name)
                 return
-        results: list[KafkaError | None | bool] = [False] * len(batch)
+        results: list[KafkaError | None | bool | str] = [False] * len(batch)
 
         def done(i: int, err: KafkaError | None, msg: Message) -> None:
             results[i] = err
 
         sent = 0
         for i, rec in enumerate(batch):
+            if listed is not None and rec.topic not in listed:
+                first = self._suspects.setdefault(rec.topic, time.monotonic())
+                if time.monotonic() - first < _MISSING_CONFIRM_S:
+                    break  # absent once: ask the broker again before refusing anything
+                results[i] = rec.topic  # confirmed missing: refused below, never produced
+                sent += 1
+                continue
             try:
                 self._producer.produce(
                     rec.topic, rec.value, rec.key, on_delivery=functools.partial(done, i)
@@ -403,8 +476,12 @@ class KafkaTransport:
             self._producer.poll(0.05)
         ok = 0
         failed_for_good = 0
+        missing: dict[str, int] = {}
         for r in results[:sent]:
             if r is None:
+                ok += 1
+            elif isinstance(r, str):
+                missing[r] = missing.get(r, 0) + 1
                 ok += 1
             elif isinstance(r, KafkaError) and r.code() in _NON_RETRIABLE:
                 failed_for_good += 1
@@ -414,8 +491,10 @@ class KafkaTransport:
         later = sum(1 for r in results[ok:sent] if r is None)
         with self._lock:
             self._spool.ack(ok)
-            self._c.replayed += ok - failed_for_good
+            self._c.replayed += ok - failed_for_good - sum(missing.values())
             self._c.failed += failed_for_good
+            for topic, n in missing.items():
+                self._refuse_missing(topic, n)
             self._c.duplicates += later
             if ok < sent or sent == 0:
                 self._bump_backoff()
@@ -430,6 +509,14 @@ class KafkaTransport:
     def _bump_backoff(self) -> None:
         self._backoff_s = min(max(self._backoff_s * 2, 0.5), 5.0)
         self._next_try = time.monotonic() + self._backoff_s
+
+
+def _listed(metadata: Any) -> set[str] | None:
+    """Topics in a cluster metadata answer; None when it cannot tell (no broker, a double)."""
+    topics = getattr(metadata, "topics", None)
+    if not isinstance(topics, Mapping) or not getattr(metadata, "brokers", None):
+        return None
+    return set(topics)
 
 
 class _LibrdkafkaLog:

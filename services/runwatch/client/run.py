@@ -536,7 +536,8 @@ class Run(ExitHooks):
             self.counters["encode_errors"] = encode_errors
         try:
             tc = self.publisher.transport.close(timeout)
-            for k in ("sent", "spooled", "replayed", "evicted", "failed", "duplicates", "in_spool"):
+            for k in ("sent", "spooled", "replayed", "evicted", "failed", "duplicates", "in_spool",
+                      "missing_topic"):
                 self.counters[f"transport_{k}"] = int(getattr(tc, k, 0))
         except Exception:
             logger.exception("runwatch transport close failed")
