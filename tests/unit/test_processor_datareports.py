@@ -115,12 +115,16 @@ def test_stored_reports_of_two_datasets_replay_in_either_order(older_first: bool
          "schema_failures": 0, "duplicate_rows": 0}
         for uri, at in zip(uris, (wall - 901_000, wall), strict=True)])
     assert res.errors == []
-    start(t, "A", ("s3://a", "v1"), ("s3://b", "v1"))  # both replayed as the run starts
+    run = start(t, "A", ("s3://a", "v1"), ("s3://b", "v1"))  # both replayed as the run starts
+    start(t, "Z", ("s3://never", "v1"))  # control: a dataset nobody reports
+    later = wall + DATA_WAIT_MS + 120_000  # past the wait, in event time and on the wall clock
+    run.step(1, loss=1.0, now_ms=later, step_ms=100.0, loader_wait_ms=1.0)
+    run.finish()
     m = MemoryProcessor()
     m.feed(t.messages)
-    m.tick(wall + DATA_WAIT_MS + 60_000)
+    m.tick(later)
     assert [d.reason for d in m.dead] == []
-    assert firing(m) == set()
+    assert firing(m) == {("Z", "rule:missing_data_report", "data")}
 
 
 def test_reports_of_unseen_runs_are_held_then_dead_lettered_with_a_summary(tmp_path) -> None:

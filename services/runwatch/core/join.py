@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from runwatch.core import alerting, rules
+from runwatch.core import alerting, datachecks, rules
 from runwatch.core import indicators as ind
 from runwatch.core.alerting import AlertBook
 from runwatch.core.held import expire_pending, hold, take_pending
@@ -323,11 +323,17 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     prev = s.reports.get(ref)
     labels = dict(e.label_distribution)
     ids = [*(prev or {}).get("ids", []), e.event_id][-REPORT_IDS:]
+    hist, found = datachecks.check((prev or {}).get("hist"), e, ref, at)
     s.reports[ref] = {"rows": e.row_count, "at_ms": at,
                       "labels0": prev["labels0"] if prev else labels, "labels": labels,
-                      "ids": ids}
+                      "ids": ids, "hist": hist}
     f = rules.zero_rows(ref, e.row_count, at)
     if f:
+        out += emit(s, cfg, f, now, one_shot=True)
+    f = rules.schema_failures(ref, e.schema_failures, e.row_count, cfg.schema_fail_share, at)
+    if f:
+        out += emit(s, cfg, f, now, one_shot=True)
+    for f in found:  # freshness, volume, duplicates, nulls, ranges against the dataset's history
         out += emit(s, cfg, f, now, one_shot=True)
     shift = ind.label_balance_shift(labels, s.reports[ref]["labels0"])
     if math.isfinite(shift) and shift > cfg.label_shift:

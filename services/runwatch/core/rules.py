@@ -143,6 +143,46 @@ def zero_rows(dataset_ref: str, rows: int, at_ms: int) -> Finding | None:
     )
 
 
+SCHEMA_FAIL_SHARE = 0.01
+"""Share of a batch's rows that may fail its schema before ``rule:schema_failures`` fires.
+
+A schema check is exact, not a sample statistic: every counted row really is
+malformed, so the bound is a tolerance, not a noise margin. 1 % is the usual
+tolerance of data-validation suites (an expectation's ``mostly=0.99``): a
+pipeline that drops or mis-parses more than one row in a hundred changes what
+the model trains on. ``RUNWATCH_PROCESSOR_SCHEMA_FAIL_SHARE`` sets it (0 fires
+on any malformed row)."""
+
+
+def schema_failures(dataset_ref: str, failures: int, rows: int, tolerance: float,
+                    at_ms: int) -> Finding | None:
+    """Fire when more than ``tolerance`` of a batch's rows fail the dataset's schema.
+
+    Args:
+        dataset_ref: The dataset (``id@version``).
+        failures: Rows failing schema conformance in the report.
+        rows: Rows in the report.
+        tolerance: Share of rows that may fail (:data:`SCHEMA_FAIL_SHARE` by default).
+        at_ms: Event time.
+
+    Returns:
+        A data finding (warning), or None.
+
+    """
+    if rows <= 0 or failures <= 0:
+        return None
+    share = failures / rows
+    if share <= tolerance:
+        return None
+    return _hard(
+        "schema_failures", "schema_failure_share", "data", share, tolerance, at_ms,
+        f"{share:.1%} of rows of {dataset_ref} fail its schema",
+        f"schema_failures={failures} of rows={rows}; tolerance {tolerance:.1%}",
+        subject=dataset_ref, severity="warning",
+    )
+
+
+
 def image_allowed(image: str, allow_list: Sequence[str], at_ms: int) -> Finding | None:
     """Fire when the run's image is outside the allow-list.
 

@@ -30,7 +30,7 @@ from runwatch.core.indwatch import (
     default_specs,
 )
 from runwatch.core.records import Alert, DeadLetter, Source
-from runwatch.core.rules import Finding
+from runwatch.core.rules import SCHEMA_FAIL_SHARE, Finding
 
 Output = Alert | DeadLetter
 _NS = uuid.UUID("0b7f6a52-51c3-4c1e-a0a4-3d1f7e2b9c10")
@@ -52,6 +52,8 @@ class RunConfig:
         window_ms: Evidence correlation window.
         restart_alert: Restarts at which the restart count alerts on its own.
         label_shift: Label-balance distance counted as a shift.
+        schema_fail_share: Share of a report's rows that may fail the schema
+            before ``rule:schema_failures`` fires (:data:`rules.SCHEMA_FAIL_SHARE`).
         val_decline_abs: Absolute validation decline from the best that counts.
         val_decline_rel: Relative validation decline from the best that counts.
         val_persist: Consecutive declined evaluations before alerting.
@@ -76,6 +78,7 @@ class RunConfig:
     window_ms: int = 1_800_000
     restart_alert: int = 5
     label_shift: float = 0.15
+    schema_fail_share: float = SCHEMA_FAIL_SHARE
     val_decline_abs: float = 0.02
     val_decline_rel: float = 0.05
     val_persist: int = 2

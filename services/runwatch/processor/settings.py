@@ -26,6 +26,8 @@ class ProcessorSettings(BaseSettings):
         stall_k: Stall bound in median step times.
         stall_min_ms: Floor of the stall bound.
         data_wait_ms: Bound on waiting for a manifest dataset's data report.
+        schema_fail_share: Share of a data report's rows that may fail the
+            dataset's schema before ``rule:schema_failures`` fires.
         window_ms: Evidence correlation window.
         correlation_delay_ms: How long a learning symptom waits for causal evidence.
         per_run_cap: Most alerts one run may fire.
@@ -73,6 +75,7 @@ class ProcessorSettings(BaseSettings):
     stall_k: float = 10.0
     stall_min_ms: int = 60_000
     data_wait_ms: int = 600_000
+    schema_fail_share: float = Field(default=0.01, ge=0.0, le=1.0)
     window_ms: int = 1_800_000
     correlation_delay_ms: int = 5_000
     per_run_cap: int = 20

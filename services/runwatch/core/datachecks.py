@@ -1,0 +1,271 @@
+"""Data-integrity signals of data-quality reports, judged against each dataset's own history.
+
+A data-quality report (``runwatch.client.data.report``) carries freshness
+lag, row count, duplicate rows, per-feature null shares and ranges. What is
+normal for them depends on the dataset: a weekly snapshot's rows are days
+old on every report, a sparse feature is mostly null, a nightly partition is
+a hundred times a streaming micro-batch. So each signal is judged against the
+history of the same dataset as this run has seen it (its reports, including
+the stored first and recent ones replayed when the run starts), never
+against an absolute bound:
+
+========================  =========================================  =========
+signal                    judged as                                  direction
+========================  =========================================  =========
+``freshness_lag``         lag (ms) against its history band          up
+``row_count``             log rows against its history band          both
+``duplicate_share``       duplicate rows / rows against its band     up
+``null_share``            per feature, null share against its band   up
+``feature_range``         per feature, batch min/max against the     out
+                          range seen so far, widened by its width
+========================  =========================================  =========
+
+A *band* (:class:`Band`) is an exponentially weighted mean and mean absolute
+deviation of the signal. A value fires when it lies beyond
+``max(K · σ, floor)`` from the mean, σ estimated from the deviation, once
+the band holds :data:`MIN_HISTORY` reports. Learning is winsorized: a value
+is learned clipped to the band, so a one-off outlier barely moves it, while a
+lasting change fires and then becomes the dataset's new normal after a few
+reports (each one moves the centre by ``ALPHA`` of the bound). Pure, and the
+state is a small JSON document per (run, dataset).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runwatch.core.records import DataQualityReport
+from runwatch.core.rules import Finding
+
+K = 4.0
+"""Band half-width in σ: the level gates of the indicator watches use the same
+(``indwatch.default_specs``, ``k=4``); a one-sided normal tail beyond it is 3e-5
+per report and signal."""
+SIGMA_PER_DEV = math.sqrt(math.pi / 2)
+"""σ of a normal distribution per unit of mean absolute deviation."""
+ALPHA = 0.2
+"""Weight of the newest report in the band (memory of about 2/ALPHA - 1 = 9 reports);
+the first reports are plain averages (weight 1/n until it falls below ALPHA)."""
+MIN_HISTORY = 5
+"""Reports of a dataset a band or range needs before it judges (fewer give no spread)."""
+MIN_SHARE = 0.01
+"""Least change of a share (duplicates, nulls) that fires: one row in a hundred more
+than usual; below it a batch-to-batch wobble of a clean dataset is not worth a page."""
+REL_FLOOR = 0.5
+"""Least change of a freshness lag, relative to its usual value: a dataset whose
+newest rows are half again as old as they usually are has missed an update."""
+MIN_LAG_MS = 60_000
+"""Least change of a freshness lag in ms (reports are per batch; seconds are jitter)."""
+VOLUME_FACTOR = 2.0
+"""Least change of the row count: half or twice the usual volume."""
+RANGE_REL = 0.5
+"""Least widening of a feature's range, relative to its magnitude (for a constant feature)."""
+MAX_FEATURES = 32
+"""Features followed per dataset (the first ones reported); bounds the run state."""
+
+Direction = Literal["up", "both"]
+
+
+@dataclass(slots=True)
+class Band:
+    """Exponentially weighted mean and mean absolute deviation of one signal.
+
+    ``score_one`` never changes the band; ``learn_one`` does. JSON state:
+    ``[n, mean, dev]``.
+    """
+
+    n: int = 0
+    mean: float = 0.0
+    dev: float = 0.0
+
+    @classmethod
+    def from_state(cls, state: list[float] | None) -> Band:
+        """Rebuild a band from :meth:`to_state` output (None: an empty band)."""
+        if not state:
+            return cls()
+        return cls(int(state[0]), float(state[1]), float(state[2]))
+
+    def to_state(self) -> list[float]:
+        """Return the JSON state ``[n, mean, dev]``."""
+        return [self.n, self.mean, self.dev]
+
+    def bound(self, floor: float) -> float:
+        """Return the distance from the mean beyond which a value fires."""
+        return max(K * SIGMA_PER_DEV * self.dev, floor)
+
+    def score_one(self, x: float, floor: float, direction: Direction = "up") -> float:
+        """Return how far ``x`` lies beyond the band, in bounds (> 1 fires; 0: cold or NaN).
+
+        Args:
+            x: The value.
+            floor: Least distance from the mean that counts (the signal's floor).
+            direction: ``up`` judges rises only; ``both`` judges either way.
+
+        """
+        if self.n < MIN_HISTORY or not math.isfinite(x):
+            return 0.0
+        d = x - self.mean if direction == "up" else abs(x - self.mean)
+        b = self.bound(floor)
+        return max(d, 0.0) / b if b > 0 else (math.inf if d > 0 else 0.0)
+
+    def learn_one(self, x: float, floor: float) -> None:
+        """Fold ``x`` in, clipped to the band once it judges (winsorized); NaN is ignored."""
+        if not math.isfinite(x):
+            return
+        if self.n >= MIN_HISTORY:
+            b = self.bound(floor)
+            x = min(max(x, self.mean - b), self.mean + b)
+        a = max(ALPHA, 1.0 / (self.n + 1))
+        self.dev += a * (abs(x - self.mean) - self.dev) if self.n else 0.0
+        self.mean += a * (x - self.mean)
+        self.n += 1
+
+
+def range_width(lo: float, hi: float) -> float:
+    """Return how far past ``[lo, hi]`` a feature's batch min/max may go.
+
+    The range's width, and at least :data:`RANGE_REL` of its magnitude.
+    """
+    return max(hi - lo, RANGE_REL * max(abs(lo), abs(hi)), 1e-12)
+
+
+def range_score(state: list[float] | None, lo: float, hi: float) -> float:
+    """Return how far a batch's ``[lo, hi]`` lies outside a feature's range, in widths.
+
+    Args:
+        state: ``[n, min, max]`` of the feature so far (None: unseen).
+        lo: The batch's minimum.
+        hi: The batch's maximum.
+
+    Returns:
+        The excess in range widths (> 1 fires), 0 while the range is cold.
+
+    """
+    if not state or state[0] < MIN_HISTORY:
+        return 0.0
+    w = range_width(state[1], state[2])
+    return max(hi - state[2], state[1] - lo, 0.0) / w
+
+
+def range_learn(state: list[float] | None, lo: float, hi: float) -> list[float]:
+    """Return the feature's range with a batch folded in (widened by at most one width)."""
+    if not state:
+        return [1, lo, hi]
+    n, rlo, rhi = int(state[0]), state[1], state[2]
+    if n >= MIN_HISTORY:
+        w = range_width(rlo, rhi)
+        lo, hi = max(lo, rlo - w), min(hi, rhi + w)
+    return [n + 1, min(rlo, lo), max(rhi, hi)]
+
+
+def _share_floor(mean: float, rows: int) -> float:
+    p = min(max(mean, 1.0 / rows), 1.0)
+    return max(MIN_SHARE, K * math.sqrt(p * (1 - p) / rows))  # at least the sampling noise
+
+
+def _finding(indicator: str, ref: str, observed: float, expected: float, excess: float,
+             at_ms: int, title: str, detail: str) -> Finding:
+    return Finding(f"watch:{indicator}", indicator, "data", "warning", observed, expected,
+                   min(excess / 2.0, 1.0), at_ms, title, detail, subject=ref)
+
+
+def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
+          at_ms: int) -> tuple[dict[str, Any], list[Finding]]:
+    """Judge a report's integrity signals against the dataset's history, then learn them.
+
+    Args:
+        hist: The dataset's history in this run (:func:`check` output; None: first report).
+        e: The report.
+        ref: Its dataset reference (``uri@version``).
+        at_ms: Its event time.
+
+    Returns:
+        The updated history (JSON) and the findings that fire (signal ``data``).
+
+    """
+    h: dict[str, Any] = dict(hist or {})
+    out: list[Finding] = []
+    rows = int(e.row_count)
+    if e.freshness_lag_ms is not None:
+        lag = float(e.freshness_lag_ms)
+        band = Band.from_state(h.get("lag"))
+        floor = max(REL_FLOOR * abs(band.mean), MIN_LAG_MS)
+        excess = band.score_one(lag, floor)
+        if excess > 1:
+            hours, usual = lag / 3_600_000, band.mean / 3_600_000
+            out.append(_finding("freshness_lag", ref, lag, band.mean, excess, at_ms,
+                                f"Data of {ref} is staler than usual: newest row "
+                                f"{hours:.3g} h old (usually {usual:.3g} h)",
+                                f"freshness_lag_ms={lag:.0f}; bound {band.bound(floor):.0f} ms"))
+        band.learn_one(lag, floor)
+        h["lag"] = band.to_state()
+    if rows <= 0:
+        return h, out  # nothing to compare: rule:zero_rows speaks for an empty batch
+    log_rows = math.log(rows)
+    band = Band.from_state(h.get("rows"))
+    floor = math.log(VOLUME_FACTOR)
+    excess = band.score_one(log_rows, floor, "both")
+    if excess > 1:
+        usual = math.exp(band.mean)
+        out.append(_finding("row_count", ref, float(rows), usual, excess, at_ms,
+                            f"Volume of {ref} changed: {rows} rows (usually about {usual:.0f})",
+                            f"row_count={rows}; bound x{math.exp(band.bound(floor)):.2f}"))
+    band.learn_one(log_rows, floor)
+    h["rows"] = band.to_state()
+    dup = e.duplicate_rows / rows
+    band = Band.from_state(h.get("dup"))
+    floor = _share_floor(band.mean, rows)
+    excess = band.score_one(dup, floor)
+    if excess > 1:
+        out.append(_finding("duplicate_share", ref, dup, band.mean, excess, at_ms,
+                            f"Duplicate rows of {ref} rose to {dup:.1%} (usually {band.mean:.1%})",
+                            f"duplicate_rows={e.duplicate_rows} of rows={rows}"))
+    band.learn_one(dup, floor)
+    h["dup"] = band.to_state()
+    out += _features(h, e, ref, rows, at_ms)
+    return h, out
+
+
+def _features(h: dict[str, Any], e: DataQualityReport, ref: str, rows: int,
+              at_ms: int) -> list[Finding]:
+    nulls: dict[str, list[float]] = dict(h.get("nulls", {}))
+    ranges: dict[str, list[float]] = dict(h.get("ranges", {}))
+    null_hits: list[tuple[float, str, float, float]] = []
+    range_hits: list[tuple[float, str, float, float, list[float]]] = []
+    for f in e.features:
+        if f.name not in nulls and len(nulls) >= MAX_FEATURES:
+            continue
+        share = float(f.null_pct) / 100.0
+        band = Band.from_state(nulls.get(f.name))
+        floor = _share_floor(band.mean, rows)
+        excess = band.score_one(share, floor)
+        if excess > 1:
+            null_hits.append((excess, f.name, share, band.mean))
+        band.learn_one(share, floor)
+        nulls[f.name] = band.to_state()
+        if f.min is None or f.max is None or not (math.isfinite(f.min) and math.isfinite(f.max)):
+            continue
+        prev = ranges.get(f.name)
+        excess = range_score(prev, f.min, f.max)
+        if excess > 1 and prev is not None:
+            range_hits.append((excess, f.name, f.min, f.max, prev))
+        ranges[f.name] = range_learn(prev, f.min, f.max)
+    h["nulls"], h["ranges"] = nulls, ranges
+    out: list[Finding] = []
+    if null_hits:
+        excess, name, share, usual = max(null_hits)
+        names = ", ".join(sorted(n for _, n, _, _ in null_hits))
+        out.append(_finding("null_share", ref, share, usual, excess, at_ms,
+                            f"Nulls in {ref}.{name} rose to {share:.1%} (usually {usual:.1%})",
+                            f"features with more nulls than usual: {names}"))
+    if range_hits:
+        excess, name, lo, hi, prev = max(range_hits, key=lambda x: x[0])
+        names = ", ".join(sorted(n for _, n, _, _, _ in range_hits))
+        out.append(_finding("feature_range", ref, hi if hi > prev[2] else lo,
+                            prev[2] if hi > prev[2] else prev[1], excess, at_ms,
+                            f"{ref}.{name} left its range: [{lo:.4g}, {hi:.4g}] "
+                            f"(seen [{prev[1]:.4g}, {prev[2]:.4g}])",
+                            f"features outside their range: {names}"))
+    return out

@@ -1,0 +1,204 @@
+"""Data-integrity signals of data-quality reports: schema conformance, freshness, volume,
+duplicates, nulls and feature ranges, each judged against the dataset's own history.
+
+The user path: batches reported with ``runwatch.client.data.report`` (no run id,
+as the README shows) for a run started with ``runwatch.init``, through a real
+processor worker driven in memory. The history band itself is pure and tested
+directly (river's protocol: scoring does not learn, state round-trips through
+JSON, NaN is ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import runwatch
+from runwatch.client import data
+from runwatch.client.publisher import CaptureTransport, Publisher
+from runwatch.core import datachecks
+from runwatch.core.datachecks import Band
+from runwatch.core.records import Alert, DatasetRef
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
+
+DAY_MS = 86_400_000
+Batch = Callable[[np.random.Generator, int], dict[str, Any]]
+
+
+def clean(rng: np.random.Generator, i: int, rows: int = 1000) -> dict[str, Any]:
+    return {"id": [i * 100_000 + j for j in range(rows)],
+            "x": rng.uniform(0.0, 1.0, rows).round(6).tolist(),
+            "sparse": [None if v < 0.4 else float(v) for v in rng.uniform(0, 1, rows)]}
+
+
+def stamped(lag_ms: float) -> Batch:
+    def make(rng: np.random.Generator, i: int) -> dict[str, Any]:
+        cols = clean(rng, i)
+        newest = time.time() * 1000 - lag_ms
+        cols["ts"] = [int(newest - v) for v in rng.uniform(0, 5_000, len(cols["id"]))]
+        return cols
+    return make
+
+
+def rows(n: int) -> Batch:
+    return lambda rng, i: clean(rng, i, n)
+
+
+def duplicated(share: float) -> Batch:
+    def make(rng: np.random.Generator, i: int) -> dict[str, Any]:
+        cols = clean(rng, i)
+        k = int(share * len(cols["id"]))
+        for name in cols:  # the last k rows repeat the first k
+            cols[name][len(cols[name]) - k:] = cols[name][:k]
+        return cols
+    return make
+
+
+def nulls_in_x(share: float) -> Batch:
+    def make(rng: np.random.Generator, i: int) -> dict[str, Any]:
+        cols = clean(rng, i)
+        cols["x"][: int(share * len(cols["x"]))] = [None] * int(share * len(cols["x"]))
+        return cols
+    return make
+
+
+def sentinel(rng: np.random.Generator, i: int) -> dict[str, Any]:
+    cols = clean(rng, i)
+    cols["x"][0] = -999.0
+    return cols
+
+
+def jitter(make: Callable[[int], Batch]) -> Batch:
+    return lambda rng, i: make(int(rng.integers(900, 1100)))(rng, i)
+
+
+def report_all(batches: list[Batch], *, schema: dict[str, str] | None = None,
+               timestamp: str | None = None, tmp_path: Any) -> MemoryProcessor:
+    t = CaptureTransport()
+    runwatch.init("fam", run_id="A", transport=t, install_hooks=False, capture_lineage=False,
+                  datasets=[DatasetRef(uri="s3://d", version="v1")])
+    pub = Publisher(t, kind="sdk")
+    rng = np.random.default_rng(7)
+    for i, make in enumerate(batches):
+        data.report("s3://d", "v1", f"p={i}", make(rng, i), schema=schema,
+                    timestamp=timestamp, publisher=pub, baseline_directory=tmp_path)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    return m
+
+
+def firing(m: MemoryProcessor) -> set[tuple[str, str]]:
+    return {(a.detector, a.probable_cause) for a in m.alerts
+            if isinstance(a, Alert) and a.status == "firing"}
+
+
+HISTORY = 8  # reports of the dataset before the one judged
+
+
+@pytest.mark.parametrize(("usual", "last", "timestamp", "fires"), [
+    # a weekly snapshot: rows days old on every report is its normal range
+    (stamped(4 * DAY_MS), stamped(4 * DAY_MS), "ts", None),
+    (stamped(4 * DAY_MS), stamped(9 * DAY_MS), "ts", "watch:freshness_lag"),
+    (stamped(20_000), stamped(40_000), "ts", None),  # streaming: seconds are jitter
+    (stamped(20_000), stamped(3_600_000), "ts", "watch:freshness_lag"),
+    (jitter(rows), rows(1000), None, None),
+    (jitter(rows), rows(300), None, "watch:row_count"),
+    (jitter(rows), rows(5000), None, "watch:row_count"),
+    (duplicated(0.02), duplicated(0.02), None, None),
+    (duplicated(0.0), duplicated(0.1), None, "watch:duplicate_share"),
+    (nulls_in_x(0.0), nulls_in_x(0.005), None, None),  # a few nulls: sampling noise
+    (nulls_in_x(0.0), nulls_in_x(0.2), None, "watch:null_share"),
+    (clean, sentinel, None, "watch:feature_range"),
+], ids=["snapshot", "snapshot-stale", "stream", "stream-stale", "volume", "volume-drop",
+        "volume-spike", "dups-usual", "dups", "nulls-noise", "nulls", "range"])
+def test_integrity_signals_fire_on_change_from_the_datasets_own_history(
+        usual: Batch, last: Batch, timestamp: str | None, fires: str | None, tmp_path) -> None:
+    m = report_all([usual] * HISTORY + [last], timestamp=timestamp, tmp_path=tmp_path)
+    assert m.dead == []
+    assert firing(m) == ({(fires, "data")} if fires else set())
+
+
+def test_no_judgement_before_the_dataset_has_a_history(tmp_path) -> None:
+    m = report_all([rows(1000)] * (datachecks.MIN_HISTORY - 1) + [rows(100)], tmp_path=tmp_path)
+    assert firing(m) == set()
+
+
+def mixed(bad: int) -> Batch:
+    return lambda rng, i: {"n": [*(["oops"] * bad), *range(100 - bad)]}
+
+
+@pytest.mark.parametrize(("bad", "fires"), [(0, False), (1, False), (2, True), (40, True)])
+def test_schema_failures_past_the_tolerance_raise_a_data_alert(bad: int, fires: bool,
+                                                               tmp_path) -> None:
+    assert ProcessorSettings().schema_fail_share == 0.01
+    m = report_all([mixed(bad)], schema={"n": "int"}, tmp_path=tmp_path)
+    want = {("rule:schema_failures", "data")} if fires else set()
+    assert firing(m) == want
+    if fires:
+        alert = next(a for a in m.alerts if a.detector == "rule:schema_failures")
+        assert alert.observed == pytest.approx(bad / 100)
+
+
+# ------------------------------------------------------------------ the band itself
+
+
+def test_band_scoring_does_not_learn_and_state_round_trips() -> None:
+    band = Band()
+    for x in (10.0, 11.0, 9.0, 10.5, 9.5, 10.0):
+        band.learn_one(x, 1.0)
+    before = band.to_state()
+    assert band.score_one(30.0, 1.0) == band.score_one(30.0, 1.0) > 1
+    assert band.to_state() == before
+    back = Band.from_state(json.loads(json.dumps(band.to_state())))
+    assert back == band
+    assert back.score_one(30.0, 1.0) == band.score_one(30.0, 1.0)
+
+
+def test_band_ignores_nan_and_is_cold_before_min_history() -> None:
+    band = Band()
+    for _ in range(datachecks.MIN_HISTORY - 1):
+        band.learn_one(1.0, 0.1)
+    assert band.score_one(100.0, 0.1) == 0.0  # cold
+    band.learn_one(math.nan, 0.1)
+    assert band.n == datachecks.MIN_HISTORY - 1
+    band.learn_one(1.0, 0.1)
+    assert band.score_one(math.nan, 0.1) == 0.0
+    assert band.score_one(100.0, 0.1) > 1
+
+
+@pytest.mark.parametrize("direction", ["up", "both"])
+def test_band_judges_falls_only_both_ways(direction) -> None:
+    band = Band()
+    for _ in range(8):
+        band.learn_one(5.0, 1.0)
+    assert (band.score_one(0.0, 1.0, direction) > 1) is (direction == "both")
+    assert band.score_one(10.0, 1.0, direction) > 1
+
+
+def test_one_outlier_barely_moves_the_band_and_a_lasting_change_becomes_normal() -> None:
+    band = Band()
+    for _ in range(10):
+        band.learn_one(100.0, 10.0)
+    band.learn_one(1e6, 10.0)  # learned clipped to the band
+    assert band.mean < 100.0 + 10.0
+    fired = []
+    for _ in range(30):  # a new level
+        fired.append(band.score_one(200.0, 10.0) > 1)
+        band.learn_one(200.0, 10.0)
+    assert fired[0] and not fired[-1]
+
+
+def test_feature_range_widens_by_at_most_one_width_per_report() -> None:
+    state = None
+    for lo, hi in [(0.0, 1.0)] * datachecks.MIN_HISTORY:
+        state = datachecks.range_learn(state, lo, hi)
+    assert datachecks.range_score(state, 0.0, 1.9) < 1 < datachecks.range_score(state, 0.0, 2.5)
+    state = datachecks.range_learn(state, -999.0, 1.0)
+    assert state[1] == -1.0  # widened by one width, not to the sentinel
