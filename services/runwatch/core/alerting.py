@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runwatch.core.cause import Verdict
@@ -122,12 +122,20 @@ def _evidence(findings: tuple[Finding, ...], limit: int) -> tuple[Evidence, ...]
     )
 
 
+def _identity(ctx: AlertContext) -> dict[str, Any]:
+    return {"team": ctx.team, "family": ctx.experiment_family, "node": ctx.node,
+            "labels": dict(ctx.labels)}
+
+
 def _build(book: AlertBook, key: str, entry: dict[str, Any], status: str,
            ctx: AlertContext, now_ms: int, evidence: tuple[Evidence, ...]) -> Alert:
     book.seq += 1
     alert_id = str(uuid.uuid5(_NS, f"{key}:{entry['first_seen_ms']}"))
     event_id = str(uuid.uuid5(_NS, f"{alert_id}:{status}:{entry['last_seen_ms']}"))
     cause = entry["cause"]
+    # the identity the alert fired with: its resolve must carry the same labels (receivers
+    # such as Alertmanager key alerts on them), even if the run's team or labels changed since
+    ident = entry.get("ident") or _identity(ctx)
     return Alert(
         event_id=event_id, run_id=ctx.run_id, emitted_at_ms=now_ms, source=ctx.source,
         seq=book.seq, alert_id=alert_id, dedup_key=key, status=status,  # type: ignore[arg-type]
@@ -135,8 +143,8 @@ def _build(book: AlertBook, key: str, entry: dict[str, Any], status: str,
         observed=entry["observed"], expected=entry["expected"], score=entry["score"],
         probable_cause=cause, evidence=evidence, title=entry["title"],
         summary=f"{entry['title']} (probable cause: {cause}, run {ctx.run_id})",
-        team=ctx.team, experiment_family=ctx.experiment_family, node=ctx.node,
-        labels=dict(ctx.labels), first_seen_ms=entry["first_seen_ms"],
+        team=ident["team"], experiment_family=ident["family"], node=ident["node"],
+        labels=dict(ident["labels"]), first_seen_ms=entry["first_seen_ms"],
         last_seen_ms=entry["last_seen_ms"],
     )
 
@@ -179,11 +187,43 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
         "indicator": finding.indicator, "observed": finding.observed,
         "expected": finding.expected, "score": finding.score, "cause": verdict.cause,
         "title": finding.title, "first_seen_ms": finding.at_ms, "last_seen_ms": finding.at_ms,
-        "clear_streak": 0, "one_shot": one_shot, "sent_ms": now_ms,
+        "clear_streak": 0, "one_shot": one_shot, "sent_ms": now_ms, "ident": _identity(ctx),
     }
     book.entries[key] = entry
     return [_build(book, key, entry, "firing", ctx, now_ms,
                    _evidence(verdict.evidence, policy.evidence_max))]
+
+
+def update_cause(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
+                 now_ms: int, policy: AlertPolicy) -> list[Alert]:
+    """Re-send a firing alert whose probable cause changed after it fired.
+
+    A hard rule pages at once; evidence processed shortly after it may name
+    the cause. The update keeps the alert's id, dedup key and identity; only
+    the cause, evidence and summary change, and it gets an event id of its own
+    (the store keeps both records; the latest names the cause).
+
+    Args:
+        book: The run's alert book (updated in place).
+        finding: The finding that fired.
+        verdict: Its new verdict.
+        ctx: Run identity and labels.
+        now_ms: Current time.
+        policy: Lifecycle knobs.
+
+    Returns:
+        The updated firing alert, or nothing (not firing, or the cause is the same).
+
+    """
+    key = dedup_key(ctx.run_id, finding.detector, finding.indicator, finding.subject)
+    entry = book.entries.get(key)
+    if entry is None or entry["status"] != "firing" or entry["cause"] == verdict.cause:
+        return []
+    entry["cause"] = verdict.cause
+    alert = _build(book, key, entry, "firing", ctx, now_ms,
+                   _evidence(verdict.evidence, policy.evidence_max))
+    event_id = uuid.uuid5(_NS, f"{alert.alert_id}:update:{verdict.cause}:{entry['last_seen_ms']}")
+    return [replace(alert, event_id=str(event_id))]
 
 
 def _cap(book: AlertBook, ctx: AlertContext, now_ms: int, policy: AlertPolicy) -> list[Alert]:

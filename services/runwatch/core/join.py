@@ -263,7 +263,8 @@ def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConf
     out: list[Output] = []
     s.last_checkpoint = {"step": e.step, "sha256": e.sha256, "uri": e.uri, "outcome": e.outcome}
     f = rules.checkpoint_integrity(e.expected_sha256 or "", e.sha256 or "",
-                                   e.outcome not in ("failed", "corrupt"), at, e.uri)
+                                   e.outcome != "failed", at, e.uri,
+                                   corrupt=e.outcome == "corrupt")
     if f:
         out += emit(s, cfg, f, now, one_shot=True)
     s.checkpoint_ms += e.duration_ms
@@ -312,7 +313,7 @@ def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) ->
     if e.hardware is not None:
         s.gpu_model = e.hardware.gpu_model or s.gpu_model
         s.gpu_count = e.hardware.gpu_count or s.gpu_count
-    f = rules.image_allowed(s.image or "", cfg.image_allow_list, at)
+    f = rules.image_allowed(s.image or "", cfg.image_allow_list, at, cfg.image_missing)
     return emit(s, cfg, f, now, one_shot=True) if f else []
 
 

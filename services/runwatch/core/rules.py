@@ -34,6 +34,9 @@ class Finding:
         detail: Free text for the evidence list.
         alert: True when it should raise an alert; False for evidence only.
         subject: Extra key part for the dedup key (e.g. a dataset or GPU).
+        labels: Extra labels.
+        hard: A hard rule's finding (wrong whatever the statistics say): it
+            alerts at once, never waiting for correlated evidence.
 
     """
 
@@ -50,6 +53,7 @@ class Finding:
     alert: bool = True
     subject: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    hard: bool = False
 
 
 def _hard(
@@ -59,7 +63,7 @@ def _hard(
     return Finding(
         detector=f"rule:{name}", indicator=indicator, signal=signal, severity=severity,
         observed=observed, expected=expected, score=1.0, at_ms=at_ms, title=title,
-        detail=detail, subject=subject,
+        detail=detail, subject=subject, hard=True,
     )
 
 
@@ -183,27 +187,49 @@ def schema_failures(dataset_ref: str, failures: int, rows: int, tolerance: float
 
 
 
-def image_allowed(image: str, allow_list: Sequence[str], at_ms: int) -> Finding | None:
+ImageMissing = Literal["allow", "warn", "deny"]
+
+
+def image_allowed(
+    image: str, allow_list: Sequence[str], at_ms: int, missing: ImageMissing = "allow"
+) -> Finding | None:
     """Fire when the run's image is outside the allow-list.
 
     An allow-list entry matches an image equal to it or starting with it (so a
     registry/repository prefix admits every tag and digest under it). An empty
     allow-list disables the rule.
 
+    A run that reports no image at all (a plain script outside a container)
+    is not running an unapproved image; ``missing`` decides what it gets:
+    ``allow`` nothing, ``warn`` a warning finding, ``deny`` a critical one
+    (``rule:image_missing``).
+
     Args:
-        image: Image reference or digest of the run.
+        image: Image reference or digest of the run (empty: none reported).
         allow_list: Allowed images or prefixes.
         at_ms: Event time.
+        missing: Policy for runs without an image.
 
     Returns:
-        A critical artifact finding, or None.
+        An artifact finding, or None.
 
     """
-    if not allow_list or any(image == a or image.startswith(a) for a in allow_list):
+    if not allow_list:
+        return None
+    if not image:
+        if missing == "allow":
+            return None
+        return _hard(
+            "image_missing", "image", "artifact", 0.0, 1.0, at_ms,
+            "Run reports no container image (image allow-list in force)",
+            f"no image digest; image policy for runs without an image: {missing}",
+            severity="critical" if missing == "deny" else "warning",
+        )
+    if any(image == a or image.startswith(a) for a in allow_list):
         return None
     return _hard(
         "image_allow_list", "image", "artifact", 0.0, 1.0, at_ms,
-        f"Image {image or '<none>'} is not allowed", f"image={image}", subject=image,
+        f"Image {image} is not allowed", f"image={image}", subject=image,
     )
 
 
@@ -229,9 +255,17 @@ def failed_gate(gate: str, passed: bool, reason: str, at_ms: int) -> Finding | N
 
 
 def checkpoint_integrity(
-    expected_sha256: str, actual_sha256: str, serialization_ok: bool, at_ms: int, subject: str = ""
+    expected_sha256: str, actual_sha256: str, serialization_ok: bool, at_ms: int,
+    subject: str = "", *, corrupt: bool = False,
 ) -> Finding | None:
-    """Fire on a checkpoint checksum mismatch or failed serialization.
+    """Fire on a checkpoint checksum mismatch, a reported corruption or failed serialization.
+
+    A mismatch between the two checksums is the most specific evidence and
+    wins: it raises ``rule:checkpoint_checksum`` whatever outcome the producer
+    reported alongside it (the SDK reports a mismatch it finds as outcome
+    ``corrupt``). A corruption reported without both checksums raises the same
+    rule; only a failed write (``serialization_ok`` false) raises
+    ``rule:checkpoint_serialization``.
 
     Args:
         expected_sha256: Checksum written by the trainer (empty if unknown).
@@ -239,21 +273,27 @@ def checkpoint_integrity(
         serialization_ok: Whether serialization succeeded.
         at_ms: Event time.
         subject: Checkpoint identity (uri or step) for the dedup key.
+        corrupt: The producer reported the checkpoint corrupt (outcome ``corrupt``).
 
     Returns:
         A critical artifact finding, or None.
 
     """
-    if not serialization_ok:
-        return _hard(
-            "checkpoint_serialization", "checkpoint", "artifact", 0.0, 1.0, at_ms,
-            "Checkpoint serialization failed", subject or "", subject=subject,
-        )
     if expected_sha256 and actual_sha256 and expected_sha256 != actual_sha256:
         return _hard(
             "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
             "Checkpoint checksum mismatch",
             f"expected {expected_sha256[:12]} got {actual_sha256[:12]}", subject=subject,
+        )
+    if corrupt:
+        return _hard(
+            "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
+            "Checkpoint reported corrupt", subject or "", subject=subject,
+        )
+    if not serialization_ok:
+        return _hard(
+            "checkpoint_serialization", "checkpoint", "artifact", 0.0, 1.0, at_ms,
+            "Checkpoint serialization failed", subject or "", subject=subject,
         )
     return None
 

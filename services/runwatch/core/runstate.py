@@ -30,7 +30,7 @@ from runwatch.core.indwatch import (
     default_specs,
 )
 from runwatch.core.records import Alert, DeadLetter, Source
-from runwatch.core.rules import SCHEMA_FAIL_SHARE, Finding
+from runwatch.core.rules import SCHEMA_FAIL_SHARE, Finding, ImageMissing
 
 Output = Alert | DeadLetter
 _NS = uuid.UUID("0b7f6a52-51c3-4c1e-a0a4-3d1f7e2b9c10")
@@ -46,6 +46,8 @@ class RunConfig:
         hold_ms: How long events of an unseen run are held before dead-lettering.
         hold_max: Most events held per unseen run.
         image_allow_list: Allowed image prefixes (empty = rule off).
+        image_missing: With an allow-list, what a run without an image gets:
+            ``allow`` (nothing), ``warn`` (a warning alert) or ``deny`` (critical).
         stall_k: Stall bound in median step times.
         stall_min_ms: Floor on the stall bound.
         data_wait_ms: How long a manifest dataset may go without a data report.
@@ -72,6 +74,7 @@ class RunConfig:
     hold_ms: int = 30_000
     hold_max: int = 1_000
     image_allow_list: tuple[str, ...] = ()
+    image_missing: ImageMissing = "allow"
     stall_k: float = 10.0
     stall_min_ms: int = 60_000
     data_wait_ms: int = 600_000
@@ -298,6 +301,13 @@ def emit(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: 
         return out
     if f.signal == "learning" and cfg.correlation_delay_ms > 0:
         key = f"{f.detector}|{f.indicator}|{f.subject}"
+        if f.hard:  # page now; evidence processed within the delay updates the cause
+            fired = _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
+            for a in fired:
+                if isinstance(a, Alert) and a.status == "firing" and a.detector == f.detector:
+                    state.waiting[key] = {"since_ms": now_ms, "f": finding_to_dict(f),
+                                          "fired": a.probable_cause}
+            return out + fired
         state.waiting.setdefault(key, {"since_ms": now_ms, "f": finding_to_dict(f)})
         return out + flush_waiting(state, cfg, now_ms, force=False)
     return out + _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
@@ -336,13 +346,23 @@ def _fire(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot:
 
 
 def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) -> list[Output]:
-    """Fire waiting learning symptoms that found causal evidence or waited long enough.
+    """Settle learning symptoms waiting for correlated evidence.
+
+    Two kinds wait for ``cfg.correlation_delay_ms`` of processing time, because
+    topics are consumed independently and a cause may be processed after its
+    symptom:
+
+    * a statistical learning symptom has not fired yet: it fires as soon as
+      causal evidence names a cause, or as ``learning`` when the delay is over;
+    * a hard rule's symptom (a NaN loss) fired at once: when causal evidence
+      processed within the delay names another cause, the alert is re-sent
+      (same alert id and dedup key) with that cause and its evidence.
 
     Args:
         state: The run state (updated in place).
         cfg: Processor knobs.
         now_ms: Current time.
-        force: Fire every waiting symptom regardless.
+        force: Settle every waiting symptom regardless.
 
     Returns:
         Alerts to publish.
@@ -354,10 +374,25 @@ def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) 
         f = finding_from_dict(w["f"])
         verdict = classify(f, evidence_at(state, f.at_ms), cfg.window_ms)
         due = now_ms - w["since_ms"] >= cfg.correlation_delay_ms
+        if "fired" in w:
+            if force or due:
+                del state.waiting[key]
+            elif verdict.cause not in (w["fired"], "learning"):
+                del state.waiting[key]
+                out += _update(state, cfg, f, now_ms)
+            continue
         if force or due or verdict.cause != "learning":
             del state.waiting[key]
             out += _fire(state, cfg, f, now_ms, one_shot=True)
     return out
+
+
+def _update(state: RunState, cfg: RunConfig, f: Finding, now_ms: int) -> list[Output]:
+    verdict = classify(f, evidence_at(state, f.at_ms), cfg.window_ms)
+    book = AlertBook.from_state(state.alerts)
+    out = alerting.update_cause(book, f, verdict, context(state, cfg), now_ms, cfg.policy)
+    state.alerts = book.to_state()
+    return list(out)
 
 
 def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms: int,

@@ -135,7 +135,8 @@ class Processor:
                              runwatch_version=__version__)
         self.cfg = runstate.RunConfig(
             source=self.source, lateness_ms=settings.lateness_ms, hold_ms=settings.hold_ms,
-            image_allow_list=tuple(settings.image_allow_list), stall_k=settings.stall_k,
+            image_allow_list=tuple(settings.image_allow_list),
+            image_missing=settings.image_missing, stall_k=settings.stall_k,
             stall_min_ms=settings.stall_min_ms, data_wait_ms=settings.data_wait_ms,
             schema_fail_share=settings.schema_fail_share,
             window_ms=settings.window_ms, correlation_delay_ms=settings.correlation_delay_ms,
@@ -143,8 +144,9 @@ class Processor:
                                cooldown_ms=settings.cooldown_ms),
         )
         if settings.image_allow_list:
-            logger.info("image allow-list: %s (rule:image_allow_list on)",
-                        ", ".join(settings.image_allow_list))
+            logger.info("image allow-list: %s (rule:image_allow_list on; runs without an "
+                        "image: %s)", ", ".join(settings.image_allow_list),
+                        settings.image_missing)
         else:
             logger.warning("image allow-list is empty: rule:image_allow_list is DISABLED "
                            "(set RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST to enable it)")

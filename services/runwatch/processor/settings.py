@@ -20,6 +20,12 @@ class ProcessorSettings(BaseSettings):
         partitioner: How producers pick partitions from keys: ``consistent``
             (librdkafka's default, CRC32) or ``murmur2`` (Java/aiokafka).
         image_allow_list: Allowed image prefixes; empty disables the rule.
+        image_missing: With an allow-list set, what a run that reports no image
+            (a plain script outside a container) gets: ``allow`` (default: the
+            allow-list governs which container images run, and such a run
+            runs none), ``warn`` (a warning alert, ``rule:image_missing``) or
+            ``deny`` (a critical alert, for sites where every job must run
+            in an approved container).
         lateness_ms: Lateness tolerated behind a run's watermark.
         hold_ms: How long events of unseen runs are held.
         timer_interval_s: Period of the time-driven rules.
@@ -69,6 +75,7 @@ class ProcessorSettings(BaseSettings):
     partitions: int = 8
     partitioner: Literal["consistent", "murmur2"] = "consistent"
     image_allow_list: list[str] = Field(default_factory=list)
+    image_missing: Literal["allow", "warn", "deny"] = "allow"
     lateness_ms: int = 60_000
     hold_ms: int = 30_000
     timer_interval_s: float = 1.0
