@@ -26,9 +26,10 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from runwatch.bench.runner import BenchDetector
-from runwatch.core.detect import DefaultDetector, HalfSpaceTreesDetector
+from runwatch.core.detect import DefaultConfig, DefaultDetector, HalfSpaceTreesDetector
 from runwatch.core.detect.base import State
 from runwatch.core.detect.contextual import CadOseDetector
 from runwatch.core.detect.relentropy import RelativeEntropyDetector
@@ -134,4 +135,28 @@ DETECTORS: dict[str, Factory] = {
     "random": lambda seed: RandomDetector(seed=seed),
     "cad_ose": lambda seed: CadOseDetector(),
     "relative_entropy": lambda seed: RelativeEntropyDetector(),
+}
+
+
+def _default(**changes: object) -> Factory:
+    cfg = replace(DefaultConfig(), **changes)  # type: ignore[arg-type]
+    return lambda seed: DefaultDetector(cfg=cfg)
+
+
+# Pre-declared candidate configurations per detector for the leave-one-set-out
+# cross-validation (label → factory, the shipped configuration first). The
+# default's grid varies each label-fitted constant one step either way (the
+# silence after an alarm, the likelihood warm-up, the recurring-move gate) and
+# adds the seasonal baselines (hour of day, hour of week); the cross-validation
+# picks among them per fold on the other sets' labels only.
+GRIDS: dict[str, dict[str, Factory]] = {
+    "default": {
+        "shipped": DETECTORS["default"],
+        "refractory=75": _default(refractory=75),
+        "refractory=300": _default(refractory=300),
+        "lik_warmup=150": _default(lik_warmup=150),
+        "known_after=0": _default(known_after=0),
+        "season=day": _default(season_slots=24),
+        "season=week": _default(season_slots=168),
+    },
 }

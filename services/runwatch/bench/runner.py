@@ -4,6 +4,10 @@ This module reads only the corpus's ``data/`` folder (through
 :func:`~runwatch.bench.corpus.list_series` / ``read_series``) and never its
 labels: the scoring phase (:mod:`runwatch.bench.nab`) pairs the written scores
 with the labels afterwards. Each row is scored before the detector learns it.
+
+A detector with a true ``uses_time`` attribute also gets each row's timestamp
+(``score_one(x, t_ms)`` / ``learn_one(x, t_ms)``, UTC epoch milliseconds; NAB's
+naive timestamps are read as UTC), so it can use time of day and day of week.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from runwatch.bench.corpus import list_series, read_series
+from runwatch.bench.corpus import list_series, parse_timestamp, read_series
 from runwatch.core.detect.base import State
 
 logger = logging.getLogger(__name__)
@@ -72,8 +77,16 @@ def _seed_for(key: str) -> int:
     return zlib.crc32(key.encode())
 
 
+def epoch_ms(stamps: Sequence[str]) -> list[int]:
+    """Convert NAB timestamps (naive, read as UTC) to epoch milliseconds."""
+    return [round(parse_timestamp(t).replace(tzinfo=UTC).timestamp() * 1000.0) for t in stamps]
+
+
 def run_file(
-    make: Callable[[int], BenchDetector], key: str, values: list[float]
+    make: Callable[[int], BenchDetector],
+    key: str,
+    values: list[float],
+    times_ms: Sequence[int] | None = None,
 ) -> tuple[list[float], BenchDetector]:
     """Score then learn every value of one series with a fresh detector.
 
@@ -81,6 +94,7 @@ def run_file(
         make: Detector factory taking a seed.
         key: File key (the seed is derived from it, so runs are reproducible).
         values: The series.
+        times_ms: Row timestamps (epoch ms), passed to detectors that use time.
 
     Returns:
         One score per row, each computed before the row was learned, and the
@@ -89,6 +103,12 @@ def run_file(
     """
     det = make(_seed_for(key))
     out = []
+    if times_ms is not None and getattr(det, "uses_time", False):
+        timed: Any = det
+        for x, t in zip(values, times_ms, strict=True):
+            out.append(float(timed.score_one(x, t)))
+            timed.learn_one(x, t)
+        return out, det
     for x in values:
         out.append(float(det.score_one(x)))
         det.learn_one(x)
@@ -121,11 +141,12 @@ def detect_corpus(
     for file_no, key in enumerate(keys):
         series = read_series(root, key)
         values = list(series.values)
+        times = epoch_ms(series.timestamps)
         for name, make in detectors.items():
             run = runs[name]
             every = (time_every or {}).get(name, 1)
             t0 = time.perf_counter()
-            scores, det = run_file(make, key, values)
+            scores, det = run_file(make, key, values, times)
             elapsed = time.perf_counter() - t0
             if file_no % every == 0:
                 run.seconds += elapsed

@@ -151,6 +151,51 @@ def sweep_scores(
     return sweep, wid
 
 
+def _flatten(
+    files: Sequence[LabeledScores], cm: CostMatrix
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], int, int]:
+    """Concatenate the scorable rows of every file.
+
+    Returns:
+        ``(scores, sweep, window_id, n_windows, n_scorable)``: per scorable row
+        its score, weighted value and corpus-wide window id (-1 outside); the
+        number of windows, and of windows with at least one scorable row.
+
+    """
+    all_scores, all_sweep, all_wid = [], [], []
+    n_windows = 0
+    for f in files:
+        sweep, wid = sweep_scores(len(f.scores), f.windows, cm)
+        keep = np.arange(len(f.scores)) >= probation_length(len(f.scores))
+        all_scores.append(np.asarray(f.scores, dtype=np.float64)[keep])
+        all_sweep.append(sweep[keep])
+        all_wid.append(np.where(wid[keep] >= 0, wid[keep] + n_windows, -1))
+        n_windows += len(f.windows)
+    scores = np.concatenate(all_scores) if all_scores else np.zeros(0)
+    sweep = np.concatenate(all_sweep) if all_sweep else np.zeros(0)
+    wid = np.concatenate(all_wid) if all_wid else np.zeros(0, dtype=np.int64)
+    return scores, sweep, wid, n_windows, len(np.unique(wid[wid >= 0]))
+
+
+def _result(
+    profile: str, threshold: float, raw: float, null: float, perfect: float, counts: tuple[int, ...]
+) -> ProfileResult:
+    denom = perfect - null
+    normalized = 100.0 * (raw - null) / denom if denom else 0.0
+    tp, fp, fn = counts
+    return ProfileResult(
+        profile=profile,
+        threshold=threshold,
+        raw=raw,
+        null=null,
+        perfect=perfect,
+        normalized=normalized,
+        tp=tp,
+        fp=fp,
+        fn=fn,
+    )
+
+
 def optimize_threshold(
     files: Sequence[LabeledScores], profile: str, cost: CostMatrix | None = None
 ) -> ProfileResult:
@@ -166,61 +211,70 @@ def optimize_threshold(
 
     """
     cm = cost if cost is not None else PROFILES[profile]
-    all_scores, all_sweep, all_wid = [], [], []
-    n_windows = 0
-    base = 0
-    for f in files:
-        sweep, wid = sweep_scores(len(f.scores), f.windows, cm)
-        keep = np.arange(len(f.scores)) >= probation_length(len(f.scores))
-        all_scores.append(np.asarray(f.scores, dtype=np.float64)[keep])
-        all_sweep.append(sweep[keep])
-        all_wid.append(np.where(wid[keep] >= 0, wid[keep] + base, -1))
-        n_windows += len(f.windows)
-        base += len(f.windows)
-    scores = np.concatenate(all_scores) if all_scores else np.zeros(0)
-    sweep = np.concatenate(all_sweep) if all_sweep else np.zeros(0)
-    wid = np.concatenate(all_wid) if all_wid else np.zeros(0, dtype=np.int64)
+    scores, sweep, wid, n_windows, n_scorable = _flatten(files, cm)
     scorable = np.unique(wid[wid >= 0])
-    null = -cm.fn * len(scorable)
+    null = -cm.fn * n_scorable
     perfect = cm.tp * n_windows
     order = np.argsort(-scores, kind="stable")
-    best = (null, math.inf, 0, 0, len(scorable))
-    part = dict.fromkeys(scorable.tolist(), -cm.fn)
-    total = null
-    tp = fp = 0
-    detected = 0
     s_sorted, sw_sorted, w_sorted = scores[order], sweep[order], wid[order]
     n = len(order)
-    for j in range(n):
-        w = int(w_sorted[j])
-        if w < 0:
-            total += float(sw_sorted[j])
-            fp += 1
-        else:
-            tp += 1
-            old = part[w]
-            if old == -cm.fn:
-                detected += 1
-            new = max(old, float(sw_sorted[j]))
-            total += new - old
-            part[w] = new
-        if j + 1 == n or s_sorted[j + 1] != s_sorted[j]:
-            if total > best[0]:
-                best = (total, float(s_sorted[j]), tp, fp, len(scorable) - detected)
+    if n == 0:
+        return _result(profile, math.inf, null, null, perfect, (0, 0, n_scorable))
+    # What firing each row (in decreasing score order) adds to the total: its
+    # FP weight outside windows; inside a window, how much it raises that
+    # window's best detection so far (from -fn when it is the first).
+    delta = np.where(w_sorted < 0, sw_sorted, 0.0)
+    first = np.zeros(n, dtype=bool)
+    for w in scorable.tolist():
+        at = np.flatnonzero(w_sorted == w)
+        best_so_far = np.maximum.accumulate(np.maximum(sw_sorted[at], -cm.fn))
+        prev = np.concatenate(([-cm.fn], best_so_far[:-1]))
+        delta[at] = best_so_far - prev
+        first[at[0]] = True
+    total = np.cumsum(np.concatenate(([null], delta)))[1:]
+    # A threshold is a score value: only the last row of a run of equal scores counts.
+    ends = np.flatnonzero(np.append(s_sorted[1:] != s_sorted[:-1], True))
+    j = int(ends[int(np.argmax(total[ends]))])
+    if not total[j] > null:
+        return _result(profile, math.inf, null, null, perfect, (0, 0, n_scorable))
+    in_window = w_sorted[: j + 1] >= 0
+    tp = int(in_window.sum())
+    detected = int(first[: j + 1].sum())
+    best = (float(total[j]), float(s_sorted[j]), tp, j + 1 - tp, n_scorable - detected)
     raw, threshold, n_tp, n_fp, n_fn = best
-    denom = perfect - null
-    normalized = 100.0 * (raw - null) / denom if denom else 0.0
-    return ProfileResult(
-        profile=profile,
-        threshold=threshold,
-        raw=raw,
-        null=null,
-        perfect=perfect,
-        normalized=normalized,
-        tp=n_tp,
-        fp=n_fp,
-        fn=n_fn,
-    )
+    return _result(profile, threshold, raw, null, perfect, (n_tp, n_fp, n_fn))
+
+
+def score_at_threshold(
+    files: Sequence[LabeledScores], profile: str, threshold: float, cost: CostMatrix | None = None
+) -> ProfileResult:
+    """Score a corpus with a threshold chosen elsewhere (rows with score >= threshold fire).
+
+    The held-out half of a cross-validation: nothing here is optimised.
+
+    Args:
+        files: Scores and windows of every file scored.
+        profile: Profile name (key of :data:`PROFILES` unless ``cost`` is given).
+        threshold: The detection threshold (``math.inf``: never fire).
+        cost: Explicit weights, overriding the profile's.
+
+    Returns:
+        Raw, null, perfect and normalised scores at ``threshold`` (normalised
+        is 0 when the files hold no window, where it is undefined).
+
+    """
+    cm = cost if cost is not None else PROFILES[profile]
+    scores, sweep, wid, n_windows, n_scorable = _flatten(files, cm)
+    fire = scores >= threshold
+    fp_rows = fire & (wid < 0)
+    raw = float(sweep[fp_rows].sum())
+    hits = fire & (wid >= 0)
+    best: dict[int, float] = {}
+    for w, value in zip(wid[hits].tolist(), sweep[hits].tolist(), strict=True):
+        best[w] = max(best.get(w, -math.inf), value)
+    raw += sum(best.values()) - cm.fn * (n_scorable - len(best))
+    counts = (int(hits.sum()), int(fp_rows.sum()), n_scorable - len(best))
+    return _result(profile, threshold, raw, -cm.fn * n_scorable, cm.tp * n_windows, counts)
 
 
 def score_corpus(files: Sequence[LabeledScores]) -> dict[str, ProfileResult]:

@@ -36,9 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _nab(args: argparse.Namespace) -> int:
-    from runwatch.bench.baselines import DETECTORS
+    from runwatch.bench.baselines import DETECTORS, GRIDS
     from runwatch.bench.corpus import list_series
-    from runwatch.bench.nab import format_table, format_thresholds, run_benchmark
+    from runwatch.bench.nab import (
+        SHIPPED,
+        format_folds,
+        format_table,
+        format_thresholds,
+        run_benchmark,
+    )
 
     names = [n.strip() for n in args.detectors.split(",") if n.strip()]
     unknown = [n for n in names if n not in DETECTORS]
@@ -51,6 +57,8 @@ def _nab(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     chosen = {n: DETECTORS[n] for n in names}
+    grids = {n: GRIDS[n] for n in names if n in GRIDS}
+    runs_per_file = len(names) + sum(len([c for c in g if c != SHIPPED]) for g in grids.values())
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -58,7 +66,7 @@ def _nab(args: argparse.Namespace) -> int:
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=False) as bar:
-        task = bar.add_task("detecting", total=n_files * len(names))
+        task = bar.add_task("detecting", total=n_files * runs_per_file)
 
         def progress(detector: str, key: str, rows: int) -> None:
             bar.update(task, advance=1, description=f"{detector:>18} {key} ({rows} rows)")
@@ -69,9 +77,19 @@ def _nab(args: argparse.Namespace) -> int:
             args.out,
             progress=progress,
             time_every={"hst": max(1, args.hst_time_every)},
+            grids=grids,
         )
+    print("In-sample (NAB's way: thresholds optimised on every file's labels) and")
+    print("leave-one-set-out cross-validated (CV: configuration and threshold chosen on the")
+    print("other sets, scores pooled over the held-out sets):\n")
     print(format_table(reports))
     print()
+    if all(r.cv for r in reports):
+        print(format_folds(reports))
+    else:
+        print("CV n/a: leave-one-set-out needs at least two sets under data/")
+    print()
+    print("In-sample thresholds:")
     print(format_thresholds(reports))
     print(f"\nper-row scores written under {args.out}")
     return 0

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Self
+from typing import ClassVar, Self
 
 from runwatch.core.detect.base import State, check_finite, check_kind
 from runwatch.core.detect.likelihood import Likelihood
@@ -56,6 +56,17 @@ class DefaultConfig:
     known_after: int = 3
     known_damp: float = 0.0
     known_from: float = 0.3
+    season_slots: int = 0
+
+
+_NO_TIME = -0.5  # the cache's time entry when no time was given (never an integer ms)
+_HOUR_MS = 3_600_000
+_MONDAY_OFFSET_H = 72  # 1970-01-01 00:00 UTC was a Thursday: hour + 72 counts from a Monday
+
+
+def season_slot(t_ms: int, slots: int) -> int:
+    """Return the hour-of-day (``slots`` = 24) or hour-of-week (168) slot of a UTC time."""
+    return (t_ms // _HOUR_MS + _MONDAY_OFFSET_H) % slots
 
 
 _PAIR = 1 << 16
@@ -93,19 +104,32 @@ class DefaultDetector:
     trans: dict[int, int] = field(default_factory=dict)
     layers: list[Likelihood] = field(default_factory=list)
     cache: list[float] = field(default_factory=list)
+    smean: list[float] = field(default_factory=list)
+    scount: list[int] = field(default_factory=list)
+    rsq: float = 0.0
+
+    uses_time: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        """Create the likelihood layers of a fresh detector."""
+        """Create the likelihood layers (and seasonal slots) of a fresh detector."""
         if not self.layers:
             self.layers = _layers(self.cfg)
+        if self.cfg.season_slots and not self.smean:
+            self.smean = [0.0] * self.cfg.season_slots
+            self.scount = [0] * self.cfg.season_slots
 
-    def _raws(self, x: float) -> tuple[float, float, float, float, float]:
+    def _raws(self, x: float, t_ms: int | None) -> tuple[float, float, float, float, float]:
         """Raw evidence in [0, 1] (value z, difference z, rarity), and the value's z."""
         var = self.sq - self.mean * self.mean
         eps = 1e-9 * (abs(self.mean) + 1e-9)
         scale = max(math.sqrt(var) if var > 0.0 else 0.0, eps)
         z_val = abs(x - self.mean) / scale
         r_val = math.erf(z_val / _Z_SCALE)
+        if t_ms is not None and self.smean:
+            slot = season_slot(t_ms, len(self.smean))
+            if self.scount[slot]:
+                rscale = max(math.sqrt(self.rsq), eps)
+                r_val = max(r_val, math.erf(abs(x - self.smean[slot]) / (rscale * _Z_SCALE)))
         dvar = self.dsq - self.dmean * self.dmean
         dscale = max(math.sqrt(dvar) if dvar > 0.0 else 0.0, eps)
         r_diff = math.erf(abs(x - self.prev - self.dmean) / (dscale * _Z_SCALE))
@@ -137,25 +161,39 @@ class DefaultDetector:
             return 0 if x == self.lo else (1 if x > self.lo else -1)
         return math.floor((x - self.lo) / width)
 
-    def score_one(self, x: float) -> float:
-        """Return the anomaly score of ``x`` in [0, 1], without learning it."""
+    def score_one(self, x: float, t_ms: int | None = None) -> float:
+        """Return the anomaly score of ``x`` in [0, 1], without learning it.
+
+        Args:
+            x: The value.
+            t_ms: Its time (UTC epoch ms), optional: with ``season_slots`` set,
+                the value is also judged against its hour-of-day (or -week) baseline.
+
+        """
         x = check_finite(x)
         if self.n < self.cfg.min_n:
             return 0.0
         cache = self.cache
-        if cache and cache[0] == self.n and cache[1] == x:
+        t_key = _NO_TIME if t_ms is None else float(t_ms)
+        if len(cache) == 9 and cache[0] == self.n and cache[1] == x and cache[8] == t_key:
             return cache[7]
-        raws = self._raws(x)
+        raws = self._raws(x, t_ms)
         score = self._combine(raws)
-        self.cache = [float(self.n), x, *raws, score]
+        self.cache = [float(self.n), x, *raws, score, t_key]
         return score
 
-    def learn_one(self, x: float) -> None:
-        """Fold ``x`` into the baselines, the likelihood layers and the refractory clock."""
+    def learn_one(self, x: float, t_ms: int | None = None) -> None:
+        """Fold ``x`` into the baselines, the likelihood layers and the refractory clock.
+
+        Args:
+            x: The value.
+            t_ms: Its time (UTC epoch ms), optional (see :meth:`score_one`).
+
+        """
         x = check_finite(x)
         cfg = self.cfg
         if self.n >= cfg.min_n:
-            score = self.score_one(x)
+            score = self.score_one(x, t_ms)
             raws = (self.cache[2], self.cache[3], self.cache[4])
             for layer, raw in zip(self.layers, raws, strict=True):
                 layer.learn(raw)
@@ -174,12 +212,30 @@ class DefaultDetector:
             c = cfg.diff_fading if self.n >= cfg.min_n else 1.0 / self.n
             self.dmean = c * d + (1 - c) * self.dmean
             self.dsq = c * d * d + (1 - c) * self.dsq
+        if t_ms is not None and self.smean:
+            self._learn_season(x, t_ms)
         self._learn_hist(x)
         if self.n > 0 and cfg.known_after:
             key = _pair(self._bin(self.prev), self._bin(x))
             self.trans[key] = self.trans.get(key, 0) + 1
         self.prev = x
         self.n += 1
+
+    def _learn_season(self, x: float, t_ms: int) -> None:
+        """Update the slot's mean and the pooled residual spread around the slot means.
+
+        A slot's fading is ``long_fading`` times the number of slots, so the
+        slot baselines together remember as many values as the global one.
+        """
+        slot = season_slot(t_ms, len(self.smean))
+        count = self.scount[slot]
+        if count:
+            res = x - self.smean[slot]
+            a = self.cfg.long_fading if self.n >= self.cfg.min_n else 1.0 / (self.n + 1)
+            self.rsq = a * res * res + (1 - a) * self.rsq
+        b = max(1.0 / (count + 1), self.cfg.long_fading * len(self.smean))
+        self.smean[slot] += b * (x - self.smean[slot])
+        self.scount[slot] = count + 1
 
     def _learn_hist(self, x: float) -> None:
         if self.n == 0:
