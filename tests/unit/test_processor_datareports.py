@@ -73,16 +73,21 @@ def test_a_report_without_run_id_is_not_dead_lettered_whatever_the_order(run_fir
     t = CaptureTransport()
     pub = publisher(t)
     if run_first:
-        start(t, "A", ("s3://d", "v1"))
+        run = start(t, "A", ("s3://d", "v1"))
     data.report("s3://d", "v1", None, {"x": [1, 2, 3]}, publisher=pub,
                 baseline_directory=tmp_path)
     if not run_first:
-        start(t, "A", ("s3://d", "v1"))
+        run = start(t, "A", ("s3://d", "v1"))
+    start(t, "Z", ("s3://never", "v1"))  # control: a dataset nobody reports
+    later = int(time.time() * 1000) + DATA_WAIT_MS + 120_000
+    run.step(1, loss=1.0, now_ms=later, step_ms=100.0, loader_wait_ms=1.0)
+    run.finish()
     m = MemoryProcessor()
     m.feed(t.messages)
-    m.tick(int(time.time() * 1000) + DATA_WAIT_MS + 60_000)
+    m.tick(later)
     assert m.dead == []
-    assert firing(m) == set()  # reported: no rule:missing_data_report
+    # reported: no rule:missing_data_report for A (the control shows the rule was evaluated)
+    assert firing(m) == {("Z", "rule:missing_data_report", "data")}
 
 
 def test_a_label_shift_makes_a_validation_decline_a_data_problem(tmp_path) -> None:
