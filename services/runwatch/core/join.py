@@ -103,7 +103,7 @@ def _stream(event: Any) -> str:
     return str(event.AVRO_NAME)
 
 
-REPORT_IDS = 32  # event ids kept per dataset of a run to drop a report folded twice
+REPORT_IDS = 20  # event ids kept per dataset of a run: a replay sends at most 17 (first + 16)
 
 
 def report_seen(state: RunState, e: DataQualityReport) -> bool:
