@@ -87,6 +87,12 @@ class FakeNvml8:
         self.gpm_live = 0
         self.gpm_calls = 0
         self.gpm_failing: dict[int, int] = {}
+        self.memory_used: dict[int, int] = {}
+        self.throttle: dict[int, int] = {}
+        self.temperature: dict[int, int] = {}
+        self.sm_clock: dict[int, int] = {}
+        self.nvlink_kib: dict[int, int] = {}  # KiB per read (per sample) where set
+        self._nvlink_total: dict[int, int] = {}
         self._lock = threading.Lock()
         for k, v in globals().items():
             if k.startswith(("NVML_", "nvmlEvent")):
@@ -104,6 +110,27 @@ class FakeNvml8:
     def set_occupancy(self, gpu: int, pct: float) -> None:
         """Make GPM report ``pct`` SM occupancy (and activity) on ``gpu``."""
         self.occupancy[gpu] = pct
+
+    def set_memory_used(self, gpu: int, used_bytes: int) -> None:
+        """Report ``used_bytes`` of framebuffer memory used on ``gpu`` (of 80 GiB)."""
+        self.memory_used[gpu] = used_bytes
+
+    def set_throttle(self, gpu: int, reasons: int, temp_c: int | None = None,
+                     sm_clock_mhz: int | None = None) -> None:
+        """Report clocks-event (throttle) ``reasons`` on ``gpu``, optionally with its heat/clock."""
+        self.throttle[gpu] = reasons
+        if temp_c is not None:
+            self.temperature[gpu] = temp_c
+        if sm_clock_mhz is not None:
+            self.sm_clock[gpu] = sm_clock_mhz
+
+    def set_nvlink(self, gpu: int, kib_per_read: int) -> None:
+        """Advance ``gpu``'s NVLink rx and tx counters by ``kib_per_read`` KiB on each read.
+
+        The agent turns counter deltas into rates over its sample times, so a
+        sample every second reads ``kib_per_read * 1024`` bytes/s each way.
+        """
+        self.nvlink_kib[gpu] = kib_per_read
 
     def _occupancy(self, i: int) -> float:
         return self.occupancy.get(i, 65.0 if self.processes[i] else 0.0)
@@ -147,7 +174,7 @@ class FakeNvml8:
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:  # noqa: N802
         i = self._h(h)
-        used = sum(b for _, b in self.processes[i]) + 512 * 1024**2
+        used = self.memory_used.get(i, sum(b for _, b in self.processes[i]) + 512 * 1024**2)
         return SimpleNamespace(used=used, total=80 * GIB, free=80 * GIB - used)
 
     def nvmlDeviceGetPowerUsage(self, h: Any) -> int:  # noqa: N802
@@ -155,14 +182,16 @@ class FakeNvml8:
         return 300_000 + 10_000 * i if self.processes[i] else 70_000
 
     def nvmlDeviceGetTemperature(self, h: Any, sensor: int) -> int:  # noqa: N802
-        return 40 + self._h(h)
+        i = self._h(h)
+        return self.temperature.get(i, 40 + i)
 
     def nvmlDeviceGetClockInfo(self, h: Any, kind: int) -> int:  # noqa: N802
-        self._h(h)
-        return 1980 if kind == NVML_CLOCK_SM else 2619
+        i = self._h(h)
+        return self.sm_clock.get(i, 1980) if kind == NVML_CLOCK_SM else 2619
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:  # noqa: N802
-        return 0x4 if self._h(h) == 7 else 0  # GPU 7: SW power cap
+        i = self._h(h)
+        return self.throttle.get(i, 0x4 if i == 7 else 0)  # GPU 7: SW power cap
 
     def nvmlDeviceGetTotalEccErrors(self, h: Any, kind: int, counter: int) -> int:  # noqa: N802
         i = self._h(h)
@@ -172,9 +201,12 @@ class FakeNvml8:
         return 1000 * (self._h(h) + 1)  # KB/s
 
     def nvmlDeviceGetFieldValues(self, h: Any, ids: list[int]) -> list[Any]:  # noqa: N802
-        self._h(h)
+        i = self._h(h)
+        total = self.tick * 100
+        if i in self.nvlink_kib:
+            total = self._nvlink_total[i] = self._nvlink_total.get(i, 0) + self.nvlink_kib[i]
         return [
-            SimpleNamespace(fieldId=f, nvmlReturn=0, value=SimpleNamespace(ullVal=self.tick * 100))
+            SimpleNamespace(fieldId=f, nvmlReturn=0, value=SimpleNamespace(ullVal=total))
             for f in ids
         ]
 

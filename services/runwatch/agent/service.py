@@ -217,7 +217,8 @@ class NodeAgent:
         h = self.host.read()
         gpus: list[GpuSample] = []
         if self.nvml is not None:
-            now = time.monotonic()
+            # rates over the samples' own times when they are given (a replay, a test)
+            now = now_ms / 1000.0 if now_ms is not None else time.monotonic()
             xids = self.nvml.xid_events(0)
             for i in range(self.nvml.device_count()):
                 try:

@@ -46,6 +46,10 @@ def default_specs() -> dict[str, WatchSpec]:
                                      persist=3, adwin=True),
         "gpu_occupancy": WatchSpec("down", warmup=5, alpha=0.3, k=4.0, min_effect=0.15,
                                    persist=3, trend=True),
+        # NVLink bytes/s per GPU while the GPUs are busy: evidence for a slower run's cause.
+        # Half the run's own level is a lost link set or a fallback to PCIe, not burstiness.
+        "interconnect": WatchSpec("down", warmup=20, alpha=0.3, k=4.0, rel_effect=0.5,
+                                  persist=5),
         "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=1.0, persist=5),
         "grad_norm_variance": WatchSpec("up", warmup=15, alpha=0.2, k=6.0, rel_effect=3.0,
                                         min_effect=0.01, persist=5, trend=True),
@@ -56,11 +60,12 @@ def default_specs() -> dict[str, WatchSpec]:
 
 # Watches that raise alerts on their own; the rest only feed evidence.
 ALERTING_WATCHES = frozenset({"loader_share", "checkpoint_share", "gpu_occupancy",
-                              "grad_norm_variance", "rejected_sample_rate"})
+                              "grad_norm_variance", "rejected_sample_rate", "throughput"})
 WATCH_SIGNAL = {
     "loader_share": "execution", "checkpoint_share": "execution", "throughput": "execution",
     "effective_batch_size": "execution", "gpu_utilization": "infrastructure",
-    "gpu_occupancy": "infrastructure", "grad_norm": "learning",
+    "gpu_occupancy": "infrastructure", "interconnect": "infrastructure",
+    "grad_norm": "learning",
     "grad_norm_variance": "learning", "rejected_sample_rate": "data",
 }
 ADWIN_REPLAY = 64  # values kept in the changelog to rebuild ADWIN (small JSON state)
@@ -85,6 +90,9 @@ class Reading:
         level: The recent level.
         expected: The baseline mean.
         slope: EW slope per update (trend indicators; 0 otherwise).
+        beyond: The level is outside its normal range on this update (past the
+            bound, or a latched trend), whether or not it has persisted long
+            enough to fire; a healthy evaluation is one where it is not.
 
     """
 
@@ -96,6 +104,7 @@ class Reading:
     level: float
     expected: float
     slope: float
+    beyond: bool = False
 
 
 def _stats(baseline: Baseline | None, name: str, min_n: int) -> BaselineStats | None:
@@ -181,7 +190,7 @@ class IndicatorWatch:
         kind = ("level" if level_firing else "trend") if firing else ""
         score = max(level_score, spike if firing else 0.0, trend_score)
         return Reading(firing, kind, min(score, 1.0), zscore, drift, self.gate.level, base,
-                       slope)
+                       slope, firing or self.gate.streak > 0)
 
     def beyond_effect(self, spec: WatchSpec) -> bool:
         """Whether the recent level sits past the baseline by the effect bound.

@@ -14,7 +14,13 @@ from runwatch.core import alerting, datachecks, rules
 from runwatch.core import indicators as ind
 from runwatch.core.alerting import AlertBook
 from runwatch.core.held import expire_pending, hold, take_pending
-from runwatch.core.join_node import NodeAgg, hst_evidence, node_agg, node_sample
+from runwatch.core.join_node import (
+    NodeAgg,
+    hst_evidence,
+    node_agg,
+    node_sample,
+    throughput_cause,
+)
 from runwatch.core.records import (
     ArtifactEvent,
     CheckpointEvent,
@@ -44,6 +50,8 @@ Baseline = dict[str, list[float]]
 HIGHER_BETTER = ("accuracy", "acc", "top1", "f1", "auc", "map", "bleu", "rouge")
 _RECENT = 200
 STEP_WINDOW = 64  # step times behind the stall rule's median (written on every state save)
+CHECKPOINT_WINDOW = 3
+"""Checkpoint intervals behind the checkpoint share (see :func:`indicators.recent_checkpoint_share`)."""
 GRAD_WINDOW = 10  # gradient norms behind one variance value
 RESTART_STATES = ("retrying", "preempted")
 
@@ -66,10 +74,10 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
 
     """
     at = int(event.emitted_at_ms)
-    # One watermark per record type: topics (and partitions) are consumed
-    # independently, so only a stream's own order says whether it is late.
     if isinstance(event, DataQualityReport) and report_seen(state, event):
         return state, []  # the same report twice (redelivered, or forwarded again)
+    # One watermark per record type: topics (and partitions) are consumed
+    # independently, so only a stream's own order says whether it is late.
     stream = _stream(event)
     mark = state.watermarks.get(stream, 0)
     if mark and at < mark - cfg.lateness_ms:
@@ -153,12 +161,14 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
                  bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
     _push(s.step_ms, e.step_ms, STEP_WINDOW)
-    s.last_step_at_ms = max(s.last_step_at_ms, now)  # arrival (processing) time
+    s.last_step_at_ms = max(s.last_step_at_ms, at)  # event time (the stall rule's domain)
+    s.first_step_at_ms = min(s.first_step_at_ms or at, at)
     s.last_step = max(s.last_step, e.step)
-    out += clear(s, cfg, "rule:stalled", "step_gap_ms", now)
+    out += clear(s, cfg, "rule:stalled", "step_gap_ms", now, at)
     out += observe(s, cfg, "loader_share", ind.loader_share(e.loader_wait_ms, e.step_ms), at, now,
                    bl, f"loader_wait {e.loader_wait_ms:.0f} ms of step {e.step_ms:.0f} ms")
-    out += observe(s, cfg, "throughput", ind.throughput(e.samples, e.step_ms), at, now, bl)
+    out += observe(s, cfg, "throughput", ind.throughput(e.samples, e.step_ms), at, now, bl,
+                   cause=lambda: throughput_cause(s, at, cfg))
     if e.effective_batch_size is not None:
         out += observe(s, cfg, "effective_batch_size", float(e.effective_batch_size), at, now,
                        bl)
@@ -168,8 +178,12 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
     return out + hst_evidence(s, cfg, at, now)
 
 
-def clear(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int) -> list[Output]:
-    """Resolve a firing one-shot condition at once when its cause has gone (e.g. a stall)."""
+def clear(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int,
+          at: int) -> list[Output]:
+    """Resolve a firing one-shot condition at once when its cause has gone (e.g. a stall).
+
+    ``at`` is the event time of the record that shows it gone.
+    """
     if not s.alerts.get("entries"):
         return []
     book = AlertBook.from_state(s.alerts)
@@ -178,7 +192,7 @@ def clear(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int) 
     if entry is None or entry["status"] != "firing":
         return []
     out = alerting.healthy(book, s.run_id, detector, indicator, "", context(s, cfg), now,
-                           alerting.AlertPolicy(clear_after=1))
+                           alerting.AlertPolicy(clear_after=1, resolve_ms=0), at)
     s.alerts = book.to_state()
     return list(out)
 
@@ -195,6 +209,7 @@ def _restart_evidence(s: RunState, cfg: RunConfig, count: float, at: int, now: i
 def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
               bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
+    s.first_step_at_ms = min(s.first_step_at_ms or at, at)
     f = rules.non_finite_learning(e.loss, e.grad_norm, e.nonfinite_count, at)
     if f:
         return emit(s, cfg, f, now, one_shot=True)
@@ -268,8 +283,13 @@ def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConf
     if f:
         out += emit(s, cfg, f, now, one_shot=True)
     s.checkpoint_ms += e.duration_ms
-    share = ind.checkpoint_share(s.checkpoint_ms, float(at - s.first_at_ms))
-    out += observe(s, cfg, "checkpoint_share", share, at, now, bl)
+    end = int(e.ended_at_ms or at)
+    _push(s.checkpoints, [end, float(e.duration_ms)], CHECKPOINT_WINDOW + 1)
+    s.checkpoints.sort(key=lambda c: c[0])  # a late event still lands in its place
+    spent, span = ind.recent_checkpoint_share(s.checkpoints, s.first_at_ms, CHECKPOINT_WINDOW)
+    out += observe(s, cfg, "checkpoint_share", ind.checkpoint_share(spent, span), at, now, bl,
+                   f"{spent / 1000:.0f} s of the last {span / 1000:.0f} s checkpointing "
+                   f"(last {min(len(s.checkpoints), CHECKPOINT_WINDOW)} intervals)")
     return out
 
 
@@ -305,7 +325,7 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
 
 def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) -> list[Output]:
     s.known = True
-    s.manifest_at_ms = s.manifest_at_ms or now  # arrival time: the wait is the processor's
+    s.manifest_at_ms = s.manifest_at_ms or at  # event time: judged against the horizon
     s.datasets = manifest_refs(e.datasets)
     s.image = e.image_digest or s.image
     s.team = e.team or s.team
@@ -355,45 +375,54 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     return out
 
 
-def tick(state: RunState, now_ms: int, cfg: RunConfig) -> tuple[RunState, list[Output]]:
+def tick(state: RunState, now_ms: int, cfg: RunConfig,
+         horizon_ms: int | None = None) -> tuple[RunState, list[Output]]:
     """Evaluate the time-driven rules of a run (called from the processor's timer).
 
-    Stalls, missing data reports, queue deadline, held-event expiry and the
-    quiet-time resolution of one-shot alerts.
+    Two clocks. The absence rules (stall, missing data reports, a job still
+    queued past its deadline) and the quiet-time resolution of one-shot
+    alerts compare the run's event times with ``horizon_ms``, the event time
+    the processor's input has reached (:mod:`runwatch.core.horizon`), so a
+    processor catching up on a backlog judges absence by the data that did
+    arrive. Held-event expiry and the correlation wait are the processor's
+    own waits and use ``now_ms``, the wall clock.
 
     Args:
         state: The run state (updated in place and returned).
-        now_ms: Current time.
+        now_ms: Current (wall-clock) time.
         cfg: Processor knobs.
+        horizon_ms: The processor's event-time horizon (default ``now_ms``:
+            for a caller whose clock is event time, e.g. a replay).
 
     Returns:
         The state and the records to publish.
 
     """
     s = state
+    hz = now_ms if horizon_ms is None else horizon_ms
     out = expire_pending(s, cfg, now_ms)
     out += flush_waiting(s, cfg, now_ms, force=False)
     if not s.known:
         return s, out
     if s.job_state not in rules_ended():
         # no stall bound is below stall_min_ms: skip the median while the gap is shorter
-        if s.last_step_at_ms and now_ms - s.last_step_at_ms > cfg.stall_min_ms:
-            f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), now_ms, cfg.stall_k,
+        if s.last_step_at_ms and hz - s.last_step_at_ms > cfg.stall_min_ms:
+            f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), hz, cfg.stall_k,
                               cfg.stall_min_ms)
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
         if s.started_at_ms is None:
-            f = rules.queue_deadline(s.queued_at_ms, None, now_ms, s.deadline_ms)
+            f = rules.queue_deadline(s.queued_at_ms, None, hz, s.deadline_ms)
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.manifest_at_ms:
         reported = covered_refs(s.datasets, s.reports)  # an unversioned ref: any version
-        for f in rules.missing_data_reports(s.datasets, reported, s.manifest_at_ms, now_ms,
+        for f in rules.missing_data_reports(s.datasets, reported, s.manifest_at_ms, hz,
                                             cfg.data_wait_ms):
             out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.alerts.get("entries"):
         book = AlertBook.from_state(s.alerts)
-        out += alerting.expire(book, context(s, cfg), now_ms, cfg.policy)
+        out += alerting.expire(book, context(s, cfg), now_ms, cfg.policy, hz)
         s.alerts = book.to_state()
     return s, out
 

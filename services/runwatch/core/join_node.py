@@ -33,9 +33,16 @@ from runwatch.core.runstate import (
 )
 
 Baseline = dict[str, list[float]]
-Gpu = tuple[int, float, float | None, int, int, int]
-"""One GPU of a node entry: index, util %, SM active % (or None), throttle reasons, XID, ECC
-uncorrected."""
+Gpu = tuple[Any, ...]
+"""One GPU of a node entry: index (int), util % (float), SM active % (float or None), throttle
+reasons, XID, ECC uncorrected (ints), memory used/total (float; None: total unknown),
+temperature °C (float), SM clock MHz (int), NVLink rx+tx bytes/s (float; None: not reported).
+An entry of an older worker has only the first six."""
+THROTTLE_EVIDENCE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+"""NVML clocks-event reasons that slow a busy GPU down: SW power cap, HW slowdown, SW thermal,
+HW thermal, HW power brake. GPU idle (0x1), application clocks (0x2), sync boost (0x10) and
+display clocks (0x100) are settings or consequences, not causes."""
+
 STARVING_WATCHES = ("loader_share", "effective_batch_size")
 """Execution indicators that starve the GPUs when they move (see :func:`occupancy_cause`)."""
 NODE_AGG = "runwatch.internal.NodeAgg"
@@ -56,7 +63,8 @@ class NodeAgg:
     """Node samples of one run, aggregated per batch (the ``rw.internal.node-by-run`` payload).
 
     Compact JSON, internal to the processor: ``{"v":1,"run":..,"n":[[node, at_ms,
-    [[index, util, sm, throttle, xid, ecc_unc], ...]], ...]}``.
+    [[index, util, sm, throttle, xid, ecc_unc, mem, temp, clock, nvlink], ...]], ...]}``
+    (:data:`Gpu`; six-field GPUs of an older worker are read too).
     """
 
     run_id: str
@@ -188,10 +196,30 @@ class AllocChange:
         return cls(run, node, op, tuple(sorted(set(gpus))), at)
 
 
+def _opt(x: Any, kind: type[float] | type[int] = float) -> Any:
+    return None if x is None else kind(x)
+
+
 def _gpu(g: Any) -> Gpu:
-    index, util, sm, throttle, xid, ecc = g
-    return (int(index), float(util), None if sm is None else float(sm), int(throttle),
-            int(xid), int(ecc))
+    if len(g) == 6:  # an older worker's entry
+        index, util, sm, throttle, xid, ecc = g
+        return (int(index), float(util), _opt(sm), int(throttle), int(xid), int(ecc))
+    index, util, sm, throttle, xid, ecc, mem, temp, clock, link = g
+    return (int(index), float(util), _opt(sm), int(throttle), int(xid), int(ecc), _opt(mem),
+            _opt(temp), _opt(clock, int), _opt(link))
+
+
+def gpu_of(index: int, util: float, sm: float | None, throttle: int, xid: int | None, ecc: int,
+           used: int, total: int, temp: float, clock: int, nvl_rx: float | None,
+           nvl_tx: float | None) -> Gpu:
+    """Return a node entry's GPU tuple from a GPU sample's fields (records and dicts alike).
+
+    Memory becomes a used/total fraction (4 decimals), NVLink rx+tx one rate (whole bytes/s).
+    """
+    link = None if nvl_rx is None and nvl_tx is None else float(round((nvl_rx or 0.0)
+                                                                      + (nvl_tx or 0.0)))
+    return (index, util, sm, throttle, xid or 0, ecc,
+            round(used / total, 4) if total > 0 else None, temp, clock, link)
 
 
 def entry_of(s: RunState, e: NodeSample) -> NodeEntry:
@@ -201,8 +229,9 @@ def entry_of(s: RunState, e: NodeSample) -> NodeEntry:
     """
     mine = set(s.gpu_indices)
     return NodeEntry(e.node, int(e.emitted_at_ms), tuple(
-        (g.index, g.util_pct, g.sm_active_pct, g.throttle_reasons, g.xid or 0,
-         g.ecc_uncorrected)
+        gpu_of(g.index, g.util_pct, g.sm_active_pct, g.throttle_reasons, g.xid,
+               g.ecc_uncorrected, g.mem_used_bytes, g.mem_total_bytes, g.temp_c,
+               g.sm_clock_mhz, g.nvlink_rx_bps, g.nvlink_tx_bps)
         for g in e.gpus
         if any(p.run_id == s.run_id for p in g.processes) or not mine or g.index in mine))
 
@@ -260,29 +289,153 @@ def pct_mean(pct: list[float]) -> float:
 
 def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
                bl: Baseline | None) -> list[Output]:
-    """Fold one node's reading of the run's GPUs: errors, throttling, utilization, occupancy."""
+    """Fold one node's reading of the run's GPUs.
+
+    Errors, throttling and slowdowns, memory pressure, utilization, NVLink throughput and
+    occupancy.
+    """
     gpus = e.gpus
     out: list[Output] = []
-    for index, _util, _sm, _thr, xid, ecc in gpus:
-        if xid or ecc:
-            f = rules.gpu_errors(e.node, index, xid, ecc, at)
+    for g in gpus:
+        if g[4] or g[5]:
+            f = rules.gpu_errors(e.node, g[0], g[4], g[5], at)
             if f:
                 out += emit(s, cfg, f, now, one_shot=True, node=e.node)
     if gpus:
-        out += observe(s, cfg, "gpu_utilization", pct_mean([g[1] for g in gpus]), at, now, bl,
-                       f"node {e.node}")
-        throttled = [g[0] for g in gpus if g[3]]
-        if throttled:
-            out += emit(s, cfg, Finding("indicator:gpu_throttle", "throttle_reasons",
-                                        "infrastructure", "warning", float(len(throttled)),
-                                        0.0, 0.5, at, f"GPUs {throttled} throttled on {e.node}",
-                                        subject=e.node, alert=False), now, one_shot=True)
+        util = pct_mean([g[1] for g in gpus])
+        started = training(s, at, util)
+        if started:
+            out += observe(s, cfg, "gpu_utilization", util, at, now, bl, f"node {e.node}")
+        if any(g[3] for g in gpus) or s.signals.get("slow"):
+            out += throttling(s, e, at, now, cfg)
+        mem = [g[6] for g in gpus if len(g) > 6 and g[6] is not None]
+        if mem:
+            out += memory_pressure(s, e.node, max(mem), at, now, cfg)
+        link = [g[9] for g in gpus if len(g) > 9 and g[9] is not None]
+        if link and started and util >= BUSY:  # idle phases move no gradients
+            out += observe(s, cfg, "interconnect", sum(link) / len(link), at, now, bl,
+                           f"node {e.node}: NVLink {sum(link) / len(link) / 1e9:.2f} GB/s "
+                           "per GPU")
+        if not started:
+            return out
         occ, source = occupancy_or_utilization([g[2] for g in gpus], [g[1] for g in gpus])
         what = "SM occupancy" if source == "sm_occupancy" else "GPU utilization (no SM occupancy)"
         out += observe(s, cfg, "gpu_occupancy", occ, at, now, bl,
                        f"node {e.node}: {what} {occ:.0%}; source={source}",
                        signal=occupancy_cause(s, at, cfg))
     return out
+
+
+def training(s: RunState, at: int, util: float) -> bool:
+    """Whether the run was past its start-up at event time ``at`` (its GPU watches learn then).
+
+    Start-up (loading a model, warming caches, compiling) runs the GPUs at low
+    utilization, and a baseline learned from it would sit near zero: a later
+    fall could never clear its bound. Training starts at the run's first step
+    (``StepTiming`` or ``LearningStep``, event time); a run that reports no
+    steps at all (no SDK: neither a step nor a manifest so far) counts from
+    the first reading where its GPUs are busy (:data:`BUSY`). A run that is
+    never busy (an evaluation job, an input-bound family) is then not watched
+    at all rather than paged against a baseline it never had. Samples before
+    the first step that arrive after it (topics are read independently) are
+    left out by their event time.
+
+    Args:
+        s: The run state (``gpu_busy`` is set once a step-less run is busy).
+        at: The node reading's event time.
+        util: Mean utilization of the run's GPUs in the reading (fraction).
+
+    Returns:
+        Whether the reading counts for the GPU utilization and occupancy watches.
+
+    """
+    if s.first_step_at_ms:
+        return at >= s.first_step_at_ms
+    if s.manifest_at_ms:  # an SDK run whose first step has not arrived yet
+        return False
+    s.gpu_busy = s.gpu_busy or util >= BUSY
+    return s.gpu_busy
+
+
+BUSY = 0.5
+"""Mean GPU utilization from which the run's GPUs count as busy (training, not loading)."""
+SLOWDOWN_FOR_MS = 60_000
+"""How long (event time) a GPU must stay in a hardware slowdown before it alerts: Prometheus'
+``for: 1m`` convention; a power brake or thermal event shorter than that costs a few steps."""
+MEM_BUCKET_MS = 60_000
+"""Memory pressure keeps the run's highest used/total fraction per node per minute."""
+
+
+def throttling(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig) -> list[Output]:
+    """Throttle reasons of the run's GPUs on one node: evidence, and sustained slowdowns.
+
+    Any reason in :data:`THROTTLE_EVIDENCE` is evidence for the cause of a symptom
+    (occupancy or throughput falling); a reason in :data:`~runwatch.core.rules.SLOWDOWN_MASK`
+    held for :data:`SLOWDOWN_FOR_MS` of event time alerts (``rule:gpu_slowdown``,
+    infrastructure, one finding per node).
+    """
+    out: list[Output] = []
+    throttled = [g[0] for g in e.gpus if g[3] & THROTTLE_EVIDENCE]
+    if throttled:
+        out += emit(s, cfg, Finding("indicator:gpu_throttle", "throttle_reasons",
+                                    "infrastructure", "warning", float(len(throttled)),
+                                    0.0, 0.5, at, f"GPUs {throttled} throttled on {e.node}",
+                                    subject=e.node, alert=False), now, one_shot=True)
+    slow: dict[str, int] = s.signals.setdefault("slow", {})
+    held = []
+    for g in e.gpus:
+        key = f"{e.node}/{g[0]}"
+        if not g[3] & rules.SLOWDOWN_MASK:
+            slow.pop(key, None)
+            continue
+        since = slow.setdefault(key, at)
+        held.append((g[0], g[3], at - since, g[7] if len(g) > 7 else None,
+                     g[8] if len(g) > 8 else None))
+    if not slow:
+        del s.signals["slow"]
+    f = rules.gpu_slowdown(e.node, held, SLOWDOWN_FOR_MS, at) if held else None
+    if f:
+        out += emit(s, cfg, f, now, one_shot=True, node=e.node)
+    return out
+
+
+def memory_pressure(s: RunState, node: str, frac: float, at: int, now: int,
+                    cfg: RunConfig) -> list[Output]:
+    """Keep the run's peak GPU memory fraction per minute on a node; check it once a minute.
+
+    See :func:`~runwatch.core.rules.gpu_memory_pressure` (the buckets are its input).
+    """
+    per_node: dict[str, list[list[float]]] = s.signals.setdefault("mem", {})
+    buckets = per_node.setdefault(node, [])
+    minute = at // MEM_BUCKET_MS
+    if buckets and buckets[-1][0] == minute:
+        if frac > buckets[-1][1]:
+            buckets[-1][1] = frac
+        return []
+    if buckets and minute < buckets[-1][0]:
+        return []  # late sample of a closed minute: the peak it could raise is already judged
+    buckets.append([minute, frac])
+    del buckets[:-rules.MEM_WINDOWS * rules.MEM_WINDOW_MIN]
+    f = rules.gpu_memory_pressure([(int(m), v) for m, v in buckets], at, node)
+    return emit(s, cfg, f, now, one_shot=True, node=node) if f else []
+
+
+def throughput_cause(s: RunState, at: int, cfg: RunConfig) -> tuple[str, bool]:
+    """Return the signal of a throughput fall and whether it pages on its own.
+
+    A run that gets slower is a symptom. When the run's loader share or
+    effective batch size sits past its baseline by the effect bound, those
+    explain it and page for it themselves: evidence only (one problem, one
+    page). Otherwise it pages as an execution finding; the cause classifier
+    (:func:`~runwatch.core.cause.classify`) then names infrastructure when the
+    window holds evidence that can slow a run (throttling or a hardware
+    slowdown, an interconnect carrying half its usual traffic, XID/ECC
+    errors), waiting ``correlation_delay_ms`` for such evidence from the node
+    stream, and execution when nothing outside the job changed.
+    """
+    starving = any(watch_of(s, cfg, n, None).beyond_effect(cfg.specs[n])
+                   for n in STARVING_WATCHES if n in s.watches)
+    return "execution", not starving
 
 
 def occupancy_cause(s: RunState, at: int, cfg: RunConfig) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
 from typing import Any, TypeVar
 
-from runwatch.core.join_node import AllocChange, NodeEntry
+from runwatch.core.join_node import AllocChange, NodeEntry, gpu_of
 from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, NodeSample, RunManifest
 
 T = TypeVar("T")
@@ -346,8 +346,9 @@ def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
 
 
 _ENTRY_FIELDS = itemgetter("index", "util_pct", "sm_active_pct", "throttle_reasons", "xid",
-                           "ecc_uncorrected")
-"""A GPU's fields in :data:`NodeEntry` order (``xid`` may still be None)."""
+                           "ecc_uncorrected", "mem_used_bytes", "mem_total_bytes", "temp_c",
+                           "sm_clock_mhz", "nvlink_rx_bps", "nvlink_tx_bps")
+"""A GPU's fields in :func:`~runwatch.core.join_node.gpu_of` argument order."""
 
 
 def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
@@ -355,7 +356,8 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
     """Reduce a decoded node sample to one compact entry per run it concerns.
 
     Each entry keeps only that run's GPUs (see :func:`route_gpus`) and the
-    fields the run join reads (utilization, SM activity, throttling, XID, ECC).
+    fields the run join reads (utilization, SM activity, throttling, XID, ECC,
+    memory used/total, temperature, SM clock, NVLink rate: :data:`~runwatch.core.join_node.Gpu`).
 
     Args:
         sample: A NodeSample as a decoded dict.
@@ -376,9 +378,8 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
     for run_id, indices in routes.items():
         if not indices:
             continue
-        rows = [_ENTRY_FIELDS(by_index[i]) for i in indices]
-        out[run_id] = NodeEntry(node, at, tuple(
-            r if r[4] is not None else (*r[:4], 0, r[5]) for r in rows))  # xid None -> 0
+        out[run_id] = NodeEntry(node, at, tuple(gpu_of(*_ENTRY_FIELDS(by_index[i]))
+                                                for i in indices))
     return out
 
 

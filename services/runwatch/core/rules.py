@@ -105,9 +105,9 @@ def missing_data_reports(
     Args:
         datasets: Dataset refs (``id@version``) the run's manifest declares.
         reported: Dataset refs that have a data-quality report.
-        manifest_at_ms: When the manifest was seen.
-        now_ms: Current time.
-        wait_ms: How long a report may take to arrive.
+        manifest_at_ms: Event time of the run's manifest.
+        now_ms: The processor's event-time horizon (see :mod:`runwatch.core.horizon`).
+        wait_ms: How long (event time) a report may take to arrive.
 
     Returns:
         One data finding per missing report (empty while still waiting).
@@ -184,7 +184,6 @@ def schema_failures(dataset_ref: str, failures: int, rows: int, tolerance: float
         f"schema_failures={failures} of rows={rows}; tolerance {tolerance:.1%}",
         subject=dataset_ref, severity="warning",
     )
-
 
 
 ImageMissing = Literal["allow", "warn", "deny"]
@@ -306,7 +305,8 @@ def stalled(
     Args:
         last_step_ms: Event time of the last step (0 = none yet).
         median_step_ms: The run's median step duration.
-        now_ms: Current time (the timer tick).
+        now_ms: The processor's event-time horizon at the timer tick (see
+            :mod:`runwatch.core.horizon`): a backlog being read does not count as silence.
         k: Multiple of the median that counts as a stall.
         min_stall_ms: Floor on the stall bound.
 
@@ -369,7 +369,7 @@ def queue_deadline(
     Args:
         queued_at_ms: When it was queued (0 = unknown).
         started_at_ms: When it started, or None while still queued.
-        now_ms: Current time.
+        now_ms: The processor's event-time horizon (used while still queued).
         deadline_ms: Epoch ms by which the job must have left the queue (0 disables).
 
     Returns:
@@ -388,4 +388,117 @@ def queue_deadline(
         "queue_deadline", "queue_delay_ms", "execution", float(delay), float(allowed),
         left_at, f"Queued {delay / 1000:.0f} s, {late / 1000:.0f} s past the deadline",
         severity="warning",
+    )
+
+
+SLOWDOWN_NAMES = ((0x8, "HW slowdown"), (0x20, "SW thermal slowdown"),
+                  (0x40, "HW thermal slowdown"), (0x80, "HW power brake"))
+"""NVML clocks-event reasons that are hardware protection, by name."""
+SLOWDOWN_MASK = 0x8 | 0x20 | 0x40 | 0x80
+
+
+def gpu_slowdown(
+    node: str, held: Sequence[tuple[int, int, int, float | None, int | None]], for_ms: int,
+    at_ms: int,
+) -> Finding | None:
+    """Fire when GPUs of a node have stayed in a hardware slowdown (thermal, power brake).
+
+    NVML sets these reasons when the GPU protects itself (too hot, power
+    excursion, an external slowdown signal); they are facts, not statistics,
+    so no baseline is needed, only a duration: ``for_ms`` of event time, like
+    Prometheus' ``for:``. A SW power cap is a busy GPU's normal operating point
+    and does not count. One finding per node (subject: the node) names every
+    GPU held that long.
+
+    Args:
+        node: The node.
+        held: Per GPU in a slowdown: (index, reasons bitmask, how long it has
+            held in ms of event time, temperature °C or None, SM clock MHz or None).
+        for_ms: How long a slowdown must hold before firing.
+        at_ms: Event time.
+
+    Returns:
+        A warning infrastructure finding, or None.
+
+    """
+    long = [h for h in held if h[1] & SLOWDOWN_MASK and h[2] >= for_ms]
+    if not long:
+        return None
+    reasons = 0
+    for h in long:
+        reasons |= h[1]
+    names = " + ".join(n for bit, n in SLOWDOWN_NAMES if reasons & bit)
+    temps = [h[3] for h in long if h[3] is not None]
+    clocks = [h[4] for h in long if h[4]]
+    extra = ", ".join(x for x in (f"up to {max(temps):.0f} C" if temps else "",
+                                  f"SM clock down to {min(clocks)} MHz" if clocks else "") if x)
+    held_ms = max(h[2] for h in long)
+    gpus = [h[0] for h in long]
+    return _hard(
+        "gpu_slowdown", "throttle_reasons", "infrastructure", float(held_ms), float(for_ms),
+        at_ms, f"GPUs {gpus} on {node} in {names} for {held_ms / 1000:.0f} s"
+        + (f" ({extra})" if extra else ""), f"throttle_reasons=0x{reasons:x}", subject=node,
+        severity="warning",
+    )
+
+
+MEM_NEAR_FULL = 0.9
+"""GPU memory used/total from which growth is judged (within 10 % of the card's capacity)."""
+MEM_WINDOW_MIN = 5
+MEM_WINDOWS = 3
+MEM_MIN_STEP = 0.001
+"""Least growth between windows that counts (~80 MB on an 80 GB card: allocator granularity)."""
+MEM_HORIZON_MIN = 30.0
+"""Projected time to a full card within which the rule fires (time to act before the OOM)."""
+
+
+def gpu_memory_pressure(
+    buckets: Sequence[tuple[int, float]], at_ms: int, subject: str
+) -> Finding | None:
+    """Fire when a run's GPU memory creeps toward its capacity: an OOM on the way.
+
+    The input is the run's peak used/total per minute (oldest first). The last
+    ``MEM_WINDOWS`` × ``MEM_WINDOW_MIN`` minutes are cut into windows; it fires
+    when the newest window's peak is at least :data:`MEM_NEAR_FULL`, every
+    window's peak exceeds the one before by :data:`MEM_MIN_STEP` (a sustained
+    creep: a framework that preallocates, an allocator cache that filled once
+    at start-up, or one step up at the first evaluation stay flat afterwards
+    and do not fire), and the linear projection reaches a full card within
+    :data:`MEM_HORIZON_MIN` minutes (Prometheus' ``predict_linear`` disk-full
+    construction). Memory used/total near 1 is a physical limit, so the bound
+    is absolute, not relative to a baseline.
+
+    Args:
+        buckets: (minute index, peak used/total that minute), oldest first.
+        at_ms: Event time.
+        subject: The node.
+
+    Returns:
+        A critical execution finding, or None.
+
+    """
+    if not buckets:
+        return None
+    newest = buckets[-1][0]
+    start = newest - MEM_WINDOWS * MEM_WINDOW_MIN + 1
+    peaks: list[float] = []
+    for w in range(MEM_WINDOWS):
+        lo = start + w * MEM_WINDOW_MIN
+        vals = [v for m, v in buckets if lo <= m < lo + MEM_WINDOW_MIN]
+        if not vals:
+            return None  # not enough history (or a gap): no trend to judge
+        peaks.append(max(vals))
+    last = peaks[-1]
+    if last < MEM_NEAR_FULL or any(b - a < MEM_MIN_STEP
+                                   for a, b in zip(peaks, peaks[1:], strict=False)):
+        return None
+    per_min = (last - peaks[0]) / ((MEM_WINDOWS - 1) * MEM_WINDOW_MIN)
+    to_full = max(1.0 - last, 0.0) / per_min
+    if to_full > MEM_HORIZON_MIN:
+        return None
+    return _hard(
+        "gpu_memory_pressure", "gpu_memory", "execution", last, 1.0, at_ms,
+        f"GPU memory on {subject} at {last:.1%} and growing: full in ~{to_full:.0f} min",
+        f"peak used/total per {MEM_WINDOW_MIN} min: "
+        + " -> ".join(f"{p:.3f}" for p in peaks), subject=subject,
     )

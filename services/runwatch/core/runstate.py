@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from runwatch.core import alerting
 from runwatch.core.alerting import AlertBook, AlertContext, AlertPolicy
 from runwatch.core.baselines import RunningStats, WatchSpec, workload_key
-from runwatch.core.cause import classify
+from runwatch.core.cause import THROUGHPUT_SYMPTOMS, classify
 from runwatch.core.detect import HalfSpaceTreesDetector
 from runwatch.core.indwatch import (
     ALERTING_WATCHES,
@@ -60,9 +61,10 @@ class RunConfig:
         val_decline_rel: Relative validation decline from the best that counts.
         val_persist: Consecutive declined evaluations before alerting.
         baseline_min_n: Least finished-run count for a workload baseline to seed watches.
-        correlation_delay_ms: How long a learning symptom waits (processing time)
-            for causal evidence from other topics before it fires as ``learning``;
-            0 fires at once. Like Alertmanager's group_wait: topics are consumed
+        correlation_delay_ms: How long a learning or throughput symptom waits
+            (processing time) for causal evidence from other topics before it
+            fires with its own class (``learning``, ``execution``); 0 fires at
+            once. Like Alertmanager's group_wait: topics are consumed
             independently, so evidence may be processed after the symptom.
         policy: Alert lifecycle knobs.
         specs: Indicator → watch spec.
@@ -119,9 +121,12 @@ class RunState:
     step_ms: list[float] = field(default_factory=list)
     last_step_at_ms: int = 0
     last_step: int = -1
+    first_step_at_ms: int = 0
+    gpu_busy: bool = False
     worker_restarts: int = 0
     first_at_ms: int = 0
     checkpoint_ms: float = 0.0
+    checkpoints: list[list[float]] = field(default_factory=list)
     last_checkpoint: dict[str, Any] = field(default_factory=dict)
     losses: list[list[float]] = field(default_factory=list)
     grads: list[float] = field(default_factory=list)
@@ -141,6 +146,7 @@ class RunState:
     hst: Any = None
     hst_n: int = 0
     hst_saved: str | None = None  # JSON text of the HST snapshot written to the changelog
+    signals: dict[str, Any] = field(default_factory=dict)  # node/learning/artifact rule memory
 
     @property
     def workload(self) -> str:
@@ -299,7 +305,8 @@ def emit(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: 
     out = flush_waiting(state, cfg, now_ms, force=False)
     if not f.alert:
         return out
-    if f.signal == "learning" and cfg.correlation_delay_ms > 0:
+    if cfg.correlation_delay_ms > 0 and (f.signal == "learning"
+                                         or f.indicator in THROUGHPUT_SYMPTOMS):
         key = f"{f.detector}|{f.indicator}|{f.subject}"
         if f.hard:  # page now; evidence processed within the delay updates the cause
             fired = _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
@@ -346,7 +353,7 @@ def _fire(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot:
 
 
 def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) -> list[Output]:
-    """Settle learning symptoms waiting for correlated evidence.
+    """Settle learning and throughput symptoms waiting for correlated evidence.
 
     Two kinds wait for ``cfg.correlation_delay_ms`` of processing time, because
     topics are consumed independently and a cause may be processed after its
@@ -377,11 +384,11 @@ def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) 
         if "fired" in w:
             if force or due:
                 del state.waiting[key]
-            elif verdict.cause not in (w["fired"], "learning"):
+            elif verdict.cause not in (w["fired"], f.signal):
                 del state.waiting[key]
                 out += _update(state, cfg, f, now_ms)
             continue
-        if force or due or verdict.cause != "learning":
+        if force or due or verdict.cause != f.signal:  # a cause other than its own default
             del state.waiting[key]
             out += _fire(state, cfg, f, now_ms, one_shot=True)
     return out
@@ -396,20 +403,29 @@ def _update(state: RunState, cfg: RunConfig, f: Finding, now_ms: int) -> list[Ou
 
 
 def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms: int,
-          subject: str = "") -> list[Output]:
-    """Record a healthy evaluation of an alerting condition (hysteresis)."""
+          subject: str = "", at_ms: int | None = None) -> list[Output]:
+    """Record a healthy evaluation (at event time ``at_ms``) of an alerting condition (hysteresis)."""
     if not state.alerts.get("entries"):
         return []
     book = AlertBook.from_state(state.alerts)
     out = alerting.healthy(book, state.run_id, detector, indicator, subject,
-                           context(state, cfg), now_ms, cfg.policy)
+                           context(state, cfg), now_ms, cfg.policy, at_ms)
     state.alerts = book.to_state()
     return list(out)
 
 
+def _hold(state: RunState, detector: str, indicator: str) -> None:
+    """Keep a firing alert firing through an out-of-range evaluation that does not fire."""
+    if state.alerts.get("entries"):
+        book = AlertBook.from_state(state.alerts)
+        alerting.hold(book, state.run_id, detector, indicator)
+        state.alerts = book.to_state()
+
+
 def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, now_ms: int,
             baseline: dict[str, list[float]] | None, detail: str = "",
-            signal: str | None = None) -> list[Output]:
+            signal: str | None = None,
+            cause: Callable[[], tuple[str, bool]] | None = None) -> list[Output]:
     """Feed one indicator value to its watch; emit evidence or an alert when it fires.
 
     Args:
@@ -422,6 +438,9 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
         baseline: Finished-run statistics of the run's workload, if any.
         detail: Extra text for the evidence.
         signal: Signal class of a firing finding (default: the indicator's own).
+        cause: Called only when the watch fires (evidence lookups are not free):
+            (signal class, whether the finding alerts); overrides ``signal`` and
+            :data:`~runwatch.core.indwatch.ALERTING_WATCHES`.
 
     Returns:
         Alerts to publish.
@@ -440,9 +459,14 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
     detector = f"watch:{name}"
     if not r.firing:
         if name in ALERTING_WATCHES:
-            out += clear(state, cfg, detector, name, now_ms)
+            if r.beyond:
+                _hold(state, detector, name)
+            else:
+                out += clear(state, cfg, detector, name, now_ms, at_ms=at_ms)
         return out
     alerts = name in ALERTING_WATCHES
+    if cause is not None:
+        signal, alerts = cause()
     verb = ("rose" if spec.direction == "up" else "fell") if r.kind == "level" else (
         "trending up" if spec.direction == "up" else "trending down")
     f = Finding(

@@ -15,7 +15,7 @@ Failure modes (with the alert the processor should raise):
 * ``nan_loss`` — the loss becomes NaN → ``rule:non_finite`` (learning).
 * ``checksum`` — a checkpoint's checksum mismatches → ``rule:checkpoint_checksum`` (artifact).
 * ``gpu_occupancy`` — SM occupancy of the run's GPUs declines while they
-  throttle → ``watch:gpu_occupancy`` (infrastructure).
+  run at their power cap → ``watch:gpu_occupancy`` (infrastructure).
 * ``grad_variance`` — the gradient-norm variance rises → ``watch:grad_norm_variance``
   (learning).
 * ``rejected_samples`` — the data pipeline rejects a growing share of samples →
@@ -190,7 +190,9 @@ def build(kind: str, run_id: str, t0_ms: int, *, steps: int = 120, step_ms: int 
               grad_norm=1.0 + r.rng.uniform(-spread, spread), nonfinite_count=0)
         if i % 5 == 0:
             if kind == "gpu_occupancy" and k > 0:
-                _node_sample(r, occupancy=max(70.0 - 0.8 * k, 5.0), throttle=0x40)
+                # power-capped (evidence, not a page of its own: a sustained HW thermal
+                # slowdown would also raise rule:gpu_slowdown)
+                _node_sample(r, occupancy=max(70.0 - 0.8 * k, 5.0), throttle=0x4)
             else:
                 _node_sample(r)
         if kind in PERIODIC_REPORTS and i % 10 == 9:

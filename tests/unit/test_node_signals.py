@@ -1,0 +1,148 @@
+"""Node signals beyond utilization: memory pressure, hardware slowdowns, NVLink, throughput.
+
+Each case runs through the public path: the node agent on the NVML test double
+(attributing GPUs to the run through a scheduler allocation file) and the SDK
+(``runwatch.init`` / ``run.step`` with explicit times) publish to a capture
+transport, and a real processor worker driven in memory
+(:class:`~runwatch.processor.memory.MemoryProcessor`) reads it: the nodes
+agent's re-keying, the compact per-run node aggregates and the run join.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+import runwatch
+from runwatch.adapters.nvml import Nvml
+from runwatch.agent.nvml_double import GIB, FakeNvml8
+from runwatch.agent.service import NodeAgent, RunAttributor
+from runwatch.client.publisher import CaptureTransport, Publisher
+from runwatch.core import rules
+from runwatch.core.records import Alert
+from runwatch.processor.memory import MemoryProcessor
+
+RUN = "run-node"
+T0 = 1_800_000_000_000
+GPUS = (0, 1, 2, 3)
+
+
+class Cluster:
+    """One run on four GPUs of one node: the SDK in the job, the agent on the node."""
+
+    def __init__(self, tmp_path: Path, steps: bool = True) -> None:
+        self.t = CaptureTransport()
+        self.fake = FakeNvml8()
+        alloc = tmp_path / "alloc.json"
+        alloc.write_text(json.dumps({str(g): RUN for g in GPUS}))
+        for g in GPUS:
+            self.fake.attach_process(g, 999_999_000 + g)  # no such pid: the file attributes it
+        self.agent = NodeAgent(Publisher(self.t, kind="agent"), node="n0",
+                               nvml=Nvml.open(self.fake),
+                               attributor=RunAttributor(allocation_file=alloc))
+        self.run = runwatch.init("fam", run_id=RUN, transport=self.t, install_hooks=False,
+                                 capture_lineage=False, clock=lambda: T0)
+        self.steps = steps
+        self.step_no = 0
+        self.rng = random.Random(3)
+
+    def second(self, at: int, step_ms: float = 1000.0, loader_ms: float = 50.0) -> None:
+        """One second of the run: an agent sample and (when training) one step."""
+        self.agent.tick(now_ms=at)
+        if self.steps:
+            self.step_no += 1
+            jitter = self.rng.uniform(-10.0, 10.0)
+            self.run.step(self.step_no, loss=1.0, samples=256, now_ms=at,
+                          step_ms=step_ms + jitter, loader_wait_ms=loader_ms)
+
+    def alerts(self) -> list[tuple[str, str]]:
+        self.run.finish(now_ms=T0 + 10**8)
+        m = MemoryProcessor()
+        m.feed(self.t.messages)
+        m.tick(int(time.time() * 1000) + 60_000)  # the timer: symptoms past the correlation wait
+        assert [d.reason for d in m.dead] == []
+        return sorted({(a.detector, a.probable_cause) for a in m.alerts
+                       if isinstance(a, Alert) and a.status == "firing"})
+
+
+def used(frac: float) -> int:
+    return int(frac * 80 * GIB)
+
+
+@pytest.mark.parametrize(("case", "fires"), [
+    ("creep", True),  # 0.85 of the card, +0.4 % a minute: full within the horizon
+    ("preallocated", False),  # 0.97 from the start and flat
+    ("step_at_eval", False),  # 0.95, one step up to 0.97 at an evaluation, flat after
+    ("creep_far_from_full", False),  # the same creep from 0.30: nowhere near the limit
+])
+def test_gpu_memory_creeping_toward_oom_pages(case: str, fires: bool, tmp_path: Path) -> None:
+    c = Cluster(tmp_path, steps=False)
+    for k in range(40 * 6):  # 40 minutes, a sample every 10 s
+        minute = k / 6
+        frac = {"creep": 0.85 + 0.004 * minute, "preallocated": 0.97,
+                "step_at_eval": 0.95 if minute < 12 else 0.97,
+                "creep_far_from_full": 0.30 + 0.004 * minute}[case]
+        for g in GPUS:
+            c.fake.set_memory_used(g, used(min(frac, 0.999)))
+        c.second(T0 + k * 10_000)
+    got = c.alerts()
+    assert (("rule:gpu_memory_pressure", "execution") in got) is fires
+    assert all(d == "rule:gpu_memory_pressure" for d, _ in got)
+
+
+@pytest.mark.parametrize(("reasons", "seconds", "fires"), [
+    (0x40, 120, True),  # HW thermal slowdown for two minutes
+    (0x80, 120, True),  # HW power brake
+    (0x40, 20, False),  # a 20 s thermal blip
+    (0x4, 300, False),  # SW power cap: a busy GPU's normal operating point
+    (0x1, 300, False),  # idle
+])
+def test_sustained_hardware_slowdown_pages_once_per_node(reasons: int, seconds: int,
+                                                         fires: bool, tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+    for k in range(400):
+        on = 60 <= k < 60 + seconds
+        for g in (1, 2):
+            c.fake.set_throttle(g, reasons if on else 0, temp_c=91 if on else 60,
+                                sm_clock_mhz=1100 if on else 1980)
+        c.second(T0 + k * 1000)
+    got = c.alerts()
+    assert got == ([("rule:gpu_slowdown", "infrastructure")] if fires else [])
+
+
+def test_slowdown_rule_table() -> None:
+    held = [(1, 0x40, 61_000, 91.0, 1100), (2, 0x40, 59_000, 90.0, 1200), (3, 0x4, 99_000, 70.0,
+                                                                          1900)]
+    f = rules.gpu_slowdown("n0", held, 60_000, T0)
+    assert f is not None and f.subject == "n0" and f.signal == "infrastructure"
+    assert "GPUs [1]" in f.title and "91 C" in f.title and "1100 MHz" in f.title
+    assert rules.gpu_slowdown("n0", held[1:], 60_000, T0) is None
+
+
+@pytest.mark.parametrize(("case", "want"), [
+    # NVLink falls to a twentieth and the run slows by a third: the interconnect explains it
+    ("nvlink_down", [("watch:throughput", "infrastructure")]),
+    # the run slows by a third and nothing outside it changed: it still pages
+    ("slower", [("watch:throughput", "execution")]),
+    # the loader explains the fall: its own watch pages, the throughput fall does not again
+    ("loader", [("watch:loader_share", "execution")]),
+    ("healthy", []),
+])
+def test_falling_throughput_pages_with_its_cause(case: str, want: list, tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+    for k in range(600):
+        late = k >= 300
+        for g in GPUS:
+            c.fake.set_nvlink(g, 20 if case == "nvlink_down" and late else 400_000)
+        step, loader = 1000.0, 50.0
+        if late and case in ("nvlink_down", "slower"):
+            step = 1500.0
+        if late and case == "loader":
+            loader = 50.0 + 2.0 * (k - 300)
+            step = 950.0 + loader
+        c.second(T0 + k * 1000, step_ms=step, loader_ms=loader)
+    assert c.alerts() == want
