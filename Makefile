@@ -78,12 +78,17 @@ $(BENCH_VENV)/.installed:
 	touch $@
 
 # Every benchmark in benchmarks/, each printing figures and ratios against a
-# baseline measured in the same run. Some need the stack (`make up`).
-bench-all: deps $(BENCH_VENV)/.installed
+# baseline measured in the same run, and each exiting non-zero when what it
+# measured did not happen (records not delivered, rows missing, probes lost).
+# The broker and store ones use the local stack (started here if it is down).
+BENCH_KAFKA ?= 127.0.0.1:9092
+bench-all: deps $(BENCH_VENV)/.installed up
 	$(BIN)/python benchmarks/codec.py
 	$(BIN)/python benchmarks/store_insert.py
-	$(BIN)/python benchmarks/sdk_overhead.py --compare-python $(BENCH_VENV)/bin/python
-	$(BIN)/python benchmarks/agent_overhead.py
+	$(BIN)/python benchmarks/sdk_overhead.py --bootstrap $(BENCH_KAFKA) --compare-python $(BENCH_VENV)/bin/python
+	$(BIN)/python benchmarks/agent_overhead.py --bootstrap $(BENCH_KAFKA)
+	$(BIN)/python benchmarks/processor.py --seconds 30 --broker $(BENCH_KAFKA)
+	$(BIN)/python benchmarks/sink.py --bootstrap $(BENCH_KAFKA)
 	$(BIN)/runwatch bench nab --data ../shared/nab
 
 clean: down

@@ -2,14 +2,18 @@
 
 Measures, in one run:
   * baseline: a plain Python function call taking the same arguments;
-  * runwatch ``run.step`` with the broker up (KAFKA_BOOTSTRAP_SERVERS or --bootstrap);
+  * runwatch ``run.step`` with the broker up (KAFKA_BOOTSTRAP_SERVERS or --bootstrap),
+    publishing to topics created for the run (the broker does not auto-create them);
   * runwatch ``run.step`` during an outage (a broker address where nothing listens:
     every record goes to the local spool);
   * ``mlflow.log_metrics`` (local file store) and a ``wandb`` offline run's ``log``,
     measured in a subprocess of --compare-python (default: this interpreter), when
     they are importable there; otherwise that is printed.
 
-Prints median, p99 and max in microseconds, and ratios. Never asserts timings.
+Prints median, p99 and max in microseconds, and ratios. Never asserts timings, but
+checks that each case did what it is named after and exits 1 otherwise: broker up,
+every published record was delivered (transport ``sent`` equals ``published``, nothing
+spooled); outage, nothing was delivered and every record is in the spool.
 
     .venv/bin/python benchmarks/sdk_overhead.py [--steps 20000] [--bootstrap 127.0.0.1:9092]
         [--compare-python /tmp/rwbench/bin/python]
@@ -26,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchkit import Checks, fresh_topics
 
 METRICS = {f"m{i}": 0.1 * i for i in range(10)}
 
@@ -59,7 +65,8 @@ def bench_baseline(steps: int) -> dict[str, float]:
     return time_calls(lambda i: plain(i, loss=0.5, metrics=METRICS, lr=1e-3), steps)
 
 
-def bench_runwatch(steps: int, bootstrap: str, spool: Path, name: str) -> tuple[dict, dict]:
+def bench_runwatch(steps: int, bootstrap: str, spool: Path, name: str,
+                   topics: dict[str, str]) -> tuple[dict, dict]:
     import runwatch
     from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
     from runwatch.adapters.settings import KafkaSettings
@@ -74,11 +81,7 @@ def bench_runwatch(steps: int, bootstrap: str, spool: Path, name: str) -> tuple[
         transport=transport,
         install_hooks=False,
         capture_lineage=False,
-        topics={
-            "rw.learning": "bench.learning",
-            "rw.exec.job": "bench.job",
-            "rw.lineage": "bench.lineage",
-        },
+        topics=topics,
     )
     time.sleep(0.5)  # let the manifest go out
     s = time_calls(lambda i: run.step(i, loss=0.5, metrics=METRICS, lr=1e-3), steps)
@@ -149,12 +152,13 @@ def main() -> None:
 
     rows: dict[str, dict[str, float]] = {}
     rows["baseline: plain call"] = bench_baseline(args.steps)
-    with tempfile.TemporaryDirectory() as d:
+    logical = ("rw.learning", "rw.exec.job", "rw.lineage")
+    with tempfile.TemporaryDirectory() as d, fresh_topics(args.bootstrap, logical) as topics:
         rows["runwatch run.step (broker up)"], c_up = bench_runwatch(
-            args.steps, args.bootstrap, Path(d), "bench-up"
+            args.steps, args.bootstrap, Path(d), "bench-up", topics
         )
         rows["runwatch run.step (outage)"], c_out = bench_runwatch(
-            args.steps, "127.0.0.1:1", Path(d), "bench-outage"
+            args.steps, "127.0.0.1:1", Path(d), "bench-outage", topics
         )
     others = bench_others(args.compare_python, args.compare_steps)
     for k, v in others.items():
@@ -188,9 +192,26 @@ def main() -> None:
         f"\ngoal p99 < 50 µs: broker up p99 = {rw['p99_us']:.2f} µs, "
         f"outage p99 = {rows['runwatch run.step (outage)']['p99_us']:.2f} µs"
     )
-    keep = ("published", "dropped_queue_full", "transport_sent", "transport_spooled")
-    print("counters broker up:", {k: c_up.get(k) for k in keep})
-    print("counters outage:   ", {k: c_out.get(k) for k in keep})
+    keep = ("published", "dropped_queue_full", "transport_sent", "transport_spooled",
+            "transport_in_spool", "transport_failed")
+    print("counters broker up:", {k: c_up.get(k, 0) for k in keep})
+    print("counters outage:   ", {k: c_out.get(k, 0) for k in keep})
+    expected = 2 * args.steps + 3  # manifest, running, 2 records per step, the final state
+    checks = Checks()
+    for label, c in (("broker up", c_up), ("outage", c_out)):
+        checks.check(c.get("published", 0) == expected and not c.get("dropped_queue_full"),
+                     f"{label}: published {c.get('published', 0)} of {expected} records "
+                     f"(dropped {c.get('dropped_queue_full', 0)})")
+    checks.check(c_up.get("transport_sent") == c_up.get("published") and
+                 not c_up.get("transport_spooled") and not c_up.get("transport_failed"),
+                 f"broker up: delivered {c_up.get('transport_sent', 0)} of "
+                 f"{c_up.get('published', 0)} published, spooled "
+                 f"{c_up.get('transport_spooled', 0)}, failed {c_up.get('transport_failed', 0)}")
+    checks.check(not c_out.get("transport_sent") and
+                 c_out.get("transport_in_spool") == c_out.get("published"),
+                 f"outage: delivered {c_out.get('transport_sent', 0)}, in the spool "
+                 f"{c_out.get('transport_in_spool', 0)} of {c_out.get('published', 0)} published")
+    checks.done()
 
 
 if __name__ == "__main__":

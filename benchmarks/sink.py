@@ -13,6 +13,9 @@ With ``--processes N`` (N > 1) each repetition also runs ``runwatch sink
 --processes N`` (a :class:`SinkPool` of N child processes, fresh group, own
 database), timed from launching the children until every row is stored (polled
 with count()), and reports it beside the 1-process sink and the same ceiling.
+
+Checks (exit status 1 when one fails): the topics hold every published event,
+and each database (sink, direct, pool) holds exactly the expected rows per table.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
-from sinkkit import Store, expected_counts, migrate, publish  # noqa: E402
+from sinkkit import Store, expected_counts, migrate, publish, table_counts  # noqa: E402
 
 from runwatch.adapters import clickhouse as ch  # noqa: E402
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings  # noqa: E402
@@ -39,6 +43,9 @@ from runwatch.sink.pool import SinkPool  # noqa: E402
 from runwatch.sink.service import Sink  # noqa: E402
 from runwatch.sink.settings import SinkSettings  # noqa: E402
 from runwatch.sink.synth import TOPIC_OF, mixed_events  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import Checks  # noqa: E402
 
 GPU_METRICS = [
     "util_pct", "sm_active_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c",
@@ -133,6 +140,10 @@ def main() -> None:
         t0 = time.perf_counter()
         publish(args.bootstrap, topics, events)
         print(f"published in {time.perf_counter() - t0:.1f}s")
+        checks = Checks()
+        on_topics = topic_events(args.bootstrap, list(topics.values()))
+        checks.check(on_topics == len(events),
+                     f"events on the topics: {on_topics:,} of {len(events):,} published")
 
         # The ceiling: the very same rows, already in columns (the cheapest
         # input clickhouse-connect takes), inserted directly in 50k-row chunks.
@@ -159,6 +170,9 @@ def main() -> None:
                     ch.insert_rows(client, f"{db_direct}.{table}", COLUMNS[table], part.data,
                                    column_oriented=True)
             direct_s = time.perf_counter() - t0
+            for label, db in (("sink", db_sink), ("direct", db_direct)):
+                checks.check(*rows_match(table_counts(client, db, sorted(expected)),
+                                         expected, f"rep {rep} {label}"))
             sink_runs.append(sink_s)
             direct_runs.append(direct_s)
             print(f"  rep {rep}: sink {total / sink_s:,.0f} rows/s, direct {total / direct_s:,.0f}"
@@ -169,6 +183,8 @@ def main() -> None:
                 pool_s = run_pool(args.bootstrap, topics, store.url, db_pool, expected,
                                   args.processes)
                 pool_runs.append(pool_s)
+                checks.check(*rows_match(table_counts(client, db_pool, sorted(expected)),
+                                         expected, f"rep {rep} pool"))
                 print(f"  rep {rep}: sink x{args.processes} processes {total / pool_s:,.0f} rows/s,"
                       f" ratio {direct_s / pool_s:.2f}", flush=True)
         ratios = [d / s for d, s in zip(direct_runs, sink_runs, strict=True)]
@@ -203,6 +219,30 @@ def main() -> None:
     finally:
         admin.delete_topics(list(topics.values()))
         store.stop()
+    checks.done()
+
+
+def rows_match(got: dict[str, int], expected: Mapping[str, int], label: str) -> tuple[bool, str]:
+    """Whether a database holds the expected rows per table, and a line saying so."""
+    wrong = {t: (got.get(t, 0), n) for t, n in expected.items() if got.get(t, 0) != n}
+    detail = "; ".join(f"{t} {g} of {n}" for t, (g, n) in wrong.items())
+    return not wrong, (f"{label}: {sum(got.values()):,} rows in {len(got)} tables, expected "
+                       f"{sum(expected.values()):,}" + (f" ({detail})" if detail else ""))
+
+
+def topic_events(bootstrap: str, names: list[str]) -> int:
+    """Events on fresh topics: the sum of their partitions' high watermarks."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        total = 0
+        for name in names:
+            for p in cons.list_topics(name, timeout=10).topics[name].partitions:
+                total += cons.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1]
+        return total
+    finally:
+        cons.close()
 
 
 if __name__ == "__main__":
