@@ -2,8 +2,11 @@
 
 One session-scoped simulation (its own topic prefix, ClickHouse database,
 processor, sink and pager) runs every failure mode on its own run beside
-healthy control runs at high speed; the tests then read the scoreboard,
-ClickHouse and Alertmanager.
+healthy control runs and the controls that look alarming, at high speed,
+through the public entry points only (``runwatch.init``, ``data.report``,
+``emit``, the node agent); alerts are collected for ``RUNWATCH_E2E_COLLECT_S``
+wall seconds after the runs end (default 30; the acceptance run uses 900). The
+tests then read the scoreboard, ClickHouse and Alertmanager.
 """
 
 from __future__ import annotations
@@ -24,13 +27,17 @@ from runwatch.adapters.settings import KafkaSettings
 from runwatch.adapters.topics import ensure_topics
 from runwatch.sim import scenarios as sc
 from runwatch.sim.runner import SimConfig, SimResult, run_simulation
+from runwatch.sim.scoreboard import format_board
 
 pytestmark = pytest.mark.e2e
 
 # Every failure mode alerts, gpu_occupancy included: the simulated node agents read
 # SM occupancy through NVML GPM (the test double), and the processor falls back to
-# utilization where a node has no GPM.
-ALERTING = list(sc.SCENARIOS)
+# utilization where a node has no GPM. Every control raises nothing.
+FAULTS = [s.name for s in sc.FAULTS]
+#: Wall seconds alerts are collected after the runs end. The acceptance run uses 900
+#: (rules that fire minutes later); CI keeps it short.
+COLLECT_S = float(os.environ.get("RUNWATCH_E2E_COLLECT_S", "30"))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +81,7 @@ def e2e(stack, tmp_path_factory) -> Iterator[tuple[SimResult, str, str]]:
         time.sleep(8.0)
         cfg = SimConfig(nodes=8, runs=2, seed=11, speed=20.0, duration_s=1100.0,
                         scenarios=tuple(sc.SCENARIOS.values()), topic_prefix=prefix,
-                        grace_s=45.0)
+                        grace_s=45.0, collect_s=COLLECT_S)
         res = run_simulation(cfg, KafkaSettings(bootstrap_servers=stack.bootstrap_servers))
         time.sleep(5.0)
         yield res, db, prefix
@@ -88,18 +95,23 @@ def e2e(stack, tmp_path_factory) -> Iterator[tuple[SimResult, str, str]]:
             print(f"--- {name} log tail\n{Path(log).read_text(errors='replace')[-2000:]}")
 
 
-@pytest.mark.parametrize("name", ALERTING)
+@pytest.mark.parametrize("name", FAULTS)
 def test_scenario_detected_with_cause_within_budget(e2e, name: str) -> None:
     res, _, _ = e2e
-    row = next(r for r in res.board().rows if r.scenario == name)
-    assert row.detected, f"{name}: no {sc.SCENARIOS[name].detectors} alert"
-    assert row.cause_correct, f"{name}: cause {row.cause}, expected {row.expected_cause}"
-    assert row.within_budget, f"{name}: {row.ttd_s}s > budget {row.budget_s}s"
+    rows = [r for r in res.board().rows if r.scenario == name]
+    assert rows and len(rows) == sc.SCENARIOS[name].workload.runs
+    for row in rows:  # a dataset shared by two runs: both are told
+        assert row.detected, f"{row.run_id}: no {sc.SCENARIOS[name].detectors} alert"
+        assert row.cause_correct, f"{row.run_id}: cause {row.cause}, expected {row.expected_cause}"
+        assert row.within_budget, f"{row.run_id}: {row.ttd_s}s > budget {row.budget_s}s"
+        assert not row.forbidden, f"{row.run_id}: ruled-out alerts fired: {row.forbidden}"
 
 
 def test_control_runs_raise_no_alert(e2e) -> None:
     res, _, _ = e2e
-    assert res.board().false_alerts == ()
+    board = res.board()
+    assert {c.scenario for c in board.controls} >= {s.name for s in sc.CONTROLS}
+    assert board.false_alerts == (), format_board(board, res.ended_wall_ms)
 
 
 def test_telemetry_is_queryable_in_clickhouse(e2e, stack) -> None:

@@ -40,11 +40,14 @@ def test_clock_rejects_bad_speed(speed: float) -> None:
         VirtualClock(speed)
 
 
-def test_every_failure_mode_is_declared() -> None:
-    names = set(sc.SCENARIOS)
-    assert len(names) == 14
-    for s in sc.SCENARIOS.values():
-        assert s.detectors and s.cause and s.budget_s > 0
+def test_every_failure_mode_and_control_is_declared() -> None:
+    faults = [s for s in sc.SCENARIOS.values() if not s.control]
+    controls = [s for s in sc.SCENARIOS.values() if s.control]
+    assert len(faults) == len(sc.FAULTS) == 17 and len(controls) == len(sc.CONTROLS) == 8
+    for s in faults:
+        assert s.detectors and s.cause and s.budget_s > 0 and s.kind
+    for s in controls:
+        assert s.detectors == () and s.cause == "" and s.kind == ""
     with pytest.raises(ValueError, match="unknown scenario"):
         sc.get("nope")
 
@@ -67,6 +70,8 @@ def test_model_is_deterministic(seed: int) -> None:
     ("partition_missing", "data", lambda a: a.args["rows"] == 0),
     ("failed_gate", "gate", lambda a: a.args["decision"] == "fail"),
     ("restarts", "job", lambda a: a.args["state"] == "retrying"),
+    ("schema_failures", "data", lambda a: a.args["bad_share"] > 0),
+    ("label_shift", "data", lambda a: a.args["labels"][0] > 0.5),
 ])
 def test_fault_changes_telemetry_only_after_injection(fault: str, kind: str, check) -> None:
     acts = _actions(3, fault)
@@ -84,7 +89,7 @@ def test_healthy_run_lifecycle() -> None:
 
 
 def test_plan_places_runs_on_distinct_gpus() -> None:
-    plans = plan_cluster(1, 3, 3, list(sc.SCENARIOS.values()), "p")  # 17 runs, 6 per node
+    plans = plan_cluster(1, 4, 3, list(sc.SCENARIOS.values()), "p")  # 30 runs, 8 per node
     seen = collections.defaultdict(set)
     for p in plans:
         assert not seen[p.node] & set(p.gpus)
@@ -183,7 +188,9 @@ def test_gpu_occupancy_decline_is_detected_through_the_agent(gpm: bool, source: 
     assert faulted
     if gpm:  # the agent reports SM occupancy (GPM), and it falls after the injection
         assert all(g.sm_active_pct is not None for _, g in faulted)
-        before = [g.sm_active_pct for t, g in faulted if t < fault.injected_ms]
+        # training began 200 s before the injection (model loading before that: low occupancy)
+        before = [g.sm_active_pct for t, g in faulted
+                  if fault.injected_ms - 150_000 < t < fault.injected_ms]
         late = [g.sm_active_pct for t, g in faulted if t > fault.injected_ms + 200_000]
         assert before and late and max(late) < min(before) - 20
     else:

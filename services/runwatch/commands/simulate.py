@@ -24,13 +24,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=1200.0,
                    help="virtual seconds to simulate (default 1200)")
     p.add_argument("--scenario", action="append", default=[], metavar="NAME",
-                   help="inject a scenario (repeatable; 'all' for every one; 'list' to list)")
+                   help="inject a scenario or add a control run (repeatable; 'all' for every one; "
+                   "'list' to list)")
     p.add_argument("--report", action="store_true", help="print the detection scoreboard")
     p.add_argument("--offline", action="store_true",
                    help="no Kafka: fold the records through the processor's pure join")
     p.add_argument("--topic-prefix", default="", help="prefix of every topic name")
     p.add_argument("--grace", type=float, default=30.0,
-                   help="wall seconds to wait for alerts after the runs end (default 30)")
+                   help="with --collect 0: wall seconds to wait for the expected alerts after "
+                   "the runs end (default 30)")
+    p.add_argument("--collect", type=float, default=900.0,
+                   help="wall seconds to keep collecting alerts after the runs end, node "
+                   "agents sampling on (default 900: rules that fire minutes later count, "
+                   "late false alerts on controls included; 0 = stop once every fault is "
+                   "detected, within --grace)")
     p.set_defaults(func=_run)
 
 
@@ -39,8 +46,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if "list" in args.scenario:
         for s in sc.SCENARIOS.values():
-            print(f"{s.name:20} {s.title} (at {s.at_s:.0f}s, budget {s.budget_s:.0f}s, "
-                  f"expects {s.detectors[0]} / {s.cause})")
+            if s.control:
+                print(f"{s.name:24} control: {s.title} (expects no alert)")
+            else:
+                print(f"{s.name:24} {s.title} (at {s.at_s:.0f}s, budget {s.budget_s:.0f}s, "
+                      f"expects {s.detectors[0]} / {s.cause})")
         return 0
     names = list(sc.SCENARIOS) if "all" in args.scenario else args.scenario
     try:
@@ -48,14 +58,16 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"runwatch simulate: {exc}", file=sys.stderr)
         return 2
-    if args.nodes < 1 or args.runs < 1 or args.speed <= 0 or args.duration <= 0:
-        print("runwatch simulate: --nodes, --runs, --speed and --duration must be positive",
-              file=sys.stderr)
+    if (args.nodes < 1 or args.runs < 1 or args.speed <= 0 or args.duration <= 0
+            or args.collect < 0):
+        print("runwatch simulate: --nodes, --runs, --speed and --duration must be positive, "
+              "--collect not negative", file=sys.stderr)
         return 2
     from runwatch.sim.report import print_progress, run_and_score
 
     return run_and_score(
         nodes=args.nodes, runs=args.runs, seed=args.seed, speed=args.speed,
         duration_s=args.duration, scenarios=chosen, report=args.report, offline=args.offline,
-        topic_prefix=args.topic_prefix, grace_s=args.grace, progress=print_progress,
+        topic_prefix=args.topic_prefix, grace_s=args.grace, collect_s=args.collect,
+        progress=print_progress,
     )

@@ -1,13 +1,14 @@
-"""Drivers: turn planned actions into calls on the real producers.
+"""Drivers: turn planned actions into calls on the real producers, as users make them.
 
-Telemetry leaves through the same code as in production: the SDK's
-:class:`~runwatch.client.run.Run` (manifest, steps, validation, checkpoints
-with real file digests, gates, finish), ``runwatch.client.data`` (reports from
-:func:`runwatch.core.dataquality.compute`), ``runwatch.client.emit`` (scheduler
-hook job events) and the node agent over the NVML test double. Every call
-passes its planned virtual time through the producers' public time API
-(``now_ms=``, ``step_ms=``, ``loader_wait_ms=``; publishers get the virtual
-clock as their ``clock``), so nothing reads the wall clock.
+Telemetry leaves through the public entry points only: ``runwatch.init`` and
+the returned run's methods (manifest, steps, validation, checkpoints with real
+file digests and ``expected_sha256``, gates, finish), ``runwatch.client.data.report``
+(a pipeline's batch as columns, a named baseline, no run id), ``runwatch.client.emit``
+(scheduler hook job events) and the node agent over the NVML test double. No
+record is built here. Every call passes its planned virtual time through the
+producers' public time API (``now_ms=``, ``step_ms=``, ``loader_wait_ms=``;
+``clock=`` for ``runwatch.init``, publishers get the virtual clock), so nothing
+reads the wall clock.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ from runwatch.agent.service import NodeAgent, RunAttributor
 from runwatch.client import data as sdk_data
 from runwatch.client.emit import emit_records
 from runwatch.client.publisher import Publisher
-from runwatch.client.run import Run
-from runwatch.core import dataquality as dq
 from runwatch.core.records import DatasetRef, Hardware
 from runwatch.sim.clock import VirtualClock
 from runwatch.sim.model import GPUS_PER_NODE, LABELS, Action, RunModel, RunPlan
@@ -149,42 +148,92 @@ def make_node(name: str, publisher: Publisher, *, gpm: bool = True) -> SimNode:
     return SimNode(name, double, attr, agent)
 
 
-def make_batch(spec: dict[str, Any]) -> dict[str, list[Any]]:
-    """Materialise a planned data batch as columns."""
+#: Column types every simulated pipeline checks its batches against.
+SCHEMA: dict[str, str] = {"f_age": "float", "f_len": "float", "f_score": "float", "label": "str",
+                          "ts": "int"}
+WEEK_MS = 7 * 86_400_000
+
+
+def make_batch(spec: dict[str, Any], now_ms: int) -> dict[str, list[Any]]:
+    """Materialise a planned data batch as columns.
+
+    ``ts`` holds the rows' event times: a few minutes old for a live
+    pipeline, spread over the week before the snapshot for a weekly snapshot.
+    A ``bad_share`` of the rows carries a string where ``f_age`` must be a float.
+    """
     rng = np.random.default_rng(int(spec["seed"]))
     n = int(spec["rows"])
     shift = float(spec["shift"])
+    snap = spec.get("snapshot_ms")
+    ts = (snap - rng.uniform(0, WEEK_MS, n) if snap is not None
+          else now_ms - rng.uniform(5_000, 180_000, n))
+    age: list[Any] = (rng.normal(35.0 + 12.0 * shift, 12.0, n)).round(2).tolist()
+    for i in range(int(round(n * float(spec.get("bad_share", 0.0))))):
+        age[i] = "n/a"
     return {
-        "f_age": (rng.normal(35.0 + 12.0 * shift, 12.0, n)).round(2).tolist(),
+        "f_age": age,
         "f_len": (rng.gamma(2.0, 50.0 * (1 + shift), n)).round(2).tolist(),
         "f_score": (rng.uniform(0.0, 1.0, n) + 0.3 * shift).round(4).tolist(),
         "label": rng.choice(np.array(LABELS), size=n, p=spec["labels"]).tolist(),
+        "ts": [int(t) for t in ts],
     }
+
+
+@dataclasses.dataclass
+class Producers:
+    """What every simulated process publishes through: the shared transport and clock.
+
+    Attributes:
+        transport: The shared transport (each run's SDK gets it, as ``transport=``).
+        topics: Topic overrides (logical name -> topic).
+        clock: The virtual clock.
+        hook: The scheduler hook's publisher (``runwatch emit``).
+        data: The data pipelines' publisher (``runwatch.client.data.report``).
+        workdir: Checkpoint files and data baselines.
+
+    """
+
+    transport: Any
+    topics: dict[str, str]
+    clock: VirtualClock
+    hook: Publisher
+    data: Publisher
+    workdir: Path
 
 
 class RunDriver:
     """Executes one run's actions through the SDK, the data client and the hook."""
 
-    def __init__(self, model: RunModel, sdk_pub: Publisher, hook_pub: Publisher,
-                 node: SimNode, workdir: Path) -> None:
+    def __init__(self, model: RunModel, producers: Producers, node: SimNode) -> None:
         """Bind a run model to its producers."""
         self.model = model
         self.plan: RunPlan = model.plan
-        self.sdk_pub = sdk_pub
-        self.hook_pub = hook_pub
+        self.producers = producers
+        self.hook_pub = producers.hook
         self.node = node
-        self.workdir = workdir
-        self.run: Run | None = None
-        self.baseline: dict[str, Any] | None = None
+        self.workdir = producers.workdir
+        self.run: Any = None
         self.injected_ms: int | None = None
+        self.ended_ms: int | None = None
+        self.now_ms = model.start_ms
         self.done = False
         self.errors = 0
+
+    def clock(self) -> int:
+        """The run's time: the planned time of the action being carried out."""
+        return self.now_ms
 
     def _pid(self, gpu: int) -> int:
         return 200_000 + self.plan.index * GPUS_PER_NODE + gpu
 
     def execute(self, a: Action) -> None:
-        """Carry out one action (failures are counted and logged, never raised)."""
+        """Carry out one action (failures are counted and logged, never raised).
+
+        The run's ``clock`` (what the SDK stamps calls without ``now_ms`` with,
+        the manifest among them) reads the action's planned time, the way a
+        replay tool's clock reads the replayed event's.
+        """
+        self.now_ms = a.at_ms
         try:
             getattr(self, f"_{a.kind}")(a)
         except Exception:
@@ -209,17 +258,27 @@ class RunDriver:
             logger.warning("hook emit for %s rejected: %s", self.plan.run_id, res.errors)
 
     def _start(self, a: Action) -> None:
+        """Start the training script: ``runwatch.init`` as a user calls it, with the virtual clock.
+
+        A run outside a container has no image digest (``lineage`` says so, as
+        the probe would find on a host without ``RUNWATCH_IMAGE_DIGEST``).
+        """
+        from runwatch.client import init  # what ``runwatch.init`` resolves to
+
         p = self.plan
+        pr = self.producers
         manifest = {"hardware": Hardware(nodes=(p.node,), gpu_count=len(p.gpus),
                                          gpu_model="H100"),
                     "image_digest": p.image, "code_revision": f"{p.index:07x}sim",
                     "framework_versions": {"torch": "2.5.1"}}
-        self.run = Run(self.sdk_pub, run_id=p.run_id, experiment_family=p.family, team=p.team,
-                       config={"lr": 3e-4, "batch": 256, "family": p.family},
-                       datasets=(DatasetRef(uri=p.dataset_uri, version="v1"),),
-                       seed_policy="fixed:1234", labels={"simulated": "true"},
-                       attempt=self.model.restarts + 1, capture_lineage=False,
-                       install_hooks=False, lineage=manifest)
+        self.run = init(
+            run_id=p.run_id, experiment_family=p.family, team=p.team,
+            config={"lr": 3e-4, "batch": 256, "family": p.family},
+            datasets=[DatasetRef(uri=d, version=p.version) for d in p.datasets],
+            seed_policy="fixed:1234", labels={"simulated": "true"},
+            transport=pr.transport, topics=pr.topics, clock=self.clock,
+            attempt=self.model.restarts + 1, capture_lineage=False, install_hooks=False,
+            lineage=manifest)
         for g in p.gpus:
             self.node.attributor.pids[self._pid(g)] = p.run_id
             self.node.nvml.attach_process(g, self._pid(g), 40 * GIB)
@@ -248,21 +307,15 @@ class RunDriver:
                             expected_sha256=expected, now_ms=a.at_ms)
 
     def _data(self, a: Action) -> None:
-        cols = make_batch(a.args)
-        now = a.at_ms
-        if self.baseline is None and a.args["rows"]:
-            self.baseline = dq.make_baseline(cols, "label")
-        stats = dq.compute(cols, now_ms=now, label="label", baseline=self.baseline)
+        """One pipeline batch, reported the way the README shows: no run id, a named baseline."""
+        cols = make_batch(a.args, a.at_ms)
         rows = int(a.args["rows"])
         rate = float(a.args["rejected_rate"])
         rejected = int(round(rows * rate / (1 - rate))) if rows else 0
-        meta = self.sdk_pub.meta(now)
-        meta["run_id"] = self.plan.run_id
-        rec = sdk_data.build_report(meta, self.plan.dataset_uri, "v1", a.args["partition"], stats,
-                                    now_ms=now, baseline="first-batch",
-                                    window_start_ms=now - 60_000, window_end_ms=now,
-                                    rejected_samples=rejected)
-        self.sdk_pub.publish([rec])
+        sdk_data.report(a.args["dataset"], a.args["version"], a.args["partition"], cols,
+                        baseline="ref", label="label", schema=SCHEMA, timestamp="ts",
+                        rejected_samples=rejected, publisher=self.producers.data,
+                        baseline_directory=self.workdir / "baselines", now_ms=a.at_ms)
 
     def _rejoin(self, a: Action) -> None:
         if self.run is not None:
@@ -279,6 +332,7 @@ class RunDriver:
         logger.info("injected %s into %s", a.args["scenario"], self.plan.run_id)
 
     def _finish(self, a: Action) -> None:
+        self.ended_ms = a.at_ms
         if self.run is not None:
             self.run.artifact(f"s3://models/{self.plan.run_id}/final", "model",
                               sha256=hashlib.sha256(self.plan.run_id.encode()).hexdigest(),

@@ -4,8 +4,12 @@ The same records the simulator publishes, decoded, routed the way the
 processor routes them (node samples by allocation and process attribution,
 data reports by the runs whose manifest names the dataset) and folded with
 :func:`runwatch.core.join.step`. No Kafka, no clock: ``now_ms`` is each
-record's own emission time. Used by ``runwatch simulate --offline`` and the
-unit tests to score scenarios without services.
+record's own emission time, and the timer's rules (stall, missing data
+reports, queue deadline, quiet-time resolution) run every :data:`TICK_MS` of
+event time with the replay's horizon (the latest emission time folded: one
+ordered input), as a live processor's timer runs them with its input's
+event-time horizon. Used by ``runwatch simulate --offline`` and the unit
+tests to score scenarios without services.
 """
 
 from __future__ import annotations
@@ -24,10 +28,19 @@ from runwatch.core.records import (
 )
 
 SOURCE = Source(kind="processor", host="replay", runwatch_version="0")
+TICK_MS = 5_000
+"""Event time between two runs of the timer's rules in a replay."""
 
 
 def replay(records: Iterable[Any], cfg: runstate.RunConfig | None = None) -> list[Alert]:
-    """Fold records (in publication order) through the run join.
+    """Fold records through the run join in event-time order, as live traffic arrives.
+
+    Producers publish from their own threads and batches (the SDK's records
+    of a second may be captured after the node agent's of the next minute in
+    a simulation that runs faster than real time); live, each reaches the
+    processor within moments of its event time. The fold is therefore in
+    event-time order (stable: records of one instant keep their publication
+    order), and the timer's horizon is the latest event time folded.
 
     Args:
         records: Decoded records.
@@ -51,7 +64,13 @@ def replay(records: Iterable[Any], cfg: runstate.RunConfig | None = None) -> lis
         _, outs = join.step(st, rec, int(rec.emitted_at_ms), cfg)
         alerts.extend(o for o in outs if isinstance(o, Alert))
 
-    for rec in records:
+    horizon, next_tick = 0, 0
+    for rec in sorted(records, key=lambda r: int(r.emitted_at_ms)):
+        horizon = max(horizon, int(rec.emitted_at_ms))
+        if horizon >= next_tick:
+            for st in states.values():
+                alerts.extend(o for o in join.tick(st, horizon, cfg)[1] if isinstance(o, Alert))
+            next_tick = horizon + TICK_MS
         if isinstance(rec, NodeSample):
             for run_id in rekey.route_node_sample(rec, node_index.get(rec.node, {})):
                 fold(run_id, rec)

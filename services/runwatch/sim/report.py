@@ -37,7 +37,7 @@ def simulate_offline(cfg: SimConfig) -> SimResult:
 
 def run_and_score(*, nodes: int, runs: int, seed: int, speed: float, duration_s: float,
                   scenarios: tuple[Scenario, ...], report: bool, offline: bool,
-                  topic_prefix: str = "", grace_s: float = 30.0,
+                  topic_prefix: str = "", grace_s: float = 30.0, collect_s: float = 0.0,
                   progress: Callable[[Progress], None] | None = None) -> int:
     """Run a simulation and print its summary (and the scoreboard with ``report``).
 
@@ -47,6 +47,7 @@ def run_and_score(*, nodes: int, runs: int, seed: int, speed: float, duration_s:
     """
     cfg = SimConfig(nodes=nodes, runs=runs, seed=seed, speed=speed, duration_s=duration_s,
                     scenarios=scenarios, topic_prefix=topic_prefix, grace_s=grace_s,
+                    collect_s=collect_s if report or offline else 0.0,
                     collect_alerts=report and not offline)
     if offline:
         res = simulate_offline(dataclasses.replace(cfg, collect_alerts=False))
@@ -58,6 +59,6 @@ def run_and_score(*, nodes: int, runs: int, seed: int, speed: float, duration_s:
           f"{res.errors} producer errors (run ids {res.prefix}-*)")
     if report:
         print()
-        print(format_board(res.board()))
+        print(format_board(res.board(), res.ended_wall_ms))
     return 1 if res.errors else 0
 

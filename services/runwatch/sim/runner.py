@@ -15,7 +15,14 @@ from typing import Any
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.client.publisher import default_topics
 from runwatch.sim.clock import VirtualClock
-from runwatch.sim.drivers import RunDriver, SharedTransport, SimNode, make_node, sim_publisher
+from runwatch.sim.drivers import (
+    Producers,
+    RunDriver,
+    SharedTransport,
+    SimNode,
+    make_node,
+    sim_publisher,
+)
 from runwatch.sim.model import RunModel, plan_cluster
 from runwatch.sim.scenarios import Scenario
 from runwatch.sim.scoreboard import AlertSeen, Board, Injection, score
@@ -38,7 +45,13 @@ class SimConfig:
         topic_prefix: Prefix of every topic (tests isolate with it).
         node_interval_s: Virtual seconds between node-agent ticks.
         tick_s: Wall seconds between scheduler passes.
-        grace_s: Wall seconds to wait for alerts after the last run finished.
+        grace_s: Wall seconds to wait for the expected alerts after the last
+            run finished (stops early once every fault is detected).
+        collect_s: Wall seconds to keep collecting after the last run finished,
+            however early the expected alerts came: rules that fire minutes
+            later (missing reports, stalls) show up on the board. The node
+            agents keep sampling meanwhile, as on a real cluster. Offline, the
+            same virtual span of agent samples is produced at once.
         collect_alerts: Read rw.alerts back while running.
         gpm: Whether the simulated GPUs report SM occupancy (NVML GPM); without
             it the processor's occupancy indicator falls back to utilization.
@@ -56,6 +69,7 @@ class SimConfig:
     node_interval_s: float = 10.0
     tick_s: float = 0.1
     grace_s: float = 20.0
+    collect_s: float = 0.0
     collect_alerts: bool = True
     gpm: bool = True
 
@@ -87,10 +101,12 @@ class SimResult:
     errors: int
     wall_s: float
     run_ids: list[str] = field(default_factory=list)
+    control_names: dict[str, str] = field(default_factory=dict)
+    ended_wall_ms: int | None = None
 
     def board(self) -> Board:
         """Score the alerts against the injections."""
-        return score(self.injections, self.alerts, self.control_runs)
+        return score(self.injections, self.alerts, self.control_runs, self.control_names)
 
 
 class AlertCollector:
@@ -166,8 +182,8 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     start = clock.now_ms()
     duration_ms = int(cfg.duration_s * 1000)
     plans = plan_cluster(cfg.seed, cfg.nodes, cfg.runs, list(cfg.scenarios), prefix)
-    sdk_pub = sim_publisher(shared, clock, kind="sdk", topics=topics)
     hook_pub = sim_publisher(shared, clock, kind="hook", topics=topics)
+    data_pub = sim_publisher(shared, clock, kind="sdk", topics=topics)
     agent_pub = sim_publisher(shared, clock, kind="agent", topics=topics)
     nodes: dict[str, SimNode] = {}
     for p in plans:
@@ -177,33 +193,34 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="runwatch-sim-")
         workdir = Path(tmp.name)
-    drivers = [RunDriver(RunModel(p, cfg.seed, start, duration_ms), sdk_pub, hook_pub,
-                         nodes[p.node], workdir) for p in plans]
+    producers = Producers(shared, topics, clock, hook_pub, data_pub, workdir)
+    drivers = [RunDriver(RunModel(p, cfg.seed, start, duration_ms), producers, nodes[p.node])
+               for p in plans]
     t0 = time.monotonic()
-    next_node = start
+    ticker = _NodeTicker(nodes, drivers, start, int(cfg.node_interval_s * 1000))
     next_progress = 0.0
+    ended_wall_ms: int | None = None
     try:
         while not all(d.done for d in drivers):
             now = clock.now_ms()
             for d in drivers:
                 for a in d.model.advance(now):
                     d.execute(a)
-            if now >= next_node:
-                for d in drivers:
-                    d.set_util(now)
-                for node in nodes.values():
-                    try:
-                        node.agent.tick(now)
-                    except Exception:
-                        logger.exception("agent tick on %s failed", node.name)
-                next_node += int(cfg.node_interval_s * 1000)
+            ticker.tick(now)
             if progress is not None and time.monotonic() >= next_progress:
                 next_progress = time.monotonic() + 1.0
                 progress(_snapshot(clock, start, cfg, drivers, shared, collector))
             time.sleep(cfg.tick_s)
+        ended_wall_ms = int(time.time() * 1000)
         shared.flush(30.0)
         if collector is not None:
-            _await_alerts(collector, drivers, cfg, clock, start, shared, progress)
+            _await_alerts(collector, drivers, cfg, clock, start, shared, progress, ticker)
+        elif cfg.collect_s > 0:  # offline: the window's agent samples, without waiting for it
+            last = max((d.ended_ms or start) for d in drivers)
+            stop = last + int(cfg.collect_s * cfg.speed * 1000)
+            while ticker.next_ms <= stop:
+                ticker.tick(ticker.next_ms)
+        shared.flush(30.0)
     finally:
         if collector is not None:
             collector.close()
@@ -212,12 +229,37 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
         if tmp is not None:
             tmp.cleanup()
     injections = [Injection(d.plan.run_id, d.plan.fault, d.injected_ms)
-                  for d in drivers if d.plan.fault is not None]
-    controls = [d.plan.run_id for d in drivers if d.plan.fault is None]
+                  for d in drivers if d.plan.fault is not None and not d.plan.control]
+    controls = [d.plan.run_id for d in drivers if d.plan.control]
+    names = {d.plan.run_id: d.plan.fault.name for d in drivers
+             if d.plan.fault is not None and d.plan.control}
     return SimResult(prefix=prefix, start_ms=start, clock=clock, injections=injections,
                      control_runs=controls, alerts=list(collector.alerts) if collector else [],
                      records=shared.produced, errors=sum(d.errors for d in drivers),
-                     wall_s=time.monotonic() - t0, run_ids=[d.plan.run_id for d in drivers])
+                     wall_s=time.monotonic() - t0, run_ids=[d.plan.run_id for d in drivers],
+                     control_names=names, ended_wall_ms=ended_wall_ms)
+
+
+class _NodeTicker:
+    """Ticks every node agent once per ``interval_ms`` of virtual time (runs or not)."""
+
+    def __init__(self, nodes: dict[str, SimNode], drivers: list[RunDriver], start_ms: int,
+                 interval_ms: int) -> None:
+        self.nodes, self.drivers = nodes, drivers
+        self.next_ms = start_ms
+        self.interval_ms = interval_ms
+
+    def tick(self, now_ms: int) -> None:
+        if now_ms < self.next_ms:
+            return
+        for d in self.drivers:
+            d.set_util(now_ms)
+        for node in self.nodes.values():
+            try:
+                node.agent.tick(now_ms)
+            except Exception:
+                logger.exception("agent tick on %s failed", node.name)
+        self.next_ms += self.interval_ms
 
 
 def _snapshot(clock: VirtualClock, start: int, cfg: SimConfig, drivers: list[RunDriver],
@@ -234,17 +276,29 @@ def _snapshot(clock: VirtualClock, start: int, cfg: SimConfig, drivers: list[Run
 
 def _await_alerts(collector: AlertCollector, drivers: list[RunDriver], cfg: SimConfig,
                   clock: VirtualClock, start: int, shared: SharedTransport,
-                  progress: Callable[[Progress], None] | None) -> None:
-    """Wait up to ``grace_s`` for the expected alerts of every injected run."""
-    deadline = time.monotonic() + cfg.grace_s
-    while time.monotonic() < deadline:
-        pending = [d for d in drivers if d.plan.fault is not None and d.injected_ms is not None
-                   and not any(a.run_id == d.plan.run_id
-                               and a.detector in d.plan.fault.detectors
-                               for a in collector.alerts)]
-        if not pending:
-            time.sleep(min(3.0, cfg.grace_s))  # a little longer, for false alerts
-            return
-        if progress is not None:
+                  progress: Callable[[Progress], None] | None, ticker: _NodeTicker) -> None:
+    """Collect alerts after the runs ended while the node agents keep sampling.
+
+    For ``collect_s`` wall seconds in full when it is set (late alerts count);
+    otherwise up to ``grace_s``, stopping a few seconds after every injected
+    fault's expected alert has arrived.
+    """
+    t0 = time.monotonic()
+    window = cfg.collect_s if cfg.collect_s > 0 else cfg.grace_s
+    next_progress = 0.0
+    while time.monotonic() - t0 < window:
+        ticker.tick(clock.now_ms())
+        if cfg.collect_s <= 0:
+            pending = [d for d in drivers
+                       if d.plan.fault is not None and not d.plan.control
+                       and d.injected_ms is not None
+                       and not any(a.run_id == d.plan.run_id
+                                   and a.detector in d.plan.fault.detectors
+                                   for a in collector.alerts)]
+            if not pending:
+                time.sleep(min(3.0, cfg.grace_s))  # a little longer, for false alerts
+                return
+        if progress is not None and time.monotonic() >= next_progress:
+            next_progress = time.monotonic() + 1.0
             progress(_snapshot(clock, start, cfg, drivers, shared, collector))
-        time.sleep(0.5)
+        time.sleep(min(cfg.tick_s, 0.5))

@@ -1,11 +1,14 @@
-"""Fault-injection scenarios: one small declarative object per failure mode.
+"""Fault-injection scenarios and healthy controls: one small declarative object each.
 
 A :class:`Scenario` says what goes wrong (``name``, the model's effect), when
 (``at_s`` virtual seconds after the run starts training), how strongly
 (``strength``), how soon runwatch must notice (``budget_s`` virtual seconds
 from the injection) and what it must say (an accepted alert ``detectors`` and
-the probable ``cause``). Where :mod:`runwatch.core.scenarios` already names the
-expected alert of a failure mode, that definition is reused.
+the probable ``cause``). Its :class:`Workload` says how the run is set up the
+way real jobs are: inside a container or not, a dataset shared with other
+runs, an input-bound loader, a learning-rate restart, noisy validation, a
+weekly snapshot dataset. A scenario with no ``detectors`` is a *control*: a
+healthy run that may look alarming and must raise no alert at all.
 
 Adding a failure mode: add a :class:`Scenario` here and its effect in
 :mod:`runwatch.sim.model` (``RunModel`` checks ``fault.name``).
@@ -13,36 +16,72 @@ Adding a failure mode: add a :class:`Scenario` here and its effect in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from runwatch.core.scenarios import EXPECTED
-
 Target = Literal["run", "node"]
+ImageKind = Literal["allowed", "foreign", "none"]
+
+#: Virtual seconds every run spends loading its model before the first step
+#: (GPUs allocated, utilization low), as real jobs do.
+LOADING_S = 90.0
 
 
-def _core(name: str) -> tuple[str, str]:
-    """Return (detector, cause) of a failure mode the processor's scenarios define."""
-    exp = EXPECTED[name]
-    if exp.detector is None or exp.probable_cause is None:  # pragma: no cover - static table
-        msg = f"core scenario {name} expects no alert"
-        raise ValueError(msg)
-    return exp.detector, exp.probable_cause
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """How the runs of a scenario are set up (the defaults: a plain healthy job).
+
+    Attributes:
+        image: ``allowed`` (from the simulated registry), ``foreign`` (outside
+            the allow-list) or ``none`` (a plain script outside a container:
+            no image digest).
+        runs: Runs of the scenario; more than one share its datasets.
+        datasets: Datasets each run trains on (each has its own pipeline).
+        loading_s: Model-loading phase before the first step (low GPU utilization).
+        loader_ms: Usual data-loader wait per step (an input-bound family waits long).
+        lr_restart_s: A warm learning-rate restart this many seconds into
+            training (lr back to its peak, the loss jumps and declines again).
+        val_noise: Standard deviation of validation accuracy around its plateau.
+        snapshot_lag_s: The dataset is a weekly snapshot: its rows' event
+            times lag this far behind (large and constant).
+        queue_s: Extra queueing before the run is scheduled (its datasets'
+            pipelines keep reporting meanwhile).
+
+    """
+
+    image: ImageKind = "allowed"
+    runs: int = 1
+    datasets: int = 1
+    loading_s: float = LOADING_S
+    loader_ms: float = 150.0
+    lr_restart_s: float | None = None
+    val_noise: float = 0.0
+    snapshot_lag_s: float | None = None
+    queue_s: float = 0.0
+
+
+PLAIN = Workload()
 
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """One injectable failure mode.
+    """One injectable failure mode, or a healthy control (no ``detectors``).
 
     Attributes:
         name: Identifier (also the model effect).
-        title: The failure mode in words.
+        title: The failure mode (or the control's workload) in words.
         at_s: Injection time, virtual seconds after the run starts training.
         strength: How strong (meaning per effect; 1.0 = the default strength).
         budget_s: Detection budget, virtual seconds after the injection.
-        detectors: Alert detectors that count as detection (first = the primary one).
-        cause: Expected probable cause.
+        detectors: Alert detectors that count as detection (first = the
+            primary one); empty for a control.
+        cause: Expected probable cause ("" for a control).
         target: What the fault hits: the run's own telemetry or its node.
+        workload: How the runs are set up.
+        forbidden: Detectors that must not fire on the scenario's runs at all
+            (a fault run paged for an unrelated reason is not a right answer).
+        effect: The model effect (default: ``name``); variants of one failure
+            mode under another workload share it.
 
     """
 
@@ -54,47 +93,94 @@ class Scenario:
     detectors: tuple[str, ...]
     cause: str
     target: Target = "run"
+    workload: Workload = PLAIN
+    forbidden: tuple[str, ...] = ()
+    effect: str = field(default="")
+
+    @property
+    def control(self) -> bool:
+        """Whether this is a healthy control (no alert expected)."""
+        return not self.detectors
+
+    @property
+    def kind(self) -> str:
+        """The model effect this scenario injects ("" for a control)."""
+        if self.control:
+            return ""
+        return self.effect or self.name
 
     def with_(self, **changes: float) -> Scenario:
         """Return a copy with ``at_s``, ``strength`` or ``budget_s`` changed."""
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-_LOADER = _core("loader_slowdown")
-_LABEL = _core("label_shift")
-_RESTART = _core("restarts")
-_NAN = _core("nan_loss")
-_CKSUM = _core("checksum")
+def _control(name: str, title: str, workload: Workload) -> Scenario:
+    return Scenario(name, title, 0, 1.0, 0, (), "", workload=workload)
 
-#: Every failure mode, in the order of the issue.
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+
+_VAL = "rule:validation_decline"
+_IMAGE = "rule:image_allow_list"
+
+#: Every failure mode, in the order of the issue, then the cases users met.
+FAULTS: tuple[Scenario, ...] = (
     Scenario("partition_missing", "a data partition disappears", 200, 1.0, 300,
              ("rule:zero_rows",), "data"),
-    Scenario("feature_shift", "a feature distribution shifts", 200, 1.0, 400,
-             (_LABEL[0],), "data"),
-    Scenario("label_shift", "the label balance shifts", 200, 1.0, 400, (_LABEL[0],), _LABEL[1]),
-    Scenario("checkpoint_corrupt", "a checkpoint silently corrupts", 200, 1.0, 300,
-             (_CKSUM[0], "rule:checkpoint_serialization"), _CKSUM[1]),
+    Scenario("feature_shift", "a feature distribution shifts", 200, 1.0, 400, (_VAL,), "data"),
+    Scenario("label_shift", "the label balance shifts", 200, 1.0, 400, (_VAL,), "data"),
+    Scenario("checkpoint_corrupt", "a checkpoint's checksum mismatches (SDK expected_sha256)",
+             200, 1.0, 300, ("rule:checkpoint_checksum",), "artifact"),
     Scenario("queue_deadline", "scheduler queue delay breaks a deadline", 0, 1.5, 600,
              ("rule:queue_deadline",), "execution"),
-    Scenario("loader_slowdown", "data-loader time lengthens slowly", 200, 1.0, 400,
-             (_LOADER[0],), _LOADER[1]),
-    Scenario("checkpoint_share", "checkpoints take a growing share of wall clock", 300, 2.0,
-             800, ("watch:checkpoint_share",), "execution"),
-    Scenario("gpu_occupancy", "GPU occupancy declines", 320, 1.0, 600,
-             ("watch:gpu_occupancy", "watch:gpu_utilization"), "infrastructure", "node"),
+    Scenario("loader_slowdown", "data-loader time lengthens steadily", 200, 1.0, 400,
+             ("watch:loader_share",), "execution"),
+    Scenario("checkpoint_share", "checkpoints grow longer (per-interval share 3 % -> 35 %)",
+             240, 1.0, 600, ("watch:checkpoint_share",), "execution"),
+    Scenario("gpu_occupancy", "GPU occupancy declines (after a low-utilization model load)",
+             320, 1.0, 600, ("watch:gpu_occupancy", "watch:gpu_utilization"),
+             "infrastructure", "node"),
     Scenario("grad_variance", "gradient variance rises", 200, 1.0, 400,
              ("watch:grad_norm_variance", "watch:grad_norm"), "learning"),
     Scenario("rejected_samples", "the rejected-sample rate grows", 200, 1.0, 400,
              ("watch:rejected_sample_rate",), "data"),
     Scenario("restarts", "worker restarts shrink the effective batch size", 200, 1.0, 500,
-             (_RESTART[0], "indicator:restarts"), _RESTART[1]),
-    Scenario("nan_loss", "the loss becomes NaN", 200, 1.0, 120, (_NAN[0],), _NAN[1]),
+             (_VAL, "indicator:restarts"), "execution"),
+    Scenario("nan_loss", "the loss becomes NaN", 200, 1.0, 120, ("rule:non_finite",),
+             "learning"),
     Scenario("unauthorized_image", "a run starts from an image outside the allow-list", 0, 1.0,
-             120, ("rule:image_allow_list",), "artifact"),
+             120, (_IMAGE,), "artifact", workload=Workload(image="foreign")),
     Scenario("failed_gate", "an evaluation gate fails", 200, 1.0, 120, ("rule:failed_gate",),
              "artifact"),
-)}
+    Scenario("schema_failures", "rows stop conforming to the dataset's schema", 200, 1.0, 300,
+             ("rule:schema_failures", "watch:schema_failure_rate"), "data"),
+    Scenario("shared_label_shift", "the label balance of a dataset two runs share shifts",
+             200, 1.0, 400, (_VAL,), "data", workload=Workload(runs=2), effect="label_shift"),
+    Scenario("nan_loss_no_image", "the loss of a plain script outside a container becomes NaN",
+             200, 1.0, 120, ("rule:non_finite",), "learning", workload=Workload(image="none"),
+             forbidden=(_IMAGE,), effect="nan_loss"),
+)
+
+#: Healthy runs that look alarming: each must raise no alert, late ones included.
+CONTROLS: tuple[Scenario, ...] = (
+    _control("shared_dataset", "two runs train on one dataset; its pipeline reports "
+             "without a run id", Workload(runs=2)),
+    _control("two_datasets_late_start", "a run on two datasets scheduled after their "
+             "pipelines reported for 10 minutes", Workload(datasets=2, queue_s=600.0)),
+    _control("slow_model_load", "a long model-loading phase (low GPU utilization at start)",
+             Workload(loading_s=300.0)),
+    _control("no_container", "a plain script outside a container (no image digest) with an "
+             "allow-list configured", Workload(image="none")),
+    _control("lr_restart", "an intentional warm learning-rate restart",
+             Workload(lr_restart_s=400.0)),
+    _control("input_bound", "an input-bound family at its usual loader share (~40 %)",
+             Workload(loader_ms=1200.0)),
+    _control("noisy_validation", "noisy but stationary validation accuracy",
+             Workload(val_noise=0.015)),
+    _control("weekly_snapshot", "a weekly-snapshot dataset (freshness lag ~4 days, constant)",
+             Workload(snapshot_lag_s=4 * 86_400.0)),
+)
+
+#: Every scenario by name: the faults, then the controls.
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (*FAULTS, *CONTROLS)}
 
 #: A handful shown by ``runwatch demo``.
 DEMO_SCENARIOS: tuple[str, ...] = (

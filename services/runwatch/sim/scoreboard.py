@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runwatch.sim.scenarios import Scenario
@@ -48,7 +48,12 @@ class AlertSeen:
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One scenario's result."""
+    """One fault run's result.
+
+    ``forbidden`` lists detectors the scenario rules out that fired on the run
+    anyway (e.g. an image page on a run that has no image); ``others`` every
+    other detector that fired on it, for information.
+    """
 
     scenario: str
     run_id: str
@@ -60,6 +65,22 @@ class Row:
     detector: str
     cause: str
     expected_cause: str
+    forbidden: tuple[str, ...] = ()
+    others: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """Detected with the right cause within budget, and nothing it rules out fired."""
+        return self.detected and self.cause_correct and self.within_budget and not self.forbidden
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRow:
+    """One healthy control run and the alerts it raised (any is a false alert)."""
+
+    scenario: str
+    run_id: str
+    alerts: tuple[AlertSeen, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,27 +90,34 @@ class Board:
     rows: tuple[Row, ...]
     control_runs: tuple[str, ...]
     false_alerts: tuple[AlertSeen, ...]
+    controls: tuple[ControlRow, ...] = ()
 
     @property
     def passed(self) -> int:
-        """Scenarios detected with the right cause within budget."""
-        return sum(1 for r in self.rows if r.detected and r.cause_correct and r.within_budget)
+        """Fault runs detected with the right cause within budget (nothing ruled out fired)."""
+        return sum(1 for r in self.rows if r.passed)
+
+    @property
+    def ok(self) -> bool:
+        """Every fault passed and no control raised anything."""
+        return self.passed == len(self.rows) and not self.false_alerts
 
 
 def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
-          control_runs: Sequence[str]) -> Board:
+          control_runs: Sequence[str], control_names: Mapping[str, str] | None = None) -> Board:
     """Score every injection against the firing alerts of its run.
 
     A scenario is detected by the earliest firing alert on its run whose
     detector is one the scenario accepts and that was first seen no earlier
     than the injection (less :data:`SKEW_MS`). Time to detect is that alert's
     ``first_seen_ms`` (virtual event time) minus the injection time. Every
-    firing alert on a healthy control run is a false alert.
+    firing alert on a healthy control run is a false alert, whenever it came.
 
     Args:
         injections: What was injected where.
         alerts: Alerts read back from rw.alerts.
-        control_runs: Run ids of the healthy runs.
+        control_runs: Run ids of the healthy runs (plain ones and control scenarios).
+        control_names: Control scenario name per run id (plain healthy runs: absent).
 
     Returns:
         The board.
@@ -106,34 +134,60 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
         ttd = None
         if hit is not None and inj.injected_ms is not None:
             ttd = max(hit.first_seen_ms - inj.injected_ms, 0) / 1000.0
+        on_run = sorted({a.detector for a in firing if a.run_id == inj.run_id})
         rows.append(Row(
             scenario=sc.name, run_id=inj.run_id, detected=hit is not None,
             cause_correct=hit is not None and hit.cause == sc.cause, ttd_s=ttd,
             budget_s=sc.budget_s, within_budget=ttd is not None and ttd <= sc.budget_s,
             detector=hit.detector if hit else "", cause=hit.cause if hit else "",
             expected_cause=sc.cause,
+            forbidden=tuple(d for d in on_run if d in sc.forbidden),
+            others=tuple(d for d in on_run if d not in sc.detectors and d not in sc.forbidden),
         ))
-    controls = set(control_runs)
-    false = tuple(a for a in firing if a.run_id in controls)
-    return Board(tuple(rows), tuple(control_runs), false)
+    names = dict(control_names or {})
+    controls = tuple(ControlRow(names.get(r, "healthy"), r,
+                                tuple(a for a in firing if a.run_id == r))
+                     for r in control_runs)
+    false = tuple(a for c in controls for a in c.alerts)
+    return Board(tuple(rows), tuple(control_runs), false, controls)
 
 
-def format_board(board: Board) -> str:
-    """Render the scoreboard as a Markdown table plus a totals line."""
-    lines = ["| scenario | detected | cause correct | time to detect (s) | budget (s) | alert "
-             "| cause |", "|---|---|---|---|---|---|---|"]
+def format_board(board: Board, ended_wall_ms: int | None = None) -> str:
+    """Render the scoreboard as Markdown tables (faults, controls) plus a totals line.
+
+    Args:
+        board: The board.
+        ended_wall_ms: Wall time the last run ended; false alerts then show
+            how long after it they arrived.
+
+    Returns:
+        The text.
+
+    """
+    lines = ["| scenario | run | detected | cause correct | time to detect (s) | budget (s) "
+             "| alert | cause | also fired |", "|---|---|---|---|---|---|---|---|---|"]
     for r in board.rows:
         ttd = f"{r.ttd_s:.0f}" if r.ttd_s is not None else "-"
         cause = r.cause or "-"
         if r.detected and not r.cause_correct:
             cause = f"{r.cause} (expected {r.expected_cause})"
-        lines.append(f"| {r.scenario} | {'yes' if r.detected else 'NO'} | "
+        also = ", ".join([*(f"{d} (ruled out)" for d in r.forbidden), *r.others]) or "-"
+        lines.append(f"| {r.scenario} | {r.run_id} | {'yes' if r.detected else 'NO'} | "
                      f"{'yes' if r.cause_correct else 'no'} | {ttd} | {r.budget_s:.0f} | "
-                     f"{r.detector or '-'} | {cause} |")
+                     f"{r.detector or '-'} | {cause} | {also} |")
+    if board.controls:
+        lines += ["", "| control | run | false alerts |", "|---|---|---|"]
+        for c in board.controls:
+            found = ", ".join(f"{a.detector} ({a.cause})" for a in c.alerts) or "none"
+            lines.append(f"| {c.scenario} | {c.run_id} | {found} |")
     lines.append("")
-    lines.append(f"{board.passed}/{len(board.rows)} scenarios detected with the right cause within "
-                 f"budget; false alerts in {len(board.control_runs)} healthy control run(s): "
-                 f"{len(board.false_alerts)}")
+    lines.append(f"{board.passed}/{len(board.rows)} fault runs detected with the right cause "
+                 f"within budget; false alerts in {len(board.control_runs)} healthy control "
+                 f"run(s): {len(board.false_alerts)}")
     for a in board.false_alerts:
-        lines.append(f"  false alert on {a.run_id}: {a.detector} ({a.cause}) {a.title}")
+        late = ""
+        if ended_wall_ms is not None and a.received_wall_ms:
+            after = (a.received_wall_ms - ended_wall_ms) / 1000.0
+            late = f" [arrived {after:+.0f} s after the runs ended]"
+        lines.append(f"  false alert on {a.run_id}: {a.detector} ({a.cause}) {a.title}{late}")
     return "\n".join(lines)
