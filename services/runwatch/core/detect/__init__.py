@@ -2,8 +2,8 @@
 
 Scalar detectors for one series, vectorized numpy versions that update many
 series at once, river ADWIN / HalfSpaceTrees wrappers, a slow-trend CUSUM,
-warm starts from finished runs, and :class:`DefaultDetector`, the ensemble the
-processor runs on every indicator.
+warm starts from finished runs, and :class:`DefaultDetector`, the ensemble
+benchmarked on NAB (``runwatch bench nab``'s ``default``).
 """
 
 from runwatch.core.detect.base import Detector, State

@@ -1,4 +1,7 @@
-"""The default detector the processor runs on every indicator series.
+"""The default univariate detector: ``runwatch bench nab``'s ``default``.
+
+(The processor's indicator watches use :class:`~runwatch.core.detect.EWZScore`,
+:class:`~runwatch.core.detect.TrendDetector` and ADWIN, not this ensemble.)
 
 One configuration for every series (no per-series tuning). Per update it
 computes three kinds of raw evidence, in pure Python at a few microseconds:
@@ -19,8 +22,15 @@ previous value's histogram bin to this value's bin was already learned
 ``known_after`` (3) times: a recurring move (a daily jump, a periodic spike)
 is the series' normal behaviour, as CAD OSE's context memory would predict.
 
-The score is in [0, 1]; it only uses the past. On NAB (35-file subset) this
-configuration was chosen by a 2-fold split, see the README note.
+Optional seasonal baseline (``season_slots`` = 24 or 168, off by default):
+given each value's time (``score_one(x, t_ms)``), the value's evidence is
+also its distance from an EW mean of its hour-of-day (or hour-of-week) slot,
+in units of the pooled residual spread around the slot means. Without a time
+the detector behaves exactly as without the option.
+
+The score is in [0, 1]; it only uses the past. On NAB the configuration is
+checked by leave-one-set-out cross-validation (:mod:`runwatch.bench.crossval`);
+see the README's NAB section for what it chose and scored.
 """
 
 from __future__ import annotations
@@ -120,23 +130,31 @@ class DefaultDetector:
 
     def _raws(self, x: float, t_ms: int | None) -> tuple[float, float, float, float, float]:
         """Raw evidence in [0, 1] (value z, difference z, rarity), and the value's z."""
-        var = self.sq - self.mean * self.mean
-        eps = 1e-9 * (abs(self.mean) + 1e-9)
-        scale = max(math.sqrt(var) if var > 0.0 else 0.0, eps)
-        z_val = abs(x - self.mean) / scale
+        mean = self.mean
+        var = self.sq - mean * mean
+        eps = 1e-9 * (abs(mean) + 1e-9)
+        scale = math.sqrt(var) if var > 0.0 else 0.0
+        if scale < eps:
+            scale = eps
+        z_val = abs(x - mean) / scale
         r_val = math.erf(z_val / _Z_SCALE)
         if t_ms is not None and self.smean:
             slot = season_slot(t_ms, len(self.smean))
             if self.scount[slot]:
                 rscale = max(math.sqrt(self.rsq), eps)
                 r_val = max(r_val, math.erf(abs(x - self.smean[slot]) / (rscale * _Z_SCALE)))
-        dvar = self.dsq - self.dmean * self.dmean
-        dscale = max(math.sqrt(dvar) if dvar > 0.0 else 0.0, eps)
-        r_diff = math.erf(abs(x - self.prev - self.dmean) / (dscale * _Z_SCALE))
+        dmean = self.dmean
+        dvar = self.dsq - dmean * dmean
+        dscale = math.sqrt(dvar) if dvar > 0.0 else 0.0
+        if dscale < eps:
+            dscale = eps
+        r_diff = math.erf(abs(x - self.prev - dmean) / (dscale * _Z_SCALE))
         r_rare = 0.0
         if self.hist_total > 0.0:
             p = self.hist.get(self._bin(x), 0.0) / (self.hist_total * self.hist_scale)
-            r_rare = min(1.0, -math.log10(p + 1e-4) / 4.0)
+            r_rare = -math.log10(p + 1e-4) / 4.0
+            if r_rare > 1.0:
+                r_rare = 1.0
         return r_val, r_diff, r_rare, z_val, x
 
     def _combine(self, raws: tuple[float, float, float, float, float]) -> float:
@@ -170,9 +188,15 @@ class DefaultDetector:
                 the value is also judged against its hour-of-day (or -week) baseline.
 
         """
-        x = check_finite(x)
+        x = float(x)
+        if x - x != 0.0:  # NaN or infinite
+            check_finite(x)
         if self.n < self.cfg.min_n:
             return 0.0
+        return self._score(x, t_ms)
+
+    def _score(self, x: float, t_ms: int | None) -> float:
+        """Score a finite ``x`` (cached: ``learn_one`` reuses the score of the same value)."""
         cache = self.cache
         t_key = _NO_TIME if t_ms is None else float(t_ms)
         if len(cache) == 9 and cache[0] == self.n and cache[1] == x and cache[8] == t_key:
@@ -190,13 +214,17 @@ class DefaultDetector:
             t_ms: Its time (UTC epoch ms), optional (see :meth:`score_one`).
 
         """
-        x = check_finite(x)
+        x = float(x)
+        if x - x != 0.0:  # NaN or infinite
+            check_finite(x)
         cfg = self.cfg
         if self.n >= cfg.min_n:
-            score = self.score_one(x, t_ms)
-            raws = (self.cache[2], self.cache[3], self.cache[4])
-            for layer, raw in zip(self.layers, raws, strict=True):
-                layer.learn(raw)
+            score = self._score(x, t_ms)
+            cache = self.cache
+            value_layer, diff_layer, rare_layer = self.layers
+            value_layer.learn(cache[2])
+            diff_layer.learn(cache[3])
+            rare_layer.learn(cache[4])
             if self.quiet > 0:
                 self.quiet -= 1
             elif score >= cfg.fire_level:
@@ -214,9 +242,9 @@ class DefaultDetector:
             self.dsq = c * d * d + (1 - c) * self.dsq
         if t_ms is not None and self.smean:
             self._learn_season(x, t_ms)
-        self._learn_hist(x)
+        bx = self._learn_hist(x)
         if self.n > 0 and cfg.known_after:
-            key = _pair(self._bin(self.prev), self._bin(x))
+            key = _pair(self._bin(self.prev), bx)
             self.trans[key] = self.trans.get(key, 0) + 1
         self.prev = x
         self.n += 1
@@ -237,7 +265,8 @@ class DefaultDetector:
         self.smean[slot] += b * (x - self.smean[slot])
         self.scount[slot] = count + 1
 
-    def _learn_hist(self, x: float) -> None:
+    def _learn_hist(self, x: float) -> int:
+        """Count ``x`` in the decayed histogram (widening its range if needed); return its bin."""
         if self.n == 0:
             self.lo = self.hi = x
         elif x < self.lo or x > self.hi:
@@ -250,6 +279,7 @@ class DefaultDetector:
             self.hist_scale = 1.0
         b = self._bin(x)
         self.hist[b] = self.hist.get(b, 0.0) + self.hist_scale
+        return b
 
     def _rebin(self, lo: float, hi: float) -> None:
         """Widen the histogram range, moving old counts by their bin centres."""

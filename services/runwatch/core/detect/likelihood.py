@@ -53,28 +53,37 @@ class Likelihood:
             avg = (self.total + raw) / (len(buf) + 1)
         else:
             avg = (self.total - buf[self.pos] + raw) / self.short
-        var = self.sq - self.mean * self.mean
-        std = max(math.sqrt(var) if var > 0.0 else 0.0, self.min_std)
-        tail = 0.5 * math.erfc((avg - self.mean) / (std * _SQRT2))
+        mean = self.mean
+        var = self.sq - mean * mean
+        std = math.sqrt(var) if var > 0.0 else 0.0
+        if std < self.min_std:
+            std = self.min_std
+        tail = 0.5 * math.erfc((avg - mean) / (std * _SQRT2))
         if tail >= 1.0:
             return 0.0
-        return min(1.0, max(0.0, math.log(1.0000000001 - (1.0 - tail)) / _LOG_SCALE))
+        out = math.log(1.0000000001 - (1.0 - tail)) / _LOG_SCALE
+        return 1.0 if out > 1.0 else (out if out > 0.0 else 0.0)
 
     def learn(self, raw: float) -> None:
         """Fold ``raw`` into the short average and the long-run statistics."""
         buf = self.buf
-        if len(buf) < self.short:
+        size = len(buf)
+        if size < self.short:
             buf.append(raw)
             self.total += raw
+            size += 1
         else:
-            self.total += raw - buf[self.pos]
-            buf[self.pos] = raw
-            self.pos = (self.pos + 1) % self.short
-        avg = self.total / len(buf)
-        b = self.fading if self.n >= self.warmup else 1.0 / (self.n + 1)
+            pos = self.pos
+            self.total += raw - buf[pos]
+            buf[pos] = raw
+            pos += 1
+            self.pos = 0 if pos == size else pos
+        avg = self.total / size
+        n = self.n
+        b = self.fading if n >= self.warmup else 1.0 / (n + 1)
         self.mean = b * avg + (1 - b) * self.mean
         self.sq = b * avg * avg + (1 - b) * self.sq
-        self.n += 1
+        self.n = n + 1
 
     def to_state(self) -> State:
         """Return the state as a JSON-able dict."""
