@@ -53,8 +53,8 @@ def test_a_report_reaches_every_run_of_its_dataset_once(own_run: str | None, tmp
     t = CaptureTransport()
     runs = [start(t, r, ("s3://shared", "v1")) for r in ("A", "B")]
     others = [start(t, "C", ("s3://other", "v1"))]
-    data.report("s3://shared", "v1", None, {"x": []}, run_id=own_run, publisher=publisher(t),
-                baseline_directory=tmp_path)  # zero rows: rule:zero_rows for each run that gets it
+    rec = data.report("s3://shared", "v1", None, {"x": []}, run_id=own_run,
+                      publisher=publisher(t), baseline_directory=tmp_path)  # zero rows
     m = MemoryProcessor()
     m.feed(t.messages)
     want = {("A", "rule:zero_rows", "data"), ("B", "rule:zero_rows", "data")}
@@ -62,7 +62,10 @@ def test_a_report_reaches_every_run_of_its_dataset_once(own_run: str | None, tmp
         want.add(("C", "rule:zero_rows", "data"))
     assert firing(m) == want
     assert m.dead == []
-    assert forwarded(m) == Counter({r: 1 for r, _, _ in want})  # one copy per run
+    got = {r for r, _, _ in want}
+    assert set(forwarded(m)) == got
+    for r in got:  # each run folded it once, whatever number of copies reached it
+        assert m.p._load(r.encode()).reports["s3://shared@v1"]["ids"] == [rec.event_id]
     for r in runs + others:
         r.finish()
 
@@ -144,3 +147,25 @@ def test_reports_of_unseen_runs_are_held_then_dead_lettered_with_a_summary(tmp_p
     m.tick(int(time.time() * 1000) + HOLD_MS + 1_000)
     assert [d.reason.split(":")[0] for d in m.dead] == ["unseen run ghost"]
     assert firing(m) == set()
+
+
+def test_a_report_for_a_run_that_starts_after_the_hold_reaches_it_when_it_starts(
+        tmp_path) -> None:
+    t = CaptureTransport()
+    data.report("s3://d", "v1", None, {"x": [1]}, run_id="late", publisher=publisher(t),
+                baseline_directory=tmp_path)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    wall = int(time.time() * 1000)
+    m.tick(wall + HOLD_MS + 1_000)
+    assert [d.reason.split(":")[0] for d in m.dead] == ["unseen run late"]
+    t.messages.clear()
+    run = start(t, "late", ("s3://d", "v1"))  # its manifest names the dataset: stored reports
+    start(t, "Z", ("s3://never", "v1"))
+    later = wall + DATA_WAIT_MS + 120_000
+    run.step(1, loss=1.0, now_ms=later, step_ms=100.0, loader_wait_ms=1.0)
+    run.finish()
+    m.feed(t.messages)
+    m.tick(later)
+    assert len(m.dead) == 1
+    assert firing(m) == {("Z", "rule:missing_data_report", "data")}

@@ -222,7 +222,10 @@ def _index(p: Processor, uri: str) -> dict[str, list[str]]:
 async def manifest_ref_event(p: Processor, event: Any) -> None:
     """Index a run under a dataset and send it the dataset's first and recent reports.
 
-    A run already indexed under the reference got them then: nothing is resent.
+    They are sent even when the run is indexed already (a repeated manifest,
+    or a report that named the run): the run may not have been able to fold
+    them then (held while it was unseen, and dead-lettered), and it folds a
+    report it has folded before only once (its event id).
     """
     msg = event.message
     try:
@@ -232,9 +235,8 @@ async def manifest_ref_event(p: Processor, event: Any) -> None:
         await p._dead(msg.topic, msg.partition, msg.offset, str(exc), event.value, event.key)
         return
     index = _index(p, uri)
-    if not rekey.add_run(index, ref, run_id):
-        return  # indexed already (a repeated manifest, or a report that named the run)
-    p.dataset_index[uri.encode()] = json.dumps(index).encode()
+    if rekey.add_run(index, ref, run_id):
+        p.dataset_index[uri.encode()] = json.dumps(index).encode()
     for report in recent_reports(p, ref):
         await p._forward(p.data_by_run, run_id, report)
 
