@@ -8,7 +8,8 @@ from runwatch.core.rules import Finding
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
 CTX = AlertContext("run-1", SRC, team="t", experiment_family="fam")
-POLICY = AlertPolicy(clear_after=3, quiet_ms=1000, cooldown_ms=5000, per_run_cap=3)
+POLICY = AlertPolicy(clear_after=3, resolve_ms=0, quiet_ms=1000, cooldown_ms=5000,
+                     per_run_cap=3)
 
 
 def finding(indicator: str = "loss", at: int = 0, detector: str = "rule:x") -> Finding:
@@ -88,3 +89,47 @@ def test_book_round_trips() -> None:
     book = AlertBook()
     fire(book, finding(), 0)
     assert AlertBook.from_state(book.to_state()) == book
+
+
+def test_resolution_needs_a_sustained_healthy_span_of_event_time() -> None:
+    policy = AlertPolicy(clear_after=3, resolve_ms=60_000)
+    book = AlertBook()
+    fire(book, finding(detector="watch:x", at=0), 0, one_shot=False, policy=policy)
+    args = ("run-1", "watch:x", "loss", "", CTX)
+    # many healthy evaluations within a few seconds of event time do not resolve it,
+    # however late the processor sees them (now_ms)
+    for at in range(1_000, 10_000, 1_000):
+        assert alerting.healthy(book, *args, 10**9 + at, policy, at) == []
+    out = alerting.healthy(book, *args, 10**9, policy, 61_000)
+    assert [a.status for a in out] == ["resolved"]
+
+
+def test_an_out_of_range_evaluation_breaks_the_healthy_streak() -> None:
+    book = AlertBook()
+    fire(book, finding(detector="watch:x", at=0), 0, one_shot=False)
+    args = ("run-1", "watch:x", "loss", "", CTX)
+    assert alerting.healthy(book, *args, 1, POLICY) == []
+    assert alerting.healthy(book, *args, 2, POLICY) == []
+    alerting.hold(book, "run-1", "watch:x", "loss")
+    assert alerting.healthy(book, *args, 3, POLICY) == []
+    assert alerting.healthy(book, *args, 4, POLICY) == []
+    assert [a.status for a in alerting.healthy(book, *args, 5, POLICY)] == ["resolved"]
+
+
+@pytest.mark.parametrize("now", ["live", "replayed"])
+def test_cooldown_is_measured_on_event_time(now) -> None:
+    # live: the processor's clock moves with the events; replayed: a backlog read in one burst
+    clock = (lambda at: at + 100) if now == "live" else (lambda at: 10**12)
+    book = AlertBook()
+    fire(book, finding(at=0), clock(0))
+    assert len(alerting.expire(book, CTX, clock(1_000), POLICY, 1_000)) == 1
+    assert fire(book, finding(at=2_000), clock(2_000)) == []  # inside cooldown
+    assert len(fire(book, finding(at=7_000), clock(7_000))) == 1  # after cooldown
+
+
+def test_quiet_time_is_measured_against_the_horizon_not_the_wall_clock() -> None:
+    book = AlertBook()
+    fire(book, finding(at=0), 0)
+    # the processor's wall clock is far ahead (catching up), its input has reached 999
+    assert alerting.expire(book, CTX, 10**12, POLICY, 999) == []
+    assert len(alerting.expire(book, CTX, 10**12, POLICY, 1_000)) == 1

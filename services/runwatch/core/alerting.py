@@ -8,12 +8,20 @@ record goes out:
 * the dedup key is a stable hash of run, detector, indicator and subject, so
   repeats (including replays after a crash) carry the same key and alert id;
 * a firing alert is not re-sent while it keeps firing (``renotify_ms`` aside);
-* it resolves only after ``clear_after`` consecutive healthy evaluations
-  (hysteresis) or, for one-shot rule findings, after ``quiet_ms`` without a
-  repeat;
+* a detector alert resolves only after ``clear_after`` consecutive healthy
+  evaluations spanning at least ``resolve_ms`` of the run's event time
+  (hysteresis); an evaluation out of range that is not yet persistent enough
+  to fire still keeps a firing alert firing (:func:`hold`). A one-shot rule
+  alert resolves after ``quiet_ms`` without a repeat;
 * after resolving, the same key stays quiet for ``cooldown_ms``;
 * one run fires at most ``per_run_cap`` alerts; the cap itself is announced
   once as an alert of its own.
+
+Every duration here is measured on the run's event time (the findings'
+``at_ms``, the event time of healthy evaluations, the processor's event-time
+horizon on the timer), never on the processor's wall clock, so a replay or a
+backfill goes through the same lifecycle as live traffic. ``now_ms`` only
+stamps the records sent (and ``renotify_ms``, a delivery matter).
 """
 
 from __future__ import annotations
@@ -36,8 +44,12 @@ class AlertPolicy:
 
     Attributes:
         clear_after: Consecutive healthy evaluations before a detector alert resolves.
-        quiet_ms: Silence after which a one-shot (rule) alert resolves.
-        cooldown_ms: After resolving, the same key stays quiet this long.
+        resolve_ms: Event time those healthy evaluations must span (the indicator
+            back in its normal range for a sustained period, not a few lucky
+            samples). Default 5 min, Alertmanager's ``resolve_timeout``: the span
+            a receiver already waits before it treats a silent alert as resolved.
+        quiet_ms: Event time without a repeat after which a one-shot (rule) alert resolves.
+        cooldown_ms: After resolving, the same key stays quiet this long (event time).
         renotify_ms: Re-send a still-firing alert after this long (0 = never).
         per_run_cap: Most alerts one run may fire.
         evidence_max: Most evidence items carried by one alert.
@@ -45,6 +57,7 @@ class AlertPolicy:
     """
 
     clear_after: int = 5
+    resolve_ms: int = 5 * 60_000
     quiet_ms: int = 15 * 60_000
     cooldown_ms: int = 10 * 60_000
     renotify_ms: int = 0
@@ -177,7 +190,7 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
             return [_build(book, key, entry, "firing", ctx, now_ms,
                            _evidence(verdict.evidence, policy.evidence_max))]
         return []
-    if entry is not None and now_ms - entry.get("resolved_ms", 0) < policy.cooldown_ms:
+    if entry is not None and finding.at_ms - resolved_at(entry) < policy.cooldown_ms:
         return []
     if book.fired >= policy.per_run_cap:
         return _cap(book, ctx, now_ms, policy)
@@ -243,9 +256,21 @@ def _cap(book: AlertBook, ctx: AlertContext, now_ms: int, policy: AlertPolicy) -
     return [_build(book, key, entry, "firing", ctx, now_ms, ())]
 
 
+def resolved_at(entry: dict[str, Any]) -> int:
+    """Return the event time an entry resolved at.
+
+    Books saved before it was kept have only ``resolved_ms`` (the processor's clock then).
+    """
+    return int(entry.get("resolved_at_ms", entry.get("resolved_ms", 0)))
+
+
 def healthy(book: AlertBook, run_id: str, detector: str, indicator: str, subject: str,
-            ctx: AlertContext, now_ms: int, policy: AlertPolicy) -> list[Alert]:
-    """Record a healthy evaluation of a condition; resolve it after ``clear_after`` in a row.
+            ctx: AlertContext, now_ms: int, policy: AlertPolicy,
+            at_ms: int | None = None) -> list[Alert]:
+    """Record a healthy evaluation of a condition; resolve after a sustained healthy spell.
+
+    The alert resolves once ``clear_after`` healthy evaluations in a row span
+    at least ``policy.resolve_ms`` of event time.
 
     Args:
         book: The run's alert book (updated in place).
@@ -254,8 +279,9 @@ def healthy(book: AlertBook, run_id: str, detector: str, indicator: str, subject
         indicator: Indicator name.
         subject: Dedup subject.
         ctx: Run identity and labels.
-        now_ms: Current time.
+        now_ms: Current time (stamps the record sent).
         policy: Lifecycle knobs.
+        at_ms: Event time of the evaluation (default ``now_ms``).
 
     Returns:
         The resolved alert, or nothing.
@@ -265,36 +291,65 @@ def healthy(book: AlertBook, run_id: str, detector: str, indicator: str, subject
     entry = book.entries.get(key)
     if entry is None or entry["status"] != "firing":
         return []
+    at = now_ms if at_ms is None else at_ms
     entry["clear_streak"] += 1
-    if entry["clear_streak"] < policy.clear_after:
+    if entry["clear_streak"] == 1:
+        entry["clear_since_ms"] = at
+    if (entry["clear_streak"] < policy.clear_after
+            or at - int(entry.get("clear_since_ms", at)) < policy.resolve_ms):
         return []
-    return [_resolve(book, key, entry, ctx, now_ms)]
+    return [_resolve(book, key, entry, ctx, now_ms, at)]
 
 
-def expire(book: AlertBook, ctx: AlertContext, now_ms: int, policy: AlertPolicy) -> list[Alert]:
+def hold(book: AlertBook, run_id: str, detector: str, indicator: str, subject: str = "") -> None:
+    """Record an evaluation out of range that does not fire (yet): a firing alert stays firing.
+
+    It breaks the healthy streak, so a flapping indicator (one dip, then a few
+    values out of range but short of the persistence needed to fire anew) does
+    not count as healthy.
+
+    Args:
+        book: The run's alert book (updated in place).
+        run_id: The run.
+        detector: Detector name.
+        indicator: Indicator name.
+        subject: Dedup subject.
+
+    """
+    entry = book.entries.get(dedup_key(run_id, detector, indicator, subject))
+    if entry is not None and entry["status"] == "firing":
+        entry["clear_streak"] = 0
+
+
+def expire(book: AlertBook, ctx: AlertContext, now_ms: int, policy: AlertPolicy,
+           horizon_ms: int | None = None) -> list[Alert]:
     """Resolve one-shot alerts that stayed quiet for ``quiet_ms`` (called from the timer).
 
     Args:
         book: The run's alert book (updated in place).
         ctx: Run identity and labels.
-        now_ms: Current time.
+        now_ms: Current time (stamps the records sent).
         policy: Lifecycle knobs.
+        horizon_ms: Event time the processor's input has reached (default
+            ``now_ms``); quiet time is measured against it.
 
     Returns:
         The resolved alerts.
 
     """
+    at = now_ms if horizon_ms is None else horizon_ms
     return [
-        _resolve(book, key, entry, ctx, now_ms)
+        _resolve(book, key, entry, ctx, now_ms, at)
         for key, entry in list(book.entries.items())
         if entry["status"] == "firing" and entry["one_shot"]
-        and now_ms - entry["last_seen_ms"] >= policy.quiet_ms
+        and at - entry["last_seen_ms"] >= policy.quiet_ms
     ]
 
 
 def _resolve(book: AlertBook, key: str, entry: dict[str, Any], ctx: AlertContext,
-             now_ms: int) -> Alert:
+             now_ms: int, at_ms: int) -> Alert:
     entry["status"] = "resolved"
     entry["resolved_ms"] = now_ms
+    entry["resolved_at_ms"] = at_ms
     entry["clear_streak"] = 0
     return _build(book, key, entry, "resolved", ctx, now_ms, ())

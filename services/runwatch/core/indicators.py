@@ -58,6 +58,33 @@ def checkpoint_share(checkpoint_ms: float, wall_ms: float) -> float:
     return share if math.isnan(share) else min(max(share, 0.0), 1.0)
 
 
+def recent_checkpoint_share(checkpoints: Sequence[Sequence[float]], start_ms: float,
+                            intervals: int) -> tuple[float, float]:
+    """Checkpoint time and wall time of the run's last ``intervals`` checkpoint intervals.
+
+    An interval runs from the end of one checkpoint to the end of the next (the
+    first from the run's first event), so the share ``checkpoint_ms / wall_ms``
+    is the part of recent wall-clock time spent writing checkpoints. A share
+    since the run began would dilute a growing checkpoint in the run's history;
+    a few intervals follow it, and more than one keeps an irregular cadence (an
+    extra save after a good validation) from swinging it.
+
+    Args:
+        checkpoints: ``[ended_at_ms, duration_ms]`` of recent checkpoints, by end time.
+        start_ms: The run's first event time (start of the first interval).
+        intervals: Intervals in the window.
+
+    Returns:
+        ``(checkpoint_ms, wall_ms)`` over the window; ``(0, 0)`` for no checkpoints.
+
+    """
+    if not checkpoints or intervals < 1:
+        return 0.0, 0.0
+    window = checkpoints[-intervals:]
+    begin = (checkpoints[-intervals - 1][0] if len(checkpoints) > intervals else start_ms)
+    return float(sum(c[1] for c in window)), float(window[-1][0] - begin)
+
+
 def gpu_utilization(util_pct: Sequence[float]) -> float:
     """Mean utilization of the run's own GPUs, as a fraction.
 

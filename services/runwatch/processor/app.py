@@ -42,6 +42,7 @@ from runwatch.core import join, rekey, runstate
 from runwatch.core.alerting import AlertPolicy
 from runwatch.core.baselines import merge_finished
 from runwatch.core.codec import DecodeError, load_codec
+from runwatch.core.horizon import InputHorizon
 from runwatch.core.join_node import NodeAgg
 from runwatch.core.records import (
     Alert,
@@ -154,6 +155,7 @@ class Processor:
         # deferred saves: run -> (live state, an event of its partition); their events' acks
         # wait in ``unacked`` until the checkpoint has written every dirty state
         self.dirty: dict[bytes, tuple[runstate.RunState, Any]] = {}
+        self.horizon = InputHorizon()  # event time the runs agent's input has reached
         self.unacked: list[Any] = []
         self.checkpoint_at = time.monotonic()
         self.parts: dict[bytes, int] = {}
@@ -394,6 +396,7 @@ class Processor:
     async def _run_batch_inner(self, events: list[Any]) -> None:
         by_run: dict[bytes, list[tuple[Any, Any, bytes]]] = {}
         held: dict[str, list[str]] = {}  # run -> allocated nodes, as of this batch
+        wall = now_ms()
         for event in events:
             msg = event.message
             as_current(event)
@@ -411,11 +414,13 @@ class Processor:
                         await self._dead(msg.topic, msg.partition, msg.offset, agg, raw,
                                          event.key, part=i)
                     else:
+                        self.horizon.observe(msg.tp, agg.emitted_at_ms, wall)
                         by_run.setdefault(agg.run_id.encode(), []).append((agg, event, raw))
                 continue
             if isinstance(rec, str):
                 await self._dead(msg.topic, msg.partition, msg.offset, rec, event.value, event.key)
                 continue
+            self.horizon.observe(msg.tp, rec.emitted_at_ms, wall)
             run = self._run_of(msg.topic, event.key, rec)
             if not run:
                 await self._dead(msg.topic, msg.partition, msg.offset,
@@ -468,6 +473,7 @@ class Processor:
 
     async def _tick(self, partition: int, at_ms: int) -> None:
         now = max(at_ms, now_ms())
+        horizon = self.horizon.at(now)  # absence rules: event time the input has reached
         keys = list(self.runstate.keys())
         keys += [k for k in self.dirty if k not in self.runstate]  # new runs not saved yet
         for key in keys:
@@ -475,7 +481,7 @@ class Processor:
                 continue
             state = self._load(key)
             before = join.tick_fingerprint(state)
-            state, outputs = join.tick(state, now, self.cfg)
+            state, outputs = join.tick(state, now, self.cfg, horizon)
             if outputs or join.tick_fingerprint(state) != before:
                 self._save(key, state)
             await self._publish(outputs)

@@ -1,0 +1,75 @@
+"""The processor's event-time horizon: how far its input has got, for absence rules.
+
+Absence rules (a stalled job, a missing data report, a job still queued past
+its deadline) and the quiet-time resolution of one-shot alerts ask "has
+nothing come for so long?". Measured on the processor's wall clock, a
+processor catching up after an outage (or a replay, or a backfill of spooled
+telemetry) would page every run whose backlog it has not read yet. Measured
+on one run's own event time, a run that goes silent never sees time pass.
+The horizon is the event time the processor's input as a whole has reached,
+Flink-style: each input (topic partition) has a watermark (the latest event
+time read from it) and the horizon is the least watermark among the inputs
+that are active, i.e. delivered something within the last ``idle_ms`` of wall
+time. An input that went quiet (a topic with no traffic, a partition whose only
+run hung) stops holding the horizon back once idle; when every input is idle
+the horizon is the latest event time read and moves no further, since nothing
+then tells a silent run from a silent pipeline.
+
+Pure: the caller passes the wall clock in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+IDLE_MS = 60_000
+"""Wall time without a record after which an input no longer holds the horizon back.
+The stall rule's floor (``STALL_MIN_MS``, 60 s): an input that idles this long is idle
+by the same standard that calls a job stalled."""
+
+
+@dataclass(slots=True)
+class InputHorizon:
+    """Per-input watermarks and the horizon they give (see the module docstring).
+
+    Attributes:
+        idle_ms: Wall time without a record after which an input is idle.
+        marks: Input → ``[event-time watermark, wall time of its last record]``.
+
+    """
+
+    idle_ms: int = IDLE_MS
+    marks: dict[Hashable, list[int]] = field(default_factory=dict)
+
+    def observe(self, source: Hashable, event_ms: int, wall_ms: int) -> None:
+        """Count one record read from ``source`` (e.g. a topic partition).
+
+        Args:
+            source: The input it came from.
+            event_ms: Its event time.
+            wall_ms: The wall clock when it was read.
+
+        """
+        mark = self.marks.get(source)
+        if mark is None:
+            self.marks[source] = [int(event_ms), int(wall_ms)]
+        else:
+            mark[0] = max(mark[0], int(event_ms))
+            mark[1] = max(mark[1], int(wall_ms))
+
+    def at(self, wall_ms: int) -> int:
+        """Return the horizon at wall time ``wall_ms`` (0 before any record).
+
+        Args:
+            wall_ms: The wall clock now.
+
+        Returns:
+            The least watermark of the active inputs; the greatest of all when
+            every input is idle; 0 when nothing was read yet.
+
+        """
+        active = [m[0] for m in self.marks.values() if wall_ms - m[1] < self.idle_ms]
+        if active:
+            return min(active)
+        return max((m[0] for m in self.marks.values()), default=0)

@@ -1,0 +1,153 @@
+"""Time domains through a real processor worker driven in memory.
+
+Runs publish through the SDK (``runwatch.init(..., clock=)``, ``run.step``)
+and the node agent (over the NVML test double) into a capture transport; the
+messages go to the worker's own agents (:class:`MemoryProcessor`), whose wall
+clock (``runwatch.processor.app.now_ms``) the test moves: *live* (each
+message delivered shortly after its event time, the timer ticking) or
+*replayed* (a backlog delivered in one burst, long after).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import runwatch
+from runwatch.client.publisher import CaptureTransport, Publisher
+from runwatch.core.codec import load_codec
+from runwatch.core.records import Alert
+from runwatch.processor import app
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.sim.drivers import make_node
+
+T0 = 1_700_000_000_000
+LAG_MS = 250
+
+
+class Clock:
+    def __init__(self, t: int) -> None:
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+
+@pytest.fixture
+def wall(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The worker's wall clock, moved by the test."""
+    clock = Clock(T0)
+    monkeypatch.setattr(app, "now_ms", clock)
+    return clock
+
+
+def published(script: Callable[[Any, Clock, Any], None], *, node: bool = False,
+              finish: bool = True) -> list[tuple[int, tuple[str, Any, bytes]]]:
+    """Run ``script(run, clock, agent)``; return the messages with their event times, in order."""
+    t = CaptureTransport()
+    clock = Clock(T0)
+    agent = None
+    if node:
+        n = make_node("n1", Publisher(t, kind="agent", clock=clock))
+        for g in range(8):
+            n.nvml.attach_process(g, 4242 + g)
+            n.nvml.util[g] = 90.0
+            n.attributor.pids[4242 + g] = "r1"
+        agent = n.agent
+    run = runwatch.init("fam", run_id="r1", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False, strict=True, clock=clock)
+    script(run, clock, agent)
+    run.finish()
+    codec = load_codec()
+    msgs = [(codec.decode(v), (topic, k, v)) for topic, k, v in t.messages]
+    if not finish:  # the job never ends: leave its end event out
+        msgs = [(r, m) for r, m in msgs if getattr(r, "state", "") != "succeeded"]
+    return sorted(((int(r.emitted_at_ms), m) for r, m in msgs), key=lambda m: m[0])
+
+
+def deliver_live(m: MemoryProcessor, wall: Clock, msgs: list[tuple[int, Any]],
+                 tick_ms: int = 5_000) -> None:
+    """Deliver each message ``LAG_MS`` after its event time; the timer ticks every ``tick_ms``."""
+    next_tick = msgs[0][0] + tick_ms
+    for at, msg in msgs:
+        while next_tick <= at + LAG_MS:
+            wall.t = next_tick
+            m.tick(next_tick)
+            next_tick += tick_ms
+        wall.t = at + LAG_MS
+        m.feed([msg])
+
+
+def lifecycle(m: MemoryProcessor, detector: str) -> list[tuple[Any, ...]]:
+    """What a receiver sees of one detector's alerts (not when the worker sent them)."""
+    return [(a.status, a.alert_id, a.event_id, a.first_seen_ms, a.last_seen_ms, a.observed,
+             a.expected, a.probable_cause) for a in m.alerts
+            if isinstance(a, Alert) and a.detector == detector]
+
+
+def loader_bumps(run: Any, clock: Clock, _agent: Any) -> None:
+    """2-second steps, the loader slow for ~10 min twice, healthy ~27 min between."""
+    for i in range(2000):
+        clock.t += 2_000
+        share = 0.5 if 300 <= i < 600 or 1400 <= i < 1700 else 0.05
+        share += 0.03 * ((i * 7919) % 11 - 5) / 5  # deterministic jitter
+        run.step(i, loss=1.0, samples=32, step_ms=2_000.0, loader_wait_ms=share * 2_000)
+
+
+def test_loader_alert_lifecycle_is_the_same_live_and_replayed(wall: Clock) -> None:
+    msgs = published(loader_bumps)
+    live = MemoryProcessor()
+    deliver_live(live, wall, msgs)
+    wall.t = T0 + 86_400_000  # the same telemetry read as a backlog a day later
+    replayed = MemoryProcessor()
+    replayed.feed([msg for _, msg in msgs])
+    replayed.tick(wall.t)
+    seen = lifecycle(live, "watch:loader_share")
+    assert [s[0] for s in seen] == ["firing", "resolved", "firing", "resolved"]
+    assert lifecycle(replayed, "watch:loader_share") == seen
+
+
+def steps(n: int, start: int = 0) -> Callable[[Any, Clock, Any], None]:
+    def script(run: Any, clock: Clock, _agent: Any) -> None:
+        for i in range(start, start + n):
+            clock.t += 1_000
+            run.step(i, loss=1.0, samples=32, step_ms=1_000.0, loader_wait_ms=10.0)
+    return script
+
+
+def test_a_backlog_read_after_an_outage_pages_nothing(wall: Clock) -> None:
+    """The worker was down for 20 minutes while the run trained on; then it catches up."""
+    msgs = published(steps(1_320))
+    cut = T0 + 120_000
+    m = MemoryProcessor()
+    deliver_live(m, wall, [x for x in msgs if x[0] <= cut])
+    wall.t = cut + 20 * 60_000
+    m.tick(wall.t)  # the timer runs before the backlog is read
+    backlog = [x for x in msgs if x[0] > cut]
+    for k in range(0, len(backlog), 100):
+        m.feed([msg for _, msg in backlog[k:k + 100]])
+        wall.t += 500
+        m.tick(wall.t)
+    for _ in range(20):  # and the minutes after: the run has finished
+        wall.t += 60_000
+        m.tick(wall.t)
+    assert [a for a in m.alerts if isinstance(a, Alert)] == []
+
+
+def hang(run: Any, clock: Clock, agent: Any) -> None:
+    """Steps for two minutes, then the job hangs; the node agent samples on."""
+    for t in range(1, 301):
+        clock.t = T0 + t * 1_000
+        if t <= 120:
+            run.step(t, loss=1.0, samples=32, step_ms=1_000.0, loader_wait_ms=10.0)
+        agent.tick()
+
+
+def test_a_hung_job_is_stalled_while_its_node_samples_arrive(wall: Clock) -> None:
+    m = MemoryProcessor()
+    deliver_live(m, wall, published(hang, node=True, finish=False))
+    fired = [(a.detector, a.probable_cause) for a in m.alerts
+             if isinstance(a, Alert) and a.status == "firing"]
+    assert fired == [("rule:stalled", "execution")]

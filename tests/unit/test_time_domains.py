@@ -1,0 +1,306 @@
+"""Time domains of the run join, through the public producers (SDK, node agent).
+
+Runs are driven the way users drive them (``runwatch.init(..., clock=)`` and
+``run.step``/``run.checkpoint`` with explicit times, the node agent over the
+NVML test double) into a :class:`CaptureTransport`; the captured records are
+decoded and folded through the processor's join, either *live* (the
+processor's clock a little behind each event, the timer ticking every second)
+or *replayed* (a backlog read in one burst long after, as after an outage).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import runwatch
+from runwatch.client.publisher import CaptureTransport, Publisher
+from runwatch.core import indicators as ind
+from runwatch.core import join, runstate
+from runwatch.core.codec import load_codec
+from runwatch.core.horizon import InputHorizon
+from runwatch.core.records import Alert, Source
+from runwatch.sim import replay as offline
+from runwatch.sim.drivers import make_node
+
+SRC = Source(kind="processor", host="h", runwatch_version="0")
+CFG = runstate.RunConfig(source=SRC)
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self, t: int) -> None:
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+
+def sdk_run(script: Callable[[Any, Clock], None], run_id: str = "r1",
+            transport: CaptureTransport | None = None, clock: Clock | None = None) -> list[Any]:
+    """Run ``script(run, clock)`` against the SDK; return the decoded records it published."""
+    t = transport or CaptureTransport()
+    clock = clock or Clock(T0)
+    run = runwatch.init("fam", run_id=run_id, team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False, strict=True, clock=clock)
+    script(run, clock)
+    run.finish()
+    codec = load_codec()
+    return [codec.decode(v) for _, _, v in t.messages]
+
+
+def replay(records: list[Any]) -> list[Alert]:
+    """Fold as ``runwatch simulate --offline`` does, with the processor's default knobs."""
+    return offline.replay(records, CFG)
+
+
+def live(records: list[Any], lag_ms: int = 250, tick_ms: int = 1_000,
+         after_ms: int = 0) -> list[Alert]:
+    """Fold as a live processor would: its clock ``lag_ms`` behind each event, ticking."""
+    st = runstate.new_state(records[0].run_id)
+    out: list[Any] = []
+    next_tick = 0
+    for r in sorted(records, key=lambda r: r.emitted_at_ms):
+        now = r.emitted_at_ms + lag_ms
+        while next_tick and next_tick <= now:
+            out += join.tick(st, next_tick, CFG)[1]
+            next_tick += tick_ms
+        next_tick = next_tick or now + tick_ms
+        out += join.step(st, r, now, CFG)[1]
+    for t in range(next_tick, next_tick + after_ms, tick_ms):
+        out += join.tick(st, t, CFG)[1]
+    return [a for a in out if isinstance(a, Alert)]
+
+
+def burst(records: list[Any], wall_ms: int) -> list[Alert]:
+    """Fold a backlog read in one burst at wall time ``wall_ms`` (a replay, a backfill)."""
+    st = runstate.new_state(records[0].run_id)
+    out: list[Any] = []
+    for r in sorted(records, key=lambda r: r.emitted_at_ms):
+        out += join.step(st, r, wall_ms, CFG)[1]
+    return [a for a in out if isinstance(a, Alert)]
+
+
+def lifecycle(alerts: list[Alert], detector: str) -> list[tuple[Any, ...]]:
+    """What a receiver sees of one detector's alerts (not when the processor sent them)."""
+    return [(a.status, a.alert_id, a.event_id, a.first_seen_ms, a.last_seen_ms, a.observed,
+             a.expected, a.probable_cause) for a in alerts if a.detector == detector]
+
+
+# --------------------------------------------------------------- checkpoint share (item 4)
+
+
+def checkpoints(grow_s: float, seed: int = 1) -> Callable[[Any, Clock], None]:
+    """250 s of training, then a checkpoint of 25 s (+ ``grow_s`` more from the 9th on, ramped)."""
+    def script(run: Any, clock: Clock) -> None:
+        rnd = random.Random(seed)
+        step = 0
+        for k in range(25):
+            for _ in range(25):
+                clock.t += 10_000
+                step += 1
+                run.step(step, loss=1.0, samples=32, step_ms=10_000.0, loader_wait_ms=500.0)
+            dur = 25_000 + grow_s * 1000 * min(max(k - 8, 0) / 16, 1.0) + rnd.uniform(-2e3, 2e3)
+            clock.t += int(dur)
+            run.checkpoint(f"s3://ckpt/run/{k}", step=step, duration_ms=dur)
+    return script
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_growing_checkpoints_fire_the_checkpoint_share_watch(seed: int) -> None:
+    # 25 s -> 125 s checkpoints every 250 s: per-interval share 9 % -> 33 %
+    alerts = replay(sdk_run(checkpoints(100.0, seed)))
+    fired = [a for a in alerts if a.detector == "watch:checkpoint_share"]
+    assert [(a.status, a.probable_cause) for a in fired] == [("firing", "execution")]
+    assert fired[0].observed > fired[0].expected + 0.1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_steady_checkpoints_do_not_page(seed: int) -> None:
+    assert replay(sdk_run(checkpoints(0.0, seed))) == []
+
+
+@pytest.mark.parametrize(("ends", "start", "n", "want"), [
+    ([], 0, 3, (0.0, 0.0)),
+    ([[100, 10.0]], 0, 3, (10.0, 100.0)),  # first interval: from the run's first event
+    ([[100, 10.0], [200, 30.0]], 0, 1, (30.0, 100.0)),  # the last interval only
+    ([[100, 10.0], [200, 30.0], [300, 50.0], [400, 70.0]], 0, 3, (150.0, 300.0)),
+])
+def test_recent_checkpoint_share_window(ends, start, n, want) -> None:
+    assert ind.recent_checkpoint_share(ends, start, n) == want
+
+
+# ------------------------------------------------------------ loader-share lifecycle (item 5)
+
+
+def loader(shares: Callable[[int], float], n: int, seed: int = 0,
+           noise: float = 0.04) -> Callable[[Any, Clock], None]:
+    """``n`` 2-second steps whose loader share is ``shares(i)`` plus noise."""
+    def script(run: Any, clock: Clock) -> None:
+        rnd = random.Random(seed)
+        for i in range(n):
+            clock.t += 2_000
+            share = min(max(shares(i) + rnd.gauss(0, noise), 0.0), 0.95)
+            run.step(i, loss=1.0, samples=32, step_ms=2_000.0, loader_wait_ms=share * 2_000)
+    return script
+
+
+def ramp(i: int) -> float:
+    return 0.05 + 0.5 * max(i - 300, 0) / 1200
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_loader_alert_does_not_resolve_while_the_loader_keeps_slowing(seed: int) -> None:
+    alerts = replay(sdk_run(loader(ramp, 1500, seed)))
+    seen = [a.status for a in alerts if a.detector == "watch:loader_share"]
+    assert seen == ["firing"]
+
+
+def bumps(i: int) -> float:
+    """Slow for ~10 min, healthy for ~27 min, slow again: two episodes."""
+    return 0.5 if 300 <= i < 600 or 1400 <= i < 1700 else 0.05
+
+
+def test_loader_alert_resolves_after_a_sustained_healthy_span_then_fires_again() -> None:
+    records = sdk_run(loader(bumps, 2000))
+    alerts = live(records)
+    seen = lifecycle(alerts, "watch:loader_share")
+    assert [s[0] for s in seen] == ["firing", "resolved", "firing", "resolved"]
+    t_fire, t_resolved = seen[0][3], seen[1][4]
+    healthy_from = T0 + 600 * 2_000
+    resolved_at = next(a for a in alerts if a.status == "resolved").emitted_at_ms - 250  # lag
+    assert resolved_at - healthy_from >= CFG.policy.resolve_ms  # a sustained span, not 5 steps
+    assert t_fire < t_resolved
+
+
+def test_loader_alert_lifecycle_is_the_same_live_and_replayed() -> None:
+    records = sdk_run(loader(bumps, 2000))
+    live_seen = lifecycle(live(records), "watch:loader_share")
+    replayed_seen = lifecycle(burst(records, T0 + 86_400_000), "watch:loader_share")
+    assert [s[0] for s in live_seen] == ["firing", "resolved", "firing", "resolved"]
+    assert replayed_seen == live_seen
+
+
+def test_an_input_bound_run_at_its_usual_loader_share_does_not_page_even_later() -> None:
+    # 60 % of every step waiting on data from the start: this family's normal range
+    records = sdk_run(loader(lambda i: 0.6, 1500))
+    assert live(records, after_ms=20 * 60_000) == []
+
+
+# ------------------------------------------------ absence rules on the event-time horizon
+
+
+def steps(n: int, start: int = 0) -> Callable[[Any, Clock], None]:
+    def script(run: Any, clock: Clock) -> None:
+        for i in range(start, start + n):
+            clock.t += 1_000
+            run.step(i, loss=1.0, samples=32, step_ms=1_000.0, loader_wait_ms=10.0)
+    return script
+
+
+def test_a_backlog_read_after_an_outage_does_not_page_stalled() -> None:
+    """The processor was down for 20 min while the run kept training; it catches up."""
+    clock = Clock(T0)
+    before = sdk_run(steps(120), clock=clock)[:-1]  # (the run has not finished yet)
+    backlog = [r for r in sdk_run(steps(1_200, 120), clock=clock)
+               if r.emitted_at_ms > clock.t - 1_200_000 and type(r).__name__ != "RunManifest"]
+    st = runstate.new_state("r1")
+    horizon = InputHorizon()
+    out: list[Any] = []
+    wall = T0
+    for r in before:  # live
+        wall = r.emitted_at_ms + 100
+        horizon.observe(("rw.exec.job", 0), r.emitted_at_ms, wall)
+        out += join.step(st, r, wall, CFG)[1]
+    wall += 20 * 60_000  # back up, 20 min later: the timer ticks before the backlog is read
+    out += join.tick(st, wall, CFG, horizon.at(wall))[1]
+    for k, r in enumerate(backlog):  # catching up, ticking as it goes
+        horizon.observe(("rw.exec.job", 0), r.emitted_at_ms, wall)
+        out += join.step(st, r, wall, CFG)[1]
+        if k % 50 == 0:
+            out += join.tick(st, wall, CFG, horizon.at(wall))[1]
+        wall += 5
+    assert [a for a in out if isinstance(a, Alert)] == []
+
+
+def test_a_run_silent_while_the_rest_of_the_input_moves_is_stalled() -> None:
+    records = sdk_run(steps(120))[:-1]
+    st = runstate.new_state("r1")
+    for r in records:
+        join.step(st, r, r.emitted_at_ms, CFG)
+    horizon = InputHorizon()
+    last = records[-1].emitted_at_ms
+    horizon.observe(("rw.exec.job", 0), last, last)
+    alerts: list[Any] = []
+    for k in range(1, 181):  # node samples keep arriving on another input, one a second
+        wall = last + k * 1_000
+        horizon.observe(("rw.internal.node-by-run", 3), wall, wall)
+        alerts += join.tick(st, wall, CFG, horizon.at(wall))[1]
+    assert [(a.detector, a.probable_cause) for a in alerts] == [("rule:stalled", "execution")]
+    assert alerts[0].last_seen_ms - last > CFG.stall_min_ms
+
+
+@pytest.mark.parametrize(("marks", "wall", "want"), [
+    ({}, 10_000, 0),
+    ({"a": (5_000, 9_000), "b": (7_000, 9_500)}, 10_000, 5_000),  # least of the active
+    ({"a": (5_000, 1_000), "b": (7_000, 69_500)}, 70_000, 7_000),  # "a" idle for 69 s
+    ({"a": (5_000, 1_000), "b": (7_000, 2_000)}, 70_000, 7_000),  # all idle: the latest
+])
+def test_input_horizon(marks, wall, want) -> None:
+    h = InputHorizon(idle_ms=60_000)
+    for src, (event, seen) in marks.items():
+        h.observe(src, event, seen)
+    assert h.at(wall) == want
+
+
+# ------------------------------------------------------ GPU occupancy baseline (item 7)
+
+
+def gpu_job(util: Callable[[float], float], load_s: int = 600, train_s: int = 2_400,
+            gpus: tuple[int, ...] = tuple(range(8))) -> list[Any]:
+    """A run on one node: ``load_s`` of model loading, then training with steps.
+
+    The node agent samples every 10 s over the NVML double; ``util(t_s)`` is
+    the GPUs' utilization in percent (SM occupancy 70 % of it), the SDK
+    publishes a step a second once training starts.
+    """
+    transport = CaptureTransport()
+    clock = Clock(T0)
+    node = make_node("n1", Publisher(transport, kind="agent", clock=clock))
+    for g in gpus:
+        node.nvml.attach_process(g, 4242 + g)
+        node.attributor.pids[4242 + g] = "g1"
+    run = runwatch.init("fam", run_id="g1", team="ml", transport=transport,
+                        install_hooks=False, capture_lineage=False, strict=True, clock=clock)
+    for t in range(0, load_s + train_s):
+        clock.t = T0 + t * 1_000
+        if t >= load_s:
+            run.step(t - load_s, loss=1.0, samples=32, step_ms=1_000.0, loader_wait_ms=20.0)
+        if t % 10 == 0:
+            for g in gpus:
+                node.nvml.util[g] = util(t)
+                node.nvml.set_occupancy(g, 0.7 * util(t))
+            node.agent.tick()
+    run.finish()
+    codec = load_codec()
+    return [codec.decode(v) for _, _, v in transport.messages]
+
+
+def test_occupancy_fall_after_a_low_utilization_model_load_is_detected() -> None:
+    # loading at 10 %, training at 90 %, then the GPUs fall to 35 % (40 min in)
+    def util(t: float) -> float:
+        return 10.0 if t < 600 else 90.0 if t < 2_400 else 35.0
+    alerts = replay(gpu_job(util))
+    fired = [a for a in alerts if a.detector == "watch:gpu_occupancy" and a.status == "firing"]
+    assert len(fired) == 1
+    assert fired[0].first_seen_ms >= T0 + 2_400_000
+    assert fired[0].expected > 0.5  # the training level, not the loading one
+
+
+@pytest.mark.parametrize("level", [12.0, 30.0])
+def test_a_run_always_at_low_utilization_is_not_paged(level: float) -> None:
+    # an evaluation job / an input-bound family: low from loading to the end
+    assert replay(gpu_job(lambda t: 8.0 if t < 600 else level)) == []
