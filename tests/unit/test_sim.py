@@ -43,7 +43,7 @@ def test_clock_rejects_bad_speed(speed: float) -> None:
 def test_every_failure_mode_and_control_is_declared() -> None:
     faults = [s for s in sc.SCENARIOS.values() if not s.control]
     controls = [s for s in sc.SCENARIOS.values() if s.control]
-    assert len(faults) == len(sc.FAULTS) == 17 and len(controls) == len(sc.CONTROLS) == 8
+    assert len(faults) == len(sc.FAULTS) == 17 and len(controls) == len(sc.CONTROLS) == 10
     for s in faults:
         assert s.detectors and s.cause and s.budget_s > 0 and s.kind
     for s in controls:
@@ -89,7 +89,7 @@ def test_healthy_run_lifecycle() -> None:
 
 
 def test_plan_places_runs_on_distinct_gpus() -> None:
-    plans = plan_cluster(1, 4, 3, list(sc.SCENARIOS.values()), "p")  # 30 runs, 8 per node
+    plans = plan_cluster(1, 5, 3, list(sc.SCENARIOS.values()), "p")  # 33 runs, 7 per node
     seen = collections.defaultdict(set)
     for p in plans:
         assert not seen[p.node] & set(p.gpus)

@@ -57,13 +57,14 @@ def test_images_follow_the_workload(name: str | None, image: str | None) -> None
 
 
 def test_a_shared_dataset_has_one_pipeline_and_every_run_names_it() -> None:
-    plans = plan_cluster(1, 4, 1, [sc.get("shared_dataset"), sc.get("shared_label_shift")], "s")
-    for name in ("shared_dataset", "shared_label_shift"):
+    names = ("shared_dataset", "shared_label_shift", "shared_dataset_run_id")
+    plans = plan_cluster(1, 4, 1, [sc.get(n) for n in names], "s")
+    for name in names:
         group = [p for p in plans if p.fault is not None and p.fault.name == name]
         assert len(group) == 2
         assert group[0].datasets == group[1].datasets
         assert group[0].pipelines == group[0].datasets and group[1].pipelines == ()
-    assert len({p.dataset_uri for p in plans}) == len(plans) - 2
+    assert len({p.dataset_uri for p in plans}) == len(plans) - 3
 
 
 def test_pipelines_report_before_a_late_run_is_scheduled() -> None:
@@ -73,6 +74,19 @@ def test_pipelines_report_before_a_late_run_is_scheduled() -> None:
     assert {a.args["dataset"] for a in data} == set(m.plan.datasets)
     early = [a for a in data if a.at_ms < m.start_ms]
     assert len(early) >= 2 * 9  # ten minutes of both datasets' reports before the run starts
+
+
+def test_eval_phases_pause_steps_and_lower_utilization_briefly() -> None:
+    m = _model("eval_phases")
+    acts = m.advance(10**9)
+    steps = [a.at_ms for a in acts if a.kind == "step"]
+    gaps = [b - a for a, b in zip(steps, steps[1:], strict=False)]
+    long = [g for g in gaps if g > 10_000]
+    assert len(m.evals) >= 2 and len(long) == len(m.evals)
+    assert all(45_000 <= g < 60_000 for g in long)  # under the stall rule's 60 s floor
+    start, end = m.evals[0]
+    assert max(m.gpu_util(t) for t in range(start, end, 5_000)) < 40
+    assert min(m.gpu_util(t) for t in range(end + 1_000, end + 60_000, 5_000)) > 85
 
 
 def test_lr_restart_raises_loss_and_lr_then_both_fall_again() -> None:
@@ -154,7 +168,8 @@ def test_drivers_build_no_records() -> None:
 def published():
     transport = CaptureTransport()
     cfg = SimConfig(nodes=2, runs=1, seed=4, speed=200.0, duration_s=500.0, tick_s=0.02,
-                    scenarios=(sc.get("no_container"), sc.get("checkpoint_corrupt").with_(at_s=60)),
+                    scenarios=(sc.get("no_container"), sc.get("checkpoint_corrupt").with_(at_s=60),
+                               sc.get("shared_dataset_run_id")),
                     collect_alerts=False, collect_s=5.0)
     res = run_simulation(cfg, transport=transport)
     codec = load_codec()
@@ -164,7 +179,12 @@ def published():
 def test_data_reports_carry_no_run_id_and_manifests_their_image(published) -> None:
     res, recs = published
     reports = [r for r in recs if type(r).__name__ == "DataQualityReport"]
-    assert reports and all(r.run_id is None for r in reports)
+    owner = next(r for r in res.run_ids if r.endswith("shared_dataset_run_id1"))
+    named = [r for r in reports if r.run_id is not None]
+    assert named and {r.run_id for r in named} == {owner}
+    assert {r.dataset_uri for r in named}.isdisjoint(
+        {r.dataset_uri for r in reports if r.run_id is None})
+    assert len(named) < len(reports)
     assert all(r.schema_failures == 0 and r.freshness_lag_ms is not None for r in reports)
     images = {r.run_id: r.image_digest for r in recs if type(r).__name__ == "RunManifest"}
     assert images[next(r for r in res.run_ids if r.endswith("no_container"))] is None
@@ -213,3 +233,18 @@ def test_controls_list_every_alert_late_ones_with_their_delay() -> None:
     assert "| shared_dataset | c1 | rule:missing_data_report (data) |" in text
     assert "arrived +600 s after the runs ended" in text
     assert not board.ok
+
+
+def test_a_persistent_faults_alert_resolving_while_the_run_goes_on_is_a_flap() -> None:
+    inj = Injection("r1", sc.get("loader_slowdown"), 1_000, ended_wall_ms=50_000)
+    fired = _alert("r1", "watch:loader_share", "execution", 2_000, wall=10_000)
+    early = AlertSeen("r1", "watch:loader_share", "x", "execution", "resolved", 2_000, "t", 20_000)
+    late = AlertSeen("r1", "watch:loader_share", "x", "execution", "resolved", 2_000, "t", 60_000)
+    assert score([inj], [fired, late], []).rows[0].passed
+    row = score([inj], [fired, early, late], []).rows[0]
+    assert row.detected and row.flaps == 1 and not row.passed
+    assert "resolved 1x while the fault went on" in format_board(score([inj], [fired, early], []))
+    one_shot = Injection("r2", sc.get("failed_gate"), 1_000, ended_wall_ms=50_000)
+    gate = [_alert("r2", "rule:failed_gate", "artifact", 1_000, wall=10_000),
+            AlertSeen("r2", "rule:failed_gate", "x", "artifact", "resolved", 1_000, "t", 20_000)]
+    assert score([one_shot], gate, []).rows[0].passed

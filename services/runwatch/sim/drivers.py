@@ -7,8 +7,9 @@ file digests and ``expected_sha256``, gates, finish), ``runwatch.client.data.rep
 (scheduler hook job events) and the node agent over the NVML test double. No
 record is built here. Every call passes its planned virtual time through the
 producers' public time API (``now_ms=``, ``step_ms=``, ``loader_wait_ms=``;
-``clock=`` for ``runwatch.init``, publishers get the virtual clock), so nothing
-reads the wall clock.
+``clock=`` for ``runwatch.init``, publishers get the virtual clock), so no
+timestamp comes from the wall clock (it only marks, for the scoreboard, when a
+run ended).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +217,7 @@ class RunDriver:
         self.run: Any = None
         self.injected_ms: int | None = None
         self.ended_ms: int | None = None
+        self.ended_wall_ms: int | None = None
         self.now_ms = model.start_ms
         self.done = False
         self.errors = 0
@@ -307,7 +310,11 @@ class RunDriver:
                             expected_sha256=expected, now_ms=a.at_ms)
 
     def _data(self, a: Action) -> None:
-        """One pipeline batch, reported the way the README shows: no run id, a named baseline."""
+        """One pipeline batch, reported the way the README shows: a named baseline, no run id.
+
+        A workload with ``report_run_id`` passes the id of the run that owns
+        the pipeline (its dataset may be shared with other runs all the same).
+        """
         cols = make_batch(a.args, a.at_ms)
         rows = int(a.args["rows"])
         rate = float(a.args["rejected_rate"])
@@ -315,6 +322,7 @@ class RunDriver:
         sdk_data.report(a.args["dataset"], a.args["version"], a.args["partition"], cols,
                         baseline="ref", label="label", schema=SCHEMA, timestamp="ts",
                         rejected_samples=rejected, publisher=self.producers.data,
+                        run_id=self.plan.run_id if self.plan.workload.report_run_id else None,
                         baseline_directory=self.workdir / "baselines", now_ms=a.at_ms)
 
     def _rejoin(self, a: Action) -> None:
@@ -333,6 +341,7 @@ class RunDriver:
 
     def _finish(self, a: Action) -> None:
         self.ended_ms = a.at_ms
+        self.ended_wall_ms = int(time.time() * 1000)
         if self.run is not None:
             self.run.artifact(f"s3://models/{self.plan.run_id}/final", "model",
                               sha256=hashlib.sha256(self.plan.run_id.encode()).hexdigest(),

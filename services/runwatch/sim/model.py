@@ -40,6 +40,8 @@ BATCH = 256
 SM_OCCUPANCY_PER_UTIL = 0.7
 #: GPU utilization (percent) while a run loads its model: weights are copied, kernels idle.
 LOADING_UTIL = 10.0
+#: GPU utilization (percent) during an evaluation phase: small batches, host-side metrics.
+EVAL_UTIL = 30.0
 #: Validation plateau of a run whose validation is noisy but stationary.
 PLATEAU_ACC = 0.80
 #: Share of rows that stop conforming to the schema in ``schema_failures``.
@@ -223,6 +225,9 @@ class RunModel:
         self.gone: set[str] = set()
         self.ckpts_since_fault = 0
         self.restart_step: int | None = None
+        every = self.wl.eval_every_s
+        self.next_eval_ms = self.train_ms + int(every * 1000) if every else None
+        self.evals: list[tuple[int, int]] = []  # (start, end) of evaluation phases
         self.finished = False
         self._seq = 0
         self._heap: list[tuple[int, int, Action]] = []
@@ -264,6 +269,8 @@ class RunModel:
         """
         if at_ms < self.train_ms:
             return LOADING_UTIL + self.rng.uniform(-3.0, 3.0)
+        if any(a <= at_ms < b for a, b in self.evals):
+            return EVAL_UTIL + self.rng.uniform(-3.0, 3.0)
         base = 92.0 + self.rng.uniform(-1.5, 1.5)
         if self.faulted(at_ms, "gpu_occupancy"):
             base -= min(60.0, 0.25 * self.strength * self._since_fault_s(at_ms))
@@ -371,6 +378,12 @@ class RunModel:
             out.append(Action(at_ms + 2, "checkpoint", {"step": i, "duration_ms": dur,
                                                         "corrupt": corrupt}))
             nxt += int(dur)
+        if self.next_eval_ms is not None and nxt >= self.next_eval_ms:
+            end = nxt + int(self.wl.eval_s * 1000)
+            self.evals.append((nxt, end))
+            out.append(Action(end, "validation", {"step": i, "metrics": self._validate(end)}))
+            self.next_eval_ms = end + int((self.wl.eval_every_s or 0) * 1000)
+            nxt = end + 1
         self.step += 1
         self._push(Action(nxt, "step_tick"))
         return out

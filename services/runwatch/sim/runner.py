@@ -228,7 +228,7 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
             transport.close(30.0)
         if tmp is not None:
             tmp.cleanup()
-    injections = [Injection(d.plan.run_id, d.plan.fault, d.injected_ms)
+    injections = [Injection(d.plan.run_id, d.plan.fault, d.injected_ms, d.ended_wall_ms)
                   for d in drivers if d.plan.fault is not None and not d.plan.control]
     controls = [d.plan.run_id for d in drivers if d.plan.control]
     names = {d.plan.run_id: d.plan.fault.name for d in drivers

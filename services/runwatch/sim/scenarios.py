@@ -46,6 +46,12 @@ class Workload:
             times lag this far behind (large and constant).
         queue_s: Extra queueing before the run is scheduled (its datasets'
             pipelines keep reporting meanwhile).
+        eval_every_s: An evaluation phase every this many seconds of training
+            (no training steps, GPUs at about a third of their utilization),
+            ``eval_s`` long, then a validation result.
+        eval_s: Length of an evaluation phase.
+        report_run_id: The pipeline passes ``run_id=`` (of the first run) to
+            ``data.report``; by default it knows no run, as the SDK's default.
 
     """
 
@@ -58,6 +64,9 @@ class Workload:
     val_noise: float = 0.0
     snapshot_lag_s: float | None = None
     queue_s: float = 0.0
+    report_run_id: bool = False
+    eval_every_s: float | None = None
+    eval_s: float = 45.0
 
 
 PLAIN = Workload()
@@ -82,6 +91,8 @@ class Scenario:
             (a fault run paged for an unrelated reason is not a right answer).
         effect: The model effect (default: ``name``); variants of one failure
             mode under another workload share it.
+        persistent: The fault lasts (and worsens) until the run ends, so its
+            alert must not resolve while the run goes on.
 
     """
 
@@ -96,6 +107,7 @@ class Scenario:
     workload: Workload = PLAIN
     forbidden: tuple[str, ...] = ()
     effect: str = field(default="")
+    persistent: bool = False
 
     @property
     def control(self) -> bool:
@@ -132,16 +144,16 @@ FAULTS: tuple[Scenario, ...] = (
     Scenario("queue_deadline", "scheduler queue delay breaks a deadline", 0, 1.5, 600,
              ("rule:queue_deadline",), "execution"),
     Scenario("loader_slowdown", "data-loader time lengthens steadily", 200, 1.0, 400,
-             ("watch:loader_share",), "execution"),
+             ("watch:loader_share",), "execution", persistent=True),
     Scenario("checkpoint_share", "checkpoints grow longer (per-interval share 3 % -> 35 %)",
-             240, 1.0, 600, ("watch:checkpoint_share",), "execution"),
+             240, 1.0, 600, ("watch:checkpoint_share",), "execution", persistent=True),
     Scenario("gpu_occupancy", "GPU occupancy declines (after a low-utilization model load)",
              320, 1.0, 600, ("watch:gpu_occupancy", "watch:gpu_utilization"),
-             "infrastructure", "node"),
+             "infrastructure", "node", persistent=True),
     Scenario("grad_variance", "gradient variance rises", 200, 1.0, 400,
-             ("watch:grad_norm_variance", "watch:grad_norm"), "learning"),
+             ("watch:grad_norm_variance", "watch:grad_norm"), "learning", persistent=True),
     Scenario("rejected_samples", "the rejected-sample rate grows", 200, 1.0, 400,
-             ("watch:rejected_sample_rate",), "data"),
+             ("watch:rejected_sample_rate",), "data", persistent=True),
     Scenario("restarts", "worker restarts shrink the effective batch size", 200, 1.0, 500,
              (_VAL, "indicator:restarts"), "execution"),
     Scenario("nan_loss", "the loss becomes NaN", 200, 1.0, 120, ("rule:non_finite",),
@@ -163,6 +175,8 @@ FAULTS: tuple[Scenario, ...] = (
 CONTROLS: tuple[Scenario, ...] = (
     _control("shared_dataset", "two runs train on one dataset; its pipeline reports "
              "without a run id", Workload(runs=2)),
+    _control("shared_dataset_run_id", "two runs share a dataset whose pipeline names the "
+             "first run in its reports", Workload(runs=2, report_run_id=True)),
     _control("two_datasets_late_start", "a run on two datasets scheduled after their "
              "pipelines reported for 10 minutes", Workload(datasets=2, queue_s=600.0)),
     _control("slow_model_load", "a long model-loading phase (low GPU utilization at start)",
@@ -175,6 +189,8 @@ CONTROLS: tuple[Scenario, ...] = (
              Workload(loader_ms=1200.0)),
     _control("noisy_validation", "noisy but stationary validation accuracy",
              Workload(val_noise=0.015)),
+    _control("eval_phases", "45 s evaluation phases every 5 minutes (utilization drops to "
+             "about a third)", Workload(eval_every_s=300.0)),
     _control("weekly_snapshot", "a weekly-snapshot dataset (freshness lag ~4 days, constant)",
              Workload(snapshot_lag_s=4 * 86_400.0)),
 )

@@ -18,6 +18,7 @@ class Injection:
     run_id: str
     scenario: Scenario
     injected_ms: int | None
+    ended_wall_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,9 @@ class Row:
 
     ``forbidden`` lists detectors the scenario rules out that fired on the run
     anyway (e.g. an image page on a run that has no image); ``others`` every
-    other detector that fired on it, for information.
+    other detector that fired on it, for information; ``flaps`` counts
+    resolutions of the expected alert received while a persistent fault's run
+    was still going (read back live only: offline alerts have no arrival time).
     """
 
     scenario: str
@@ -67,11 +70,13 @@ class Row:
     expected_cause: str
     forbidden: tuple[str, ...] = ()
     others: tuple[str, ...] = ()
+    flaps: int = 0
 
     @property
     def passed(self) -> bool:
-        """Detected with the right cause within budget, and nothing it rules out fired."""
-        return self.detected and self.cause_correct and self.within_budget and not self.forbidden
+        """Detected with the right cause within budget; nothing ruled out fired, no flapping."""
+        return (self.detected and self.cause_correct and self.within_budget
+                and not self.forbidden and not self.flaps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +128,9 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
         The board.
 
     """
+    alerts = list(alerts)
     firing = sorted((a for a in alerts if a.status == "firing"), key=lambda a: a.first_seen_ms)
+    resolved = [a for a in alerts if a.status == "resolved"]
     rows: list[Row] = []
     for inj in injections:
         sc = inj.scenario
@@ -135,6 +142,11 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
         if hit is not None and inj.injected_ms is not None:
             ttd = max(hit.first_seen_ms - inj.injected_ms, 0) / 1000.0
         on_run = sorted({a.detector for a in firing if a.run_id == inj.run_id})
+        flaps = 0
+        if sc.persistent and inj.ended_wall_ms is not None:
+            flaps = sum(1 for a in resolved if a.run_id == inj.run_id
+                        and a.detector in sc.detectors
+                        and 0 < a.received_wall_ms < inj.ended_wall_ms)
         rows.append(Row(
             scenario=sc.name, run_id=inj.run_id, detected=hit is not None,
             cause_correct=hit is not None and hit.cause == sc.cause, ttd_s=ttd,
@@ -143,6 +155,7 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
             expected_cause=sc.cause,
             forbidden=tuple(d for d in on_run if d in sc.forbidden),
             others=tuple(d for d in on_run if d not in sc.detectors and d not in sc.forbidden),
+            flaps=flaps,
         ))
     names = dict(control_names or {})
     controls = tuple(ControlRow(names.get(r, "healthy"), r,
@@ -171,7 +184,9 @@ def format_board(board: Board, ended_wall_ms: int | None = None) -> str:
         cause = r.cause or "-"
         if r.detected and not r.cause_correct:
             cause = f"{r.cause} (expected {r.expected_cause})"
-        also = ", ".join([*(f"{d} (ruled out)" for d in r.forbidden), *r.others]) or "-"
+        also = ", ".join([*(f"{d} (ruled out)" for d in r.forbidden), *r.others,
+                          *([f"resolved {r.flaps}x while the fault went on"] if r.flaps else [])
+                          ]) or "-"
         lines.append(f"| {r.scenario} | {r.run_id} | {'yes' if r.detected else 'NO'} | "
                      f"{'yes' if r.cause_correct else 'no'} | {ttd} | {r.budget_s:.0f} | "
                      f"{r.detector or '-'} | {cause} | {also} |")
