@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from runwatch.core import alerting, datachecks, rules
+from runwatch.core import alerting, datachecks, join_artifact, rules
 from runwatch.core import indicators as ind
 from runwatch.core.alerting import AlertBook
 from runwatch.core.held import expire_pending, hold, take_pending
@@ -51,8 +51,11 @@ HIGHER_BETTER = ("accuracy", "acc", "top1", "f1", "auc", "map", "bleu", "rouge")
 _RECENT = 200
 STEP_WINDOW = 64  # step times behind the stall rule's median (written on every state save)
 CHECKPOINT_WINDOW = 3
-"""Checkpoint intervals behind the checkpoint share (see :func:`indicators.recent_checkpoint_share`)."""
+"""Checkpoint intervals behind the checkpoint share (:func:`indicators.recent_checkpoint_share`).
+Three: the share follows a growing checkpoint within a few saves, and one irregular interval (an
+extra save after a good validation) moves it by a third, not fully."""
 GRAD_WINDOW = 10  # gradient norms behind one variance value
+LR_RISE = 0.01  # a learning rate above the previous step's by more than this share has risen
 RESTART_STATES = ("retrying", "preempted")
 
 
@@ -141,12 +144,9 @@ def _dispatch(state: RunState, e: Any, at: int, now: int, cfg: RunConfig,
     if isinstance(e, DataQualityReport):
         return _data(state, e, at, now, cfg, bl)
     if isinstance(e, ArtifactEvent):
-        f = rules.checkpoint_integrity("", "", e.serialization_ok, at, e.uri)
-        return emit(state, cfg, f, now, one_shot=True) if f else []
+        return join_artifact.artifact(state, e, at, now, cfg)
     if isinstance(e, GateDecision):
-        reason = "; ".join(e.reasons)
-        f = rules.failed_gate(e.gate, e.decision != "fail", reason, at)
-        return emit(state, cfg, f, now, one_shot=True) if f else []
+        return join_artifact.gate(state, e, at, now, cfg)
     return [dead_letter(state, cfg, f"record type {type(e).__name__} not handled by the run "
                         "join", b"", "", now)]
 
@@ -210,9 +210,14 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
               bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
     s.first_step_at_ms = min(s.first_step_at_ms or at, at)
-    f = rules.non_finite_learning(e.loss, e.grad_norm, e.nonfinite_count, at)
+    f = rules.non_finite_learning(e.loss, e.grad_norm, e.nonfinite_count, at, e.lr)
     if f:
         return emit(s, cfg, f, now, one_shot=True)
+    if e.lr is not None:  # the latest learning-rate increase (warm-up, a warm restart)
+        prev = s.signals.get("lr")
+        if prev is not None and e.lr > prev[1] * (1 + LR_RISE) and e.step > prev[0]:
+            s.signals["lr_up"] = e.step
+        s.signals["lr"] = [e.step, e.lr]
     _push(s.losses, [float(e.step), e.loss], 50)
     if len(s.losses) >= 20:
         slope = ind.loss_trend([p[0] for p in s.losses], [p[1] for p in s.losses])
@@ -221,6 +226,9 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
                                         "warning", slope, 0.0, 0.5, at, "Loss trending up",
                                         alert=False), now, one_shot=True)
+        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at)
+        if f:
+            out += emit(s, cfg, f, now, one_shot=True)
     if e.grad_norm is not None and math.isfinite(e.grad_norm):
         out += observe(s, cfg, "grad_norm", e.grad_norm, at, now, bl)
         _push(s.grads, e.grad_norm, GRAD_WINDOW)

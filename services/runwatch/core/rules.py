@@ -68,21 +68,23 @@ def _hard(
 
 
 def non_finite_learning(
-    loss: float | None, grad_norm: float | None, nonfinite_count: int, at_ms: int
+    loss: float | None, grad_norm: float | None, nonfinite_count: int, at_ms: int,
+    lr: float | None = None,
 ) -> Finding | None:
-    """Fire on a NaN/Inf loss or gradient norm, or a positive non-finite count.
+    """Fire on a NaN/Inf loss, gradient norm or learning rate, or a positive non-finite count.
 
     Args:
         loss: The reported loss, if any.
         grad_norm: The reported gradient norm, if any.
         nonfinite_count: Non-finite gradient/parameter values the SDK counted.
         at_ms: Event time.
+        lr: The reported learning rate, if any (a scheduler that divides by zero).
 
     Returns:
         A critical learning finding, or None.
 
     """
-    for name, value in (("loss", loss), ("grad_norm", grad_norm)):
+    for name, value in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr)):
         if value is not None and not math.isfinite(value):
             return _hard(
                 "non_finite", name, "learning", value, 0.0, at_ms,
@@ -501,4 +503,155 @@ def gpu_memory_pressure(
         f"GPU memory on {subject} at {last:.1%} and growing: full in ~{to_full:.0f} min",
         f"peak used/total per {MEM_WINDOW_MIN} min: "
         + " -> ".join(f"{p:.3f}" for p in peaks), subject=subject,
+    )
+
+
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+"""SHA-256 of no bytes: an artifact with this checksum was read and is empty."""
+
+
+def artifact_empty(uri: str, kind: str, size_bytes: int, sha256: str,
+                   at_ms: int) -> Finding | None:
+    """Fire when an artifact was read back and holds no bytes.
+
+    Only a fact counts: the checksum of empty content (the SDK hashes local
+    files). A remote artifact whose size is not known reports size 0 and no
+    checksum, and does not fire.
+
+    Args:
+        uri: Artifact location.
+        kind: Artifact kind.
+        size_bytes: Reported size.
+        sha256: Reported checksum (empty if unknown).
+        at_ms: Event time.
+
+    Returns:
+        A critical artifact finding, or None.
+
+    """
+    if size_bytes > 0 or sha256.lower() != EMPTY_SHA256:
+        return None
+    return _hard(
+        "artifact_empty", "size_bytes", "artifact", 0.0, 1.0, at_ms,
+        f"Artifact {uri} ({kind}) is empty", f"size 0, sha256 of no bytes; uri={uri}",
+        subject=uri,
+    )
+
+
+REGISTRY_FAILED = frozenset({"rejected", "failed", "failed_registration", "error", "invalid"})
+"""Model-registry statuses that say the registration did not succeed (MLflow's
+``FAILED_REGISTRATION`` among them; compared lower-case)."""
+
+
+def registry_status(uri: str, status: str, at_ms: int) -> Finding | None:
+    """Fire when the model registry refused or failed an artifact's registration.
+
+    Args:
+        uri: Artifact location.
+        status: The registry status reported with it (empty: none).
+        at_ms: Event time.
+
+    Returns:
+        A critical artifact finding, or None.
+
+    """
+    if status.lower() not in REGISTRY_FAILED:
+        return None
+    return _hard(
+        "registry_status", "registry_status", "artifact", 0.0, 1.0, at_ms,
+        f"Registry status {status} for {uri}", f"registry_status={status}", subject=uri,
+    )
+
+
+REGISTERED = frozenset({"registered", "ready", "staged", "staging", "production", "promoted",
+                        "deployed", "released"})
+"""Registry statuses that put a model where it can be used (compared lower-case)."""
+
+
+def missing_gates(uri: str, status: str, required: Sequence[str], decisions: dict[str, str],
+                  at_ms: int) -> Finding | None:
+    """Fire when a model is registered or promoted before its required gates passed.
+
+    Safety tests and evaluations are gates (``GateDecision``); which ones a
+    model needs is the processor's setting (``required_gates``, empty: rule
+    off). A gate that has not reported, or reported anything but ``pass``,
+    has not passed.
+
+    Args:
+        uri: The model artifact.
+        status: Its registry status.
+        required: Gates that must have passed.
+        decisions: The run's gate decisions so far (gate → pass/fail/review).
+        at_ms: Event time.
+
+    Returns:
+        A critical artifact finding, or None.
+
+    """
+    if status.lower() not in REGISTERED:
+        return None
+    missing = [g for g in required if decisions.get(g) != "pass"]
+    if not missing:
+        return None
+    said = ", ".join(f"{g}: {decisions.get(g, 'no decision')}" for g in missing)
+    return _hard(
+        "missing_gate", "gate", "artifact", float(len(missing)), 0.0, at_ms,
+        f"Model {uri} {status} before gate(s) {', '.join(missing)} passed", said, subject=uri,
+    )
+
+
+LOSS_SMOOTH = 10
+"""Steps averaged per loss level (a mini-batch loss is noisy step to step)."""
+LOSS_RISE = 1.5
+"""A smoothed loss half again above its lowest smoothed level in the window has diverged:
+mini-batch noise moves a 10-step mean by a few percent, a diverging run by multiples."""
+
+
+def loss_divergence(
+    points: Sequence[Sequence[float]], lr_raised_at_step: float | None, at_ms: int
+) -> Finding | None:
+    """Fire when the training loss has climbed well above its recent best (no convergence).
+
+    Over the run's recent (step, loss) window, the loss's 10-step mean now is
+    :data:`LOSS_RISE` times its lowest 10-step mean in the window, and the
+    least-squares slope is positive. A learning-rate increase inside the
+    window (a warm restart, warm-up) raises the loss by design: nothing fires
+    until the window has moved past it. Statistical (not a hard rule): the
+    symptom waits for correlated causes (a data shift, restarts) like other
+    learning symptoms.
+
+    Args:
+        points: (step, loss) of the run's recent steps, oldest first (finite losses).
+        lr_raised_at_step: The step of the run's latest learning-rate increase, if any.
+        at_ms: Event time.
+
+    Returns:
+        A warning learning finding, or None.
+
+    """
+    if len(points) < 2 * LOSS_SMOOTH:
+        return None
+    if lr_raised_at_step is not None and lr_raised_at_step >= points[0][0]:
+        return None
+    losses = [p[1] for p in points]
+    if sum(losses[-LOSS_SMOOTH:]) / LOSS_SMOOTH < LOSS_RISE * min(losses):
+        return None  # cheap: no 10-step mean is below the lowest single loss
+    means = [sum(losses[i:i + LOSS_SMOOTH]) / LOSS_SMOOTH
+             for i in range(len(losses) - LOSS_SMOOTH + 1)]
+    best, now = min(means), means[-1]
+    if best <= 0 or now < LOSS_RISE * best:
+        return None
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(losses) / n
+    cov = sum((p[0] - mx) * (p[1] - my) for p in points)
+    if cov <= 0:
+        return None
+    return Finding(
+        detector="rule:loss_divergence", indicator="loss", signal="learning",
+        severity="warning", observed=now, expected=best,
+        score=min((now / best - 1.0) / (2 * (LOSS_RISE - 1.0)), 1.0), at_ms=at_ms,
+        title=f"Training loss diverging: {now:.4g} from a best of {best:.4g}",
+        detail=f"{LOSS_SMOOTH}-step mean loss, window of {n} steps; no learning-rate increase "
+        "in the window",
     )

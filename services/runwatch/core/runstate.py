@@ -49,6 +49,8 @@ class RunConfig:
         image_allow_list: Allowed image prefixes (empty = rule off).
         image_missing: With an allow-list, what a run without an image gets:
             ``allow`` (nothing), ``warn`` (a warning alert) or ``deny`` (critical).
+        required_gates: Gates (safety tests, evaluations) a model must have passed
+            before it is registered or promoted (empty = rule off).
         stall_k: Stall bound in median step times.
         stall_min_ms: Floor on the stall bound.
         data_wait_ms: How long a manifest dataset may go without a data report.
@@ -77,6 +79,7 @@ class RunConfig:
     hold_max: int = 1_000
     image_allow_list: tuple[str, ...] = ()
     image_missing: ImageMissing = "allow"
+    required_gates: tuple[str, ...] = ()
     stall_k: float = 10.0
     stall_min_ms: int = 60_000
     data_wait_ms: int = 600_000
@@ -404,7 +407,7 @@ def _update(state: RunState, cfg: RunConfig, f: Finding, now_ms: int) -> list[Ou
 
 def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms: int,
           subject: str = "", at_ms: int | None = None) -> list[Output]:
-    """Record a healthy evaluation (at event time ``at_ms``) of an alerting condition (hysteresis)."""
+    """Record a healthy evaluation (event time ``at_ms``) of an alerting condition (hysteresis)."""
     if not state.alerts.get("entries"):
         return []
     book = AlertBook.from_state(state.alerts)

@@ -26,6 +26,9 @@ class ProcessorSettings(BaseSettings):
             runs none), ``warn`` (a warning alert, ``rule:image_missing``) or
             ``deny`` (a critical alert, for sites where every job must run
             in an approved container).
+        required_gates: Gates (safety tests, evaluations: ``GateDecision.gate``)
+            a model artifact must have passed before it is reported registered
+            or promoted; empty (default) disables ``rule:missing_gate``.
         lateness_ms: Lateness tolerated behind a run's watermark.
         hold_ms: How long events of unseen runs are held.
         timer_interval_s: Period of the time-driven rules.
@@ -76,6 +79,7 @@ class ProcessorSettings(BaseSettings):
     partitioner: Literal["consistent", "murmur2"] = "consistent"
     image_allow_list: list[str] = Field(default_factory=list)
     image_missing: Literal["allow", "warn", "deny"] = "allow"
+    required_gates: list[str] = Field(default_factory=list)
     lateness_ms: int = 60_000
     hold_ms: int = 30_000
     timer_interval_s: float = 1.0

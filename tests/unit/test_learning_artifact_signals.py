@@ -1,0 +1,149 @@
+"""Learning and artifact signals through the SDK and a processor worker driven in memory.
+
+Runs publish the way users do (``runwatch.init`` / ``run.step`` / ``run.artifact``
+/ ``run.gate`` with explicit times) to a capture transport; a real processor
+worker (:class:`~runwatch.processor.memory.MemoryProcessor`) reads it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+import runwatch
+from runwatch.client.publisher import CaptureTransport
+from runwatch.core import rules
+from runwatch.core.records import Alert
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
+
+T0 = 1_800_000_000_000
+
+
+def start(t: CaptureTransport, run_id: str = "run-la"):
+    return runwatch.init("fam", run_id=run_id, transport=t, install_hooks=False,
+                         capture_lineage=False, clock=lambda: T0)
+
+
+def firing(t: CaptureTransport, **settings) -> list[tuple[str, str]]:
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0, **settings))
+    m.feed(t.messages)
+    m.tick(int(time.time() * 1000) + 60_000)  # the timer: symptoms past the correlation wait
+    assert [d.reason for d in m.dead] == []
+    return sorted({(a.detector, a.probable_cause) for a in m.alerts
+                   if isinstance(a, Alert) and a.status == "firing"})
+
+
+# ------------------------------------------------------------------ artifacts
+
+
+@pytest.mark.parametrize(("content", "uri", "want"), [
+    (b"", None, [("rule:artifact_empty", "artifact")]),  # written, read back: no bytes
+    (b"weights", None, []),
+    (None, "s3://bucket/model.safetensors", []),  # remote: size unknown, not a fact
+])
+def test_an_empty_artifact_pages(content, uri, want, tmp_path: Path) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    if content is not None:
+        path = tmp_path / "model.safetensors"
+        path.write_bytes(content)
+        uri = str(path)
+    run.artifact(uri, "model", now_ms=T0 + 1_000)
+    run.finish(now_ms=T0 + 2_000)
+    assert firing(t) == want
+
+
+@pytest.mark.parametrize(("status", "want"), [
+    ("FAILED_REGISTRATION", [("rule:registry_status", "artifact")]),
+    ("rejected", [("rule:registry_status", "artifact")]),
+    ("registered", []),
+    (None, []),
+])
+def test_a_failed_registry_status_pages(status, want) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    run.artifact("s3://bucket/model", "model", sha256="ab" * 32, registry_status=status,
+                 now_ms=T0 + 1_000)
+    run.finish(now_ms=T0 + 2_000)
+    assert firing(t) == want
+
+
+@pytest.mark.parametrize(("gates", "required", "want"), [
+    ([("eval", "pass")], ["safety"], [("rule:missing_gate", "artifact")]),  # never ran
+    ([("safety", "review")], ["safety"], [("rule:missing_gate", "artifact")]),  # not passed
+    ([("safety", "pass"), ("eval", "pass")], ["safety", "eval"], []),
+    ([], [], []),  # no required gates configured: the rule is off
+])
+def test_a_model_registered_before_its_safety_gate_passed_pages(gates, required, want) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    for i, (gate, decision) in enumerate(gates):
+        run.gate(gate, decision, now_ms=T0 + 1_000 + i)
+    run.artifact("s3://bucket/model", "model", sha256="ab" * 32, registry_status="registered",
+                 now_ms=T0 + 5_000)
+    run.finish(now_ms=T0 + 6_000)
+    assert firing(t, required_gates=required) == want
+
+
+# ------------------------------------------------------------------ learning
+
+
+def test_a_non_finite_learning_rate_pages() -> None:
+    t = CaptureTransport()
+    run = start(t)
+    for i in range(5):
+        run.step(i, loss=1.0, lr=1e-3 if i < 3 else math.inf, now_ms=T0 + i * 1000)
+    run.finish(now_ms=T0 + 10_000)
+    assert firing(t) == [("rule:non_finite", "learning")]
+
+
+def losses(case: str, n: int = 300) -> list[tuple[float, float]]:
+    """(loss, lr) per step of a run."""
+    rng = random.Random(7)
+    out = []
+    for i in range(n):
+        lr, loss = 1e-3, 2.0 * 0.99 ** i + 0.5
+        if case == "diverging" and i >= 150:
+            loss = (2.0 * 0.99 ** 150 + 0.5) * (1.0 + 0.02 * (i - 150))
+        if case == "lr_restart" and i >= 150:  # a warm restart: lr back up, loss jumps, recovers
+            lr = 1e-2 * 0.98 ** (i - 150)
+            loss = 0.5 + 1.2 * 0.97 ** (i - 150)
+        if case == "noisy":
+            loss = 1.0
+        out.append((loss * (1.0 + rng.uniform(-0.2, 0.2)), lr))
+    return out
+
+
+@pytest.mark.parametrize(("case", "want"), [
+    ("diverging", [("rule:loss_divergence", "learning")]),
+    ("lr_restart", []),
+    ("noisy", []),
+    ("converging", []),
+])
+def test_a_diverging_loss_pages_unless_the_learning_rate_was_raised(case, want) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    for i, (loss, lr) in enumerate(losses(case)):
+        run.step(i, loss=loss, lr=lr, now_ms=T0 + i * 1000)
+    run.finish(now_ms=T0 + 10**6)
+    assert firing(t) == want
+
+
+@pytest.mark.parametrize(("points", "raised", "fires"), [
+    ([(i, 1.0) for i in range(20)] + [(20 + i, 2.0) for i in range(10)], None, True),
+    ([(i, 1.0) for i in range(20)] + [(20 + i, 2.0) for i in range(10)], 5, False),
+    ([(i, 1.0) for i in range(20)] + [(20 + i, 1.4) for i in range(10)], None, False),
+    ([(i, 2.0) for i in range(10)] + [(10 + i, 1.0) for i in range(20)], None, False),
+    # a loss below zero (a negative log-likelihood of densities): no ratio to judge
+    ([(i, -5.0 + 0.1 * i) for i in range(30)], None, False),
+])
+def test_loss_divergence_rule_table(points, raised, fires) -> None:
+    f = rules.loss_divergence(points, raised, T0)
+    assert (f is not None) is fires
+    if f is not None:
+        assert (f.detector, f.signal, f.hard) == ("rule:loss_divergence", "learning", False)
