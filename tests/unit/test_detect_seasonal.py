@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from runwatch.core.detect import DefaultConfig, DefaultDetector
-from runwatch.core.detect.ensemble import season_slot
+from runwatch.core.detect.seasonal import SlotBaseline, season_slot
 
 FIVE_MIN = 300_000
 START = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000)  # a Monday, 00:00 UTC
@@ -48,11 +48,11 @@ def test_a_missing_daily_drop_is_found_by_the_hour_of_day_baseline_only() -> Non
     # Day 8 keeps its morning level (10) through the afternoon: no jump (the
     # difference evidence sees nothing) and 10 is a common value (so does the
     # global baseline), but for the hours after noon it is far from the usual 0.
-    # The recurring-move gate is off in both: it would also silence a value
-    # that keeps repeating the previous one.
+    # The recurring-move gate (on, as by default) does not silence the seasonal
+    # evidence, though 10 -> 10 is the most familiar move of all.
     scores = {}
-    for slots in (0, 24):
-        det = DefaultDetector(cfg=DefaultConfig(known_after=0, season_slots=slots))
+    for season in ("off", "day"):
+        det = DefaultDetector(cfg=DefaultConfig(season=season))
         _feed(det, 7, timed=True)
         rng = random.Random(9)
         out = []
@@ -61,14 +61,56 @@ def test_a_missing_daily_drop_is_found_by_the_hour_of_day_baseline_only() -> Non
             t = START + i * FIVE_MIN
             out.append(det.score_one(x, t))
             det.learn_one(x, t)
-        scores[slots] = max(out[144:])  # after noon
+        scores[season] = max(out[144:])  # after noon
     fire = DefaultConfig().fire_level
-    assert scores[24] >= fire > scores[0]
+    assert scores["day"] >= fire > scores["off"]
+
+
+def _weekdays(i: int, rng: random.Random) -> float:
+    """Hourly series: 10 on weekdays, 0 at weekends, small noise (START is a Monday)."""
+    return (10.0 if (i // 24) % 7 < 5 else 0.0) + rng.gauss(0.0, 0.05)
+
+
+def test_after_two_weeks_a_weekday_level_on_a_saturday_is_found_by_the_week_baseline() -> None:
+    scores = {}
+    for season in ("day", "day+week"):
+        det = DefaultDetector(cfg=DefaultConfig(season=season))
+        rng = random.Random(4)
+        out = []
+        for i in range(6 * 7 * 24):  # six weeks, hourly; week 6's Saturday stays at 10
+            saturday_6 = i // 24 == 5 * 7 + 5
+            x = 10.0 + rng.gauss(0.0, 0.05) if saturday_6 else _weekdays(i, rng)
+            t = START + i * 3_600_000
+            out.append(det.score_one(x, t))
+            det.learn_one(x, t)
+        scores[season] = max(out[(5 * 7 + 5) * 24 : (5 * 7 + 6) * 24])
+    fire = DefaultConfig().fire_level
+    assert scores["day+week"] >= fire > scores["day"]
+
+
+@pytest.mark.parametrize("slots", [24, 168])
+def test_slot_baseline_learns_each_slot_and_round_trips(slots: int) -> None:
+    base = SlotBaseline(slots=slots, fading=0.002, warmup=20)
+    assert base.raw(5.0, START, 1e-9, 4.0) == 0.0  # empty slot: no evidence
+    rng = random.Random(2)
+    for i in range(slots * 30):
+        t = START + i * 3_600_000
+        base.learn(float(season_slot(t, slots)) + rng.gauss(0.0, 0.1), t)
+    assert all(abs(m - k) < 0.2 for k, m in enumerate(base.means))
+    assert 0.05 < base.sq**0.5 < 0.2  # the pooled spread is the noise, not the slot pattern
+    t = START + 3 * 3_600_000
+    assert base.raw(3.0, t, 1e-9, 4.0) < 0.3 < base.raw(6.0, t, 1e-9, 4.0)
+    assert SlotBaseline.from_state(json.loads(json.dumps(base.to_state()))) == base
+
+
+def test_unknown_season_is_refused() -> None:
+    with pytest.raises(ValueError, match="season must be one of"):
+        DefaultDetector(cfg=DefaultConfig(season="month"))
 
 
 def test_without_times_a_seasonal_detector_scores_as_the_plain_one() -> None:
-    plain = DefaultDetector()
-    seasonal = DefaultDetector(cfg=DefaultConfig(season_slots=168))
+    plain = DefaultDetector(cfg=DefaultConfig(season="off"))
+    seasonal = DefaultDetector(cfg=DefaultConfig(season="day+week"))
     rng = random.Random(5)
     for _ in range(800):
         x = rng.gauss(0.0, 1.0)
@@ -77,10 +119,10 @@ def test_without_times_a_seasonal_detector_scores_as_the_plain_one() -> None:
         seasonal.learn_one(x)
 
 
-CONFIGS = [DefaultConfig(), DefaultConfig(season_slots=24), DefaultConfig(season_slots=168)]
+CONFIGS = [DefaultConfig(season=s) for s in ("off", "day", "week", "day+week")]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["plain", "day", "week"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["off", "day", "week", "day+week"])
 @pytest.mark.parametrize("timed", [True, False])
 def test_detector_protocol(cfg: DefaultConfig, timed: bool) -> None:
     """Scoring does not learn, state round-trips through JSON exactly, NaN is refused."""
@@ -109,8 +151,9 @@ def test_a_state_saved_before_the_season_fields_still_loads() -> None:
         det.score_one(float(i % 5))
         det.learn_one(float(i % 5))
     old = json.loads(json.dumps(det.to_state()))
-    for name in ("smean", "scount", "rsq"):
+    for name in ("seasons", "slayer", "t_first"):
         old.pop(name)
+    old["cfg"].pop("season")
     old["cache"] = old["cache"][:8]  # the cache had no time entry
     back = DefaultDetector.from_state(old)
     assert back.score_one(2.0) == det.score_one(2.0)

@@ -147,16 +147,16 @@ def _default(**changes: object) -> Factory:
 # cross-validation (label → factory, the shipped configuration first). The
 # default's grid varies each label-fitted constant one step either way (the
 # silence after an alarm, the likelihood warm-up, the recurring-move gate) and
-# adds the seasonal baselines (hour of day, hour of week); the cross-validation
-# picks among them per fold on the other sets' labels only.
+# the seasonal evidence (off, hour of day only); the cross-validation picks
+# among them per fold on the other sets' labels only.
 GRIDS: dict[str, dict[str, Factory]] = {
     "default": {
         "shipped": DETECTORS["default"],
+        "season=off": _default(season="off"),
+        "season=day": _default(season="day"),
         "refractory=75": _default(refractory=75),
         "refractory=300": _default(refractory=300),
         "lik_warmup=150": _default(lik_warmup=150),
         "known_after=0": _default(known_after=0),
-        "season=day": _default(season_slots=24),
-        "season=week": _default(season_slots=168),
     },
 }

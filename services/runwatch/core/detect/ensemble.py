@@ -22,11 +22,15 @@ previous value's histogram bin to this value's bin was already learned
 ``known_after`` (3) times: a recurring move (a daily jump, a periodic spike)
 is the series' normal behaviour, as CAD OSE's context memory would predict.
 
-Optional seasonal baseline (``season_slots`` = 24 or 168, off by default):
-given each value's time (``score_one(x, t_ms)``), the value's evidence is
-also its distance from an EW mean of its hour-of-day (or hour-of-week) slot,
-in units of the pooled residual spread around the slot means. Without a time
-the detector behaves exactly as without the option.
+Optional seasonal evidence (``season``: ``"day"``, ``"week"`` or
+``"day+week"``; off by default): given each value's time (``score_one(x,
+t_ms)``), a fourth raw evidence is the value's distance from its hour-of-day
+(or hour-of-week) baseline (:class:`~runwatch.core.detect.seasonal.SlotBaseline`),
+through its own likelihood layer. ``"day+week"`` uses the hour-of-day
+baseline until the series spans two weeks, then the hour-of-week one. The
+recurring-move gate does not apply to it: a familiar move at an unfamiliar
+hour (a daily drop that does not come, a weekday level on a holiday) is what
+it is for. Without a time the detector behaves exactly as without the option.
 
 The score is in [0, 1]; it only uses the past. On NAB the configuration is
 checked by leave-one-set-out cross-validation (:mod:`runwatch.bench.crossval`);
@@ -41,6 +45,7 @@ from typing import ClassVar, Self
 
 from runwatch.core.detect.base import State, check_finite, check_kind
 from runwatch.core.detect.likelihood import Likelihood
+from runwatch.core.detect.seasonal import DAY_SLOTS, WEEK_MS, WEEK_SLOTS, SlotBaseline
 
 _Z_SCALE = 4.0 * math.sqrt(2.0)  # raw = erf(z / (4 sqrt 2)): z = 4 → 0.68
 
@@ -66,17 +71,16 @@ class DefaultConfig:
     known_after: int = 3
     known_damp: float = 0.0
     known_from: float = 0.3
-    season_slots: int = 0
+    season: str = "day+week"
 
 
 _NO_TIME = -0.5  # the cache's time entry when no time was given (never an integer ms)
-_HOUR_MS = 3_600_000
-_MONDAY_OFFSET_H = 72  # 1970-01-01 00:00 UTC was a Thursday: hour + 72 counts from a Monday
-
-
-def season_slot(t_ms: int, slots: int) -> int:
-    """Return the hour-of-day (``slots`` = 24) or hour-of-week (168) slot of a UTC time."""
-    return (t_ms // _HOUR_MS + _MONDAY_OFFSET_H) % slots
+_SEASONS = {
+    "off": (),
+    "day": (DAY_SLOTS,),
+    "week": (WEEK_SLOTS,),
+    "day+week": (DAY_SLOTS, WEEK_SLOTS),
+}
 
 
 _PAIR = 1 << 16
@@ -114,9 +118,10 @@ class DefaultDetector:
     trans: dict[int, int] = field(default_factory=dict)
     layers: list[Likelihood] = field(default_factory=list)
     cache: list[float] = field(default_factory=list)
-    smean: list[float] = field(default_factory=list)
-    scount: list[int] = field(default_factory=list)
-    rsq: float = 0.0
+    seasons: list[SlotBaseline] = field(default_factory=list)
+    slayer: list[Likelihood] = field(default_factory=list)
+    t_first: int | None = None
+    pbin: int | None = None
 
     uses_time: ClassVar[bool] = True
 
@@ -124,12 +129,18 @@ class DefaultDetector:
         """Create the likelihood layers (and seasonal slots) of a fresh detector."""
         if not self.layers:
             self.layers = _layers(self.cfg)
-        if self.cfg.season_slots and not self.smean:
-            self.smean = [0.0] * self.cfg.season_slots
-            self.scount = [0] * self.cfg.season_slots
+        cfg = self.cfg
+        if cfg.season not in _SEASONS:
+            msg = f"season must be one of {sorted(_SEASONS)}, got {cfg.season!r}"
+            raise ValueError(msg)
+        if _SEASONS[cfg.season] and not self.seasons:
+            self.seasons = [
+                SlotBaseline(slots, cfg.long_fading, cfg.min_n) for slots in _SEASONS[cfg.season]
+            ]
+            self.slayer = _layers(cfg)[:1]
 
-    def _raws(self, x: float, t_ms: int | None) -> tuple[float, float, float, float, float]:
-        """Raw evidence in [0, 1] (value z, difference z, rarity), and the value's z."""
+    def _raws(self, x: float, t_ms: int | None) -> tuple[float, float, float, float, float, float]:
+        """Raw evidence in [0, 1] (value z, difference z, rarity), the value's z and x, seasonal."""
         mean = self.mean
         var = self.sq - mean * mean
         eps = 1e-9 * (abs(mean) + 1e-9)
@@ -138,11 +149,6 @@ class DefaultDetector:
             scale = eps
         z_val = abs(x - mean) / scale
         r_val = math.erf(z_val / _Z_SCALE)
-        if t_ms is not None and self.smean:
-            slot = season_slot(t_ms, len(self.smean))
-            if self.scount[slot]:
-                rscale = max(math.sqrt(self.rsq), eps)
-                r_val = max(r_val, math.erf(abs(x - self.smean[slot]) / (rscale * _Z_SCALE)))
         dmean = self.dmean
         dvar = self.dsq - dmean * dmean
         dscale = math.sqrt(dvar) if dvar > 0.0 else 0.0
@@ -155,9 +161,21 @@ class DefaultDetector:
             r_rare = -math.log10(p + 1e-4) / 4.0
             if r_rare > 1.0:
                 r_rare = 1.0
-        return r_val, r_diff, r_rare, z_val, x
+        r_season = 0.0
+        if self.seasons and t_ms is not None:
+            r_season = self.seasons[self._season_at(t_ms)].raw(x, t_ms, eps, _Z_SCALE)
+        return r_val, r_diff, r_rare, z_val, x, r_season
 
-    def _combine(self, raws: tuple[float, float, float, float, float]) -> float:
+    def _season_at(self, t_ms: int) -> int:
+        """Index of the seasonal baseline in use: the last one (week) once two weeks are seen."""
+        last = len(self.seasons) - 1
+        if last and self.t_first is not None and t_ms - self.t_first >= 2 * WEEK_MS:
+            return last
+        return 0
+
+    def _combine(self, raws: tuple[float, float, float, float, float, float]) -> float:
+        if self.quiet > 0 and self.cfg.damp == 0.0:
+            return 0.0  # silenced whatever the layers say
         a, b, c = self.layers
         score = max(a.score(raws[0]), b.score(raws[1]), c.score(raws[2]))
         if raws[3] > self.cfg.spike_z and a.n >= self.cfg.spike_min_n:
@@ -166,12 +184,20 @@ class DefaultDetector:
             return score * self.cfg.damp
         cfg = self.cfg
         if cfg.known_after and score >= cfg.known_from and self._seen(raws[4]) >= cfg.known_after:
-            return score * cfg.known_damp
+            score *= cfg.known_damp
+        if self.slayer:
+            s = self.slayer[0].score(raws[5])
+            if s > score:
+                score = s
         return score
 
     def _seen(self, x: float) -> int:
         """Times the move from the previous value's bin to ``x``'s bin was learned."""
-        return self.trans.get(_pair(self._bin(self.prev), self._bin(x)), 0)
+        return self.trans.get(_pair(self._prev_bin(), self._bin(x)), 0)
+
+    def _prev_bin(self) -> int:
+        """The previous value's bin (kept from its learning until the range widens)."""
+        return self._bin(self.prev) if self.pbin is None else self.pbin
 
     def _bin(self, x: float) -> int:
         width = (self.hi - self.lo) / self.cfg.bins
@@ -199,8 +225,8 @@ class DefaultDetector:
         """Score a finite ``x`` (cached: ``learn_one`` reuses the score of the same value)."""
         cache = self.cache
         t_key = _NO_TIME if t_ms is None else float(t_ms)
-        if len(cache) == 9 and cache[0] == self.n and cache[1] == x and cache[8] == t_key:
-            return cache[7]
+        if len(cache) == 10 and cache[0] == self.n and cache[1] == x and cache[9] == t_key:
+            return cache[8]
         raws = self._raws(x, t_ms)
         score = self._combine(raws)
         self.cache = [float(self.n), x, *raws, score, t_key]
@@ -225,6 +251,8 @@ class DefaultDetector:
             value_layer.learn(cache[2])
             diff_layer.learn(cache[3])
             rare_layer.learn(cache[4])
+            if self.slayer and t_ms is not None:
+                self.slayer[0].learn(cache[7])
             if self.quiet > 0:
                 self.quiet -= 1
             elif score >= cfg.fire_level:
@@ -240,30 +268,19 @@ class DefaultDetector:
             c = cfg.diff_fading if self.n >= cfg.min_n else 1.0 / self.n
             self.dmean = c * d + (1 - c) * self.dmean
             self.dsq = c * d * d + (1 - c) * self.dsq
-        if t_ms is not None and self.smean:
-            self._learn_season(x, t_ms)
+        if t_ms is not None and self.seasons:
+            if self.t_first is None:
+                self.t_first = t_ms
+            at = self._season_at(t_ms)
+            for season in self.seasons[at:]:  # a baseline given up for a longer cycle stops
+                season.learn(x, t_ms)
         bx = self._learn_hist(x)
         if self.n > 0 and cfg.known_after:
-            key = _pair(self._bin(self.prev), bx)
+            key = _pair(self._prev_bin(), bx)
             self.trans[key] = self.trans.get(key, 0) + 1
         self.prev = x
+        self.pbin = bx
         self.n += 1
-
-    def _learn_season(self, x: float, t_ms: int) -> None:
-        """Update the slot's mean and the pooled residual spread around the slot means.
-
-        A slot's fading is ``long_fading`` times the number of slots, so the
-        slot baselines together remember as many values as the global one.
-        """
-        slot = season_slot(t_ms, len(self.smean))
-        count = self.scount[slot]
-        if count:
-            res = x - self.smean[slot]
-            a = self.cfg.long_fading if self.n >= self.cfg.min_n else 1.0 / (self.n + 1)
-            self.rsq = a * res * res + (1 - a) * self.rsq
-        b = max(1.0 / (count + 1), self.cfg.long_fading * len(self.smean))
-        self.smean[slot] += b * (x - self.smean[slot])
-        self.scount[slot] = count + 1
 
     def _learn_hist(self, x: float) -> int:
         """Count ``x`` in the decayed histogram (widening its range if needed); return its bin."""
@@ -286,6 +303,7 @@ class DefaultDetector:
         old_lo, old_width = self.lo, (self.hi - self.lo) / self.cfg.bins
         pad = 0.1 * (hi - lo)
         self.lo, self.hi = lo - pad, hi + pad
+        self.pbin = None
         remap: dict[int, int] = {}
 
         def new_bin(b: int) -> int:
@@ -307,11 +325,13 @@ class DefaultDetector:
 
     def to_state(self) -> State:
         """Return the state as a JSON-able dict (histogram keys as strings)."""
-        skip = ("cfg", "hist", "trans", "layers")
+        skip = ("cfg", "hist", "trans", "layers", "seasons", "slayer")
         state = {f: getattr(self, f) for f in self.__slots__ if f not in skip}
         state["hist"] = {str(k): v for k, v in self.hist.items()}
         state["trans"] = {str(k): v for k, v in self.trans.items()}
         state["layers"] = [layer.to_state() for layer in self.layers]
+        state["seasons"] = [season.to_state() for season in self.seasons]
+        state["slayer"] = [layer.to_state() for layer in self.slayer]
         return {"kind": "default", "cfg": asdict(self.cfg), **state}
 
     @classmethod
@@ -327,4 +347,6 @@ class DefaultDetector:
         fields["hist"] = {int(k): float(v) for k, v in fields["hist"].items()}
         fields["trans"] = {int(k): int(v) for k, v in fields.get("trans", {}).items()}
         fields["layers"] = [Likelihood.from_state(s) for s in fields["layers"]]
+        fields["seasons"] = [SlotBaseline.from_state(s) for s in fields.get("seasons", [])]
+        fields["slayer"] = [Likelihood.from_state(s) for s in fields.get("slayer", [])]
         return cls(cfg=DefaultConfig(**state["cfg"]), **fields)
