@@ -147,3 +147,21 @@ def test_loss_divergence_rule_table(points, raised, fires) -> None:
     assert (f is not None) is fires
     if f is not None:
         assert (f.detector, f.signal, f.hard) == ("rule:loss_divergence", "learning", False)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("drop_at", "want"), [
+    (None, []),  # noisy but stationary: the best evaluation is the luckiest draw, not a level
+    (40, [("rule:validation_decline", "learning")]),  # the same noise, then a real fall
+])
+def test_noisy_validation_pages_only_on_a_real_decline(seed, drop_at, want) -> None:
+    rng = random.Random(seed)
+    t = CaptureTransport()
+    run = start(t)
+    for i in range(60):
+        acc = 0.85 + rng.gauss(0.0, 0.015)
+        if drop_at is not None and i >= drop_at:
+            acc -= 0.15
+        run.validation(100 * (i + 1), {"val_acc": acc}, now_ms=T0 + i * 60_000)
+    run.finish(now_ms=T0 + 10**8)
+    assert firing(t) == want

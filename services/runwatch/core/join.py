@@ -250,6 +250,30 @@ def _primary(metrics: dict[str, float], current: str) -> tuple[str, bool] | None
     return None
 
 
+VAL_NOISE_K = 5.0
+"""Validation declines must also exceed this many noise sigmas of the run's own evaluations.
+
+The best of n noisy evaluations sits about sqrt(2 ln n) sigma (2.8 for n = 50) above their
+mean, so 5 sigma below the best is about 2.2 sigma below it: two evaluations in a row land
+there with probability ~2e-4, while a real decline (a shifted or corrupted input) moves the
+metric by many sigmas."""
+
+
+def _noise(values: list[float]) -> float:
+    """Return a robust estimate of evaluation noise: the median successive difference.
+
+    ``median(|x[i] - x[i-1]|) / (0.6745 * sqrt 2)``: the standard deviation of
+    independent noise, insensitive to a trend (training still improving) and
+    to a single jump. 0 with fewer than five values (too few to tell noise from signal).
+    """
+    if len(values) < 5:
+        return 0.0
+    diffs = sorted(abs(b - a) for a, b in zip(values, values[1:], strict=False))
+    mid = len(diffs) // 2
+    med = diffs[mid] if len(diffs) % 2 else 0.5 * (diffs[mid - 1] + diffs[mid])
+    return med / (0.6745 * math.sqrt(2.0))
+
+
 def _validation(s: RunState, e: ValidationResult, at: int, now: int,
                 cfg: RunConfig) -> list[Output]:
     picked = _primary(dict(e.metrics), s.val_metric)
@@ -268,7 +292,9 @@ def _validation(s: RunState, e: ValidationResult, at: int, now: int,
         s.val_declines = 0
         return []
     drop = best - signed
-    if drop <= max(cfg.val_decline_abs, cfg.val_decline_rel * abs(best)):
+    # the noise of the evaluations before this decline began (the decline is not noise)
+    noise = VAL_NOISE_K * _noise([v for _, v in s.val_history[:-(s.val_declines + 1)]])
+    if drop <= max(cfg.val_decline_abs, cfg.val_decline_rel * abs(best), noise):
         s.val_declines = 0
         return []
     s.val_declines += 1
