@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 import runwatch
+from runwatch.client import data
 from runwatch.client.publisher import CaptureTransport, Publisher
 from runwatch.core.codec import load_codec
-from runwatch.core.records import Alert
+from runwatch.core.records import Alert, DatasetRef
 from runwatch.processor import app
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.sim.drivers import make_node
@@ -44,7 +45,8 @@ def wall(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 def published(script: Callable[[Any, Clock, Any], None], *, node: bool = False,
-              finish: bool = True) -> list[tuple[int, tuple[str, Any, bytes]]]:
+              finish: bool = True, datasets: tuple[DatasetRef, ...] = ()
+              ) -> list[tuple[int, tuple[str, Any, bytes]]]:
     """Run ``script(run, clock, agent)``; return the messages with their event times, in order."""
     t = CaptureTransport()
     clock = Clock(T0)
@@ -57,7 +59,7 @@ def published(script: Callable[[Any, Clock, Any], None], *, node: bool = False,
             n.attributor.pids[4242 + g] = "r1"
         agent = n.agent
     run = runwatch.init("fam", run_id="r1", team="ml", transport=t, install_hooks=False,
-                        capture_lineage=False, strict=True, clock=clock)
+                        capture_lineage=False, strict=True, clock=clock, datasets=datasets)
     script(run, clock, agent)
     run.finish()
     codec = load_codec()
@@ -117,9 +119,25 @@ def steps(n: int, start: int = 0) -> Callable[[Any, Clock, Any], None]:
     return script
 
 
-def test_a_backlog_read_after_an_outage_pages_nothing(wall: Clock) -> None:
-    """The worker was down for 20 minutes while the run trained on; then it catches up."""
-    msgs = published(steps(1_320))
+def steps_and_report(tmp: Any) -> Callable[[Any, Clock, Any], None]:
+    """Steps for 22 minutes; the run's dataset is reported 5 minutes in."""
+    def script(run: Any, clock: Clock, agent: Any) -> None:
+        steps(300)(run, clock, agent)
+        data.report("s3://lake/train", "v1", None, {"x": [1.0, 2.0, 3.0]},
+                    publisher=Publisher(run.publisher.transport, kind="sdk"), now_ms=clock.t,
+                    baseline_directory=tmp)
+        steps(1_020, 300)(run, clock, agent)
+    return script
+
+
+def test_a_backlog_read_after_an_outage_pages_nothing(wall: Clock, tmp_path) -> None:
+    """The worker was down for 20 minutes while the run trained on; then it catches up.
+
+    Neither the run's steps nor its dataset's report (5 minutes in, inside the
+    backlog) were read when the timer ran: no stall, no missing report.
+    """
+    msgs = published(steps_and_report(tmp_path),
+                     datasets=(DatasetRef(uri="s3://lake/train", version="v1"),))
     cut = T0 + 120_000
     m = MemoryProcessor()
     deliver_live(m, wall, [x for x in msgs if x[0] <= cut])
