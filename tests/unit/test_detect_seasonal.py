@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from runwatch.core.detect import DefaultConfig, DefaultDetector
-from runwatch.core.detect.seasonal import SlotBaseline, season_slot
+from runwatch.core.detect.seasonal import SlotBaseline, epoch_hour, season_slot
 
 FIVE_MIN = 300_000
 START = int(datetime(2024, 1, 1, tzinfo=UTC).timestamp() * 1000)  # a Monday, 00:00 UTC
@@ -91,15 +91,15 @@ def test_after_two_weeks_a_weekday_level_on_a_saturday_is_found_by_the_week_base
 @pytest.mark.parametrize("slots", [24, 168])
 def test_slot_baseline_learns_each_slot_and_round_trips(slots: int) -> None:
     base = SlotBaseline(slots=slots, fading=0.002, warmup=20)
-    assert base.raw(5.0, START, 1e-9, 4.0) == 0.0  # empty slot: no evidence
+    assert base.raw(5.0, epoch_hour(START), 1e-9, 4.0) == 0.0  # empty slot: no evidence
     rng = random.Random(2)
     for i in range(slots * 30):
         t = START + i * 3_600_000
-        base.learn(float(season_slot(t, slots)) + rng.gauss(0.0, 0.1), t)
+        base.learn(float(season_slot(t, slots)) + rng.gauss(0.0, 0.1), epoch_hour(t))
     assert all(abs(m - k) < 0.2 for k, m in enumerate(base.means))
     assert 0.05 < base.sq**0.5 < 0.2  # the pooled spread is the noise, not the slot pattern
-    t = START + 3 * 3_600_000
-    assert base.raw(3.0, t, 1e-9, 4.0) < 0.3 < base.raw(6.0, t, 1e-9, 4.0)
+    hour = epoch_hour(START + 3 * 3_600_000)
+    assert base.raw(3.0, hour, 1e-9, 4.0) < 0.3 < base.raw(6.0, hour, 1e-9, 4.0)
     assert SlotBaseline.from_state(json.loads(json.dumps(base.to_state()))) == base
 
 

@@ -45,7 +45,14 @@ from typing import ClassVar, Self
 
 from runwatch.core.detect.base import State, check_finite, check_kind
 from runwatch.core.detect.likelihood import Likelihood
-from runwatch.core.detect.seasonal import DAY_SLOTS, WEEK_MS, WEEK_SLOTS, SlotBaseline
+from runwatch.core.detect.seasonal import (
+    DAY_SLOTS,
+    HOUR_MS,
+    MONDAY_OFFSET_H,
+    WEEK_MS,
+    WEEK_SLOTS,
+    SlotBaseline,
+)
 
 _Z_SCALE = 4.0 * math.sqrt(2.0)  # raw = erf(z / (4 sqrt 2)): z = 4 → 0.68
 
@@ -74,6 +81,7 @@ class DefaultConfig:
     season: str = "day+week"
 
 
+_TWO_WEEKS_MS = 2 * WEEK_MS
 _NO_TIME = -0.5  # the cache's time entry when no time was given (never an integer ms)
 _SEASONS = {
     "off": (),
@@ -162,15 +170,17 @@ class DefaultDetector:
             if r_rare > 1.0:
                 r_rare = 1.0
         r_season = 0.0
-        if self.seasons and t_ms is not None:
-            r_season = self.seasons[self._season_at(t_ms)].raw(x, t_ms, eps, _Z_SCALE)
+        seasons = self.seasons
+        if seasons and t_ms is not None:
+            hour = t_ms // HOUR_MS + MONDAY_OFFSET_H
+            r_season = seasons[self._season_at(t_ms)].raw(x, hour, eps, _Z_SCALE)
         return r_val, r_diff, r_rare, z_val, x, r_season
 
     def _season_at(self, t_ms: int) -> int:
         """Index of the seasonal baseline in use: the last one (week) once two weeks are seen."""
-        last = len(self.seasons) - 1
-        if last and self.t_first is not None and t_ms - self.t_first >= 2 * WEEK_MS:
-            return last
+        t_first = self.t_first
+        if t_first is not None and t_ms - t_first >= _TWO_WEEKS_MS:
+            return len(self.seasons) - 1
         return 0
 
     def _combine(self, raws: tuple[float, float, float, float, float, float]) -> float:
@@ -210,8 +220,8 @@ class DefaultDetector:
 
         Args:
             x: The value.
-            t_ms: Its time (UTC epoch ms), optional: with ``season_slots`` set,
-                the value is also judged against its hour-of-day (or -week) baseline.
+            t_ms: Its time (UTC epoch ms), optional: with ``season`` on, the value
+                is also judged against its hour-of-day (or -week) baseline.
 
         """
         x = float(x)
@@ -271,9 +281,12 @@ class DefaultDetector:
         if t_ms is not None and self.seasons:
             if self.t_first is None:
                 self.t_first = t_ms
+            hour = t_ms // HOUR_MS + MONDAY_OFFSET_H
+            seasons = self.seasons
             at = self._season_at(t_ms)
-            for season in self.seasons[at:]:  # a baseline given up for a longer cycle stops
-                season.learn(x, t_ms)
+            seasons[at].learn(x, hour)
+            if at + 1 < len(seasons):  # a baseline given up for a longer cycle stops learning
+                seasons[at + 1].learn(x, hour)
         bx = self._learn_hist(x)
         if self.n > 0 and cfg.known_after:
             key = _pair(self._prev_bin(), bx)

@@ -24,12 +24,17 @@ HOUR_MS = 3_600_000
 DAY_SLOTS = 24
 WEEK_SLOTS = 168
 WEEK_MS = WEEK_SLOTS * HOUR_MS
-_MONDAY_OFFSET_H = 72  # 1970-01-01 00:00 UTC was a Thursday: hour + 72 counts from a Monday
+MONDAY_OFFSET_H = 72  # 1970-01-01 00:00 UTC was a Thursday: hour + 72 counts from a Monday
+
+
+def epoch_hour(t_ms: int) -> int:
+    """Return the hours from Monday 1969-12-29 00:00 UTC to ``t_ms`` (slot: this mod slots)."""
+    return t_ms // HOUR_MS + MONDAY_OFFSET_H
 
 
 def season_slot(t_ms: int, slots: int) -> int:
     """Return the hour-of-day (``slots`` = 24) or hour-of-week (168) slot of a UTC time."""
-    return (t_ms // HOUR_MS + _MONDAY_OFFSET_H) % slots
+    return epoch_hour(t_ms) % slots
 
 
 @dataclass(slots=True)
@@ -57,9 +62,17 @@ class SlotBaseline:
             self.means = [0.0] * self.slots
             self.counts = [0] * self.slots
 
-    def raw(self, x: float, t_ms: int, eps: float, z_scale: float) -> float:
-        """Return ``erf(|x - slot mean| / (spread * z_scale))``; 0 while the slot is empty."""
-        slot = season_slot(t_ms, self.slots)
+    def raw(self, x: float, hour: int, eps: float, z_scale: float) -> float:
+        """Return ``erf(|x - slot mean| / (spread * z_scale))``; 0 while the slot is empty.
+
+        Args:
+            x: The value.
+            hour: Its :func:`epoch_hour`.
+            eps: Floor of the spread.
+            z_scale: Divisor of the distance in spreads before ``erf``.
+
+        """
+        slot = hour % self.slots
         if not self.counts[slot]:
             return 0.0
         spread = math.sqrt(self.sq) if self.sq > 0.0 else 0.0
@@ -67,9 +80,12 @@ class SlotBaseline:
             spread = eps
         return math.erf(abs(x - self.means[slot]) / (spread * z_scale))
 
-    def learn(self, x: float, t_ms: int) -> None:
-        """Fold ``x`` into its slot's mean and (when the slot had a mean) the pooled spread."""
-        slot = season_slot(t_ms, self.slots)
+    def learn(self, x: float, hour: int) -> None:
+        """Fold ``x`` (at :func:`epoch_hour` ``hour``) into its slot's mean and the pooled spread.
+
+        The spread learns only from values whose slot already had a mean.
+        """
+        slot = hour % self.slots
         count = self.counts[slot]
         mean = self.means[slot]
         if count:
