@@ -196,17 +196,16 @@ class AllocChange:
         return cls(run, node, op, tuple(sorted(set(gpus))), at)
 
 
-def _opt(x: Any, kind: type[float] | type[int] = float) -> Any:
-    return None if x is None else kind(x)
-
-
 def _gpu(g: Any) -> Gpu:
     if len(g) == 6:  # an older worker's entry
         index, util, sm, throttle, xid, ecc = g
-        return (int(index), float(util), _opt(sm), int(throttle), int(xid), int(ecc))
+        return (int(index), float(util), None if sm is None else float(sm), int(throttle),
+                int(xid), int(ecc))
     index, util, sm, throttle, xid, ecc, mem, temp, clock, link = g
-    return (int(index), float(util), _opt(sm), int(throttle), int(xid), int(ecc), _opt(mem),
-            _opt(temp), _opt(clock, int), _opt(link))
+    return (int(index), float(util), None if sm is None else float(sm), int(throttle),
+            int(xid), int(ecc), None if mem is None else float(mem),
+            None if temp is None else float(temp), None if clock is None else int(clock),
+            None if link is None else float(link))
 
 
 def gpu_of(index: int, util: float, sm: float | None, throttle: int, xid: int | None, ecc: int,
