@@ -160,6 +160,8 @@ def test_each_grid_configuration_is_detected_once_per_file(tmp_path: Path) -> No
     assert set(report.cv) == set(PROFILES)
     assert [f.held_out for f in report.cv["standard"].folds] == ["setA", "setB", "setC"]
     assert report.cv["standard"].normalized == pytest.approx(100.0)
+    assert report.cv_shipped is not None
+    assert {f.config for f in report.cv_shipped["standard"].folds} == {"shipped"}
 
 
 def test_timestamps_reach_detectors_that_use_time() -> None:
@@ -187,4 +189,4 @@ def test_cli_prints_in_sample_and_cross_validated(tmp_path: Path, capsys) -> Non
     assert rc == 0
     assert "| standard | standard (CV) |" in out
     assert "| default | standard | setC | " in out and "| default | standard | pooled |" in out
-    assert "season=week" in out or "shipped" in out
+    assert "default, shipped configuration alone (threshold-only CV): standard" in out

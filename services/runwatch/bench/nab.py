@@ -46,6 +46,7 @@ class DetectorReport:
     state_bytes_max: int
     cv: dict[str, CrossValidation]  # empty when the corpus has fewer than two sets
     grid: tuple[str, ...] = (SHIPPED,)
+    cv_shipped: dict[str, CrossValidation] | None = None  # threshold-only CV, grids only
 
     @property
     def updates_per_s(self) -> float:
@@ -125,6 +126,9 @@ def score_runs(
                 state_bytes_max=max(run.state_bytes),
                 cv={p: leave_one_set_out(candidates, p) for p in PROFILES} if n_sets > 1 else {},
                 grid=tuple(candidates),
+                cv_shipped={p: leave_one_set_out({SHIPPED: files}, p) for p in PROFILES}
+                if n_sets > 1 and len(candidates) > 1
+                else None,
             )
         )
     return reports
@@ -188,6 +192,10 @@ def format_table(reports: Sequence[DetectorReport]) -> str:
             f"{r.state_bytes_median:,.0f}, {r.state_bytes_max:,}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    for r in reports:
+        if r.cv_shipped:
+            figures = ", ".join(f"{p} {cv.normalized:.1f}" for p, cv in r.cv_shipped.items())
+            lines.append(f"\n{r.name}, shipped configuration alone (threshold-only CV): {figures}")
     return "\n".join(lines)
 
 

@@ -53,7 +53,8 @@ class DetectorRun:
         name: Detector name.
         scores: Per-file scores (key → one score per row).
         updates: Rows processed (score + learn) in timed files.
-        seconds: Time spent in score + learn over timed files.
+        seconds: CPU time of this process in score + learn over timed files (CPU,
+            not wall, time: on a shared machine other jobs' turns are not counted).
         state_bytes: Serialized JSON state size per series, at the end of each file.
 
     """
@@ -145,9 +146,9 @@ def detect_corpus(
         for name, make in detectors.items():
             run = runs[name]
             every = (time_every or {}).get(name, 1)
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             scores, det = run_file(make, key, values, times)
-            elapsed = time.perf_counter() - t0
+            elapsed = time.process_time() - t0
             if file_no % every == 0:
                 run.seconds += elapsed
                 run.updates += len(values)
