@@ -248,3 +248,29 @@ def test_a_persistent_faults_alert_resolving_while_the_run_goes_on_is_a_flap() -
     gate = [_alert("r2", "rule:failed_gate", "artifact", 1_000, wall=10_000),
             AlertSeen("r2", "rule:failed_gate", "x", "artifact", "resolved", 1_000, "t", 20_000)]
     assert score([one_shot], gate, []).rows[0].passed
+
+
+def test_offline_replay_hands_stored_reports_to_a_run_that_starts_later() -> None:
+    """As the processor's data agent does: a run gets its dataset's earlier reports."""
+    from runwatch.client import data, init
+    from runwatch.client.publisher import Publisher
+    from runwatch.core.records import DatasetRef
+    from runwatch.sim.replay import replay
+
+    transport = CaptureTransport()
+    pipeline = Publisher(transport, kind="sdk")
+    t0 = 1_800_000_000_000
+    for k, rows in enumerate(([1.0, 2.0, 3.0], [])):  # the second partition came out empty
+        data.report("s3://lake/d", "v1", f"p{k}", {"x": rows}, baseline={"columns": {}},
+                    publisher=pipeline, now_ms=t0 + 60_000 * k)
+    times = iter(range(t0 + 120_000, t0 + 10**9, 1_000))
+    run = init(run_id="late-run", datasets=[DatasetRef(uri="s3://lake/d", version="v1")],
+               transport=transport, clock=lambda: next(times), capture_lineage=False,
+               install_hooks=False)
+    for i in range(5):
+        run.step(i, loss=1.0, now_ms=t0 + 125_000 + i * 1_000)
+    run.finish(now_ms=t0 + 130_000)
+    codec = load_codec()
+    alerts = replay(codec.decode(v) for _, _, v in transport.messages)
+    assert [(a.run_id, a.detector) for a in alerts if a.status == "firing"] == [
+        ("late-run", "rule:zero_rows")]
