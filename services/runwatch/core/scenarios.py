@@ -2,7 +2,8 @@
 
 Each scenario returns the records of one run, in emission order, with event
 times laid out from ``t0_ms`` (one step every ``step_ms``). The processor's
-integration tests, the benchmark and the end-to-end simulator share them.
+integration tests use them. The cluster simulator (:mod:`runwatch.sim`) and its
+end-to-end tests do not: they publish through the public producers only.
 
 Failure modes (with the alert the processor should raise):
 
