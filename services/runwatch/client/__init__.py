@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -104,6 +105,7 @@ def init(
         The :class:`~runwatch.client.run.Run` (a :class:`NullRun` if it cannot start).
 
     """
+    own_transport = None
     try:
         from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
         from runwatch.adapters.settings import KafkaSettings
@@ -113,7 +115,7 @@ def init(
         rid = os.environ.get("RUNWATCH_RUN_ID") or run_id or new_run_id()
         rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
         if transport is None:
-            transport = KafkaTransport(
+            transport = own_transport = KafkaTransport(
                 kafka or KafkaSettings(), producer or ProducerSettings(), name=f"sdk-{rid}-r{rank}"
             )
         if attempt is None:
@@ -140,6 +142,9 @@ def init(
             lineage=lineage,
         )
     except Exception:
+        if own_transport is not None:  # nothing was published: stop its thread
+            with contextlib.suppress(Exception):
+                own_transport.close(0)
         if strict:
             raise
         logger.exception("runwatch.init failed; telemetry is off for this process")
