@@ -260,12 +260,14 @@ def test_input_horizon(marks, wall, want) -> None:
 
 
 def gpu_job(util: Callable[[float], float], load_s: int = 600, train_s: int = 2_400,
-            gpus: tuple[int, ...] = tuple(range(8))) -> list[Any]:
+            gpus: tuple[int, ...] = tuple(range(8)),
+            paused: Callable[[float], bool] = lambda t: False) -> list[Any]:
     """A run on one node: ``load_s`` of model loading, then training with steps.
 
     The node agent samples every 10 s over the NVML double; ``util(t_s)`` is
     the GPUs' utilization in percent (SM occupancy 70 % of it), the SDK
-    publishes a step a second once training starts.
+    publishes a step a second once training starts, except while ``paused(t_s)``
+    (an evaluation pass, a checkpoint write).
     """
     transport = CaptureTransport()
     clock = Clock(T0)
@@ -277,7 +279,7 @@ def gpu_job(util: Callable[[float], float], load_s: int = 600, train_s: int = 2_
                         install_hooks=False, capture_lineage=False, strict=True, clock=clock)
     for t in range(0, load_s + train_s):
         clock.t = T0 + t * 1_000
-        if t >= load_s:
+        if t >= load_s and not paused(t):
             run.step(t - load_s, loss=1.0, samples=32, step_ms=1_000.0, loader_wait_ms=20.0)
         if t % 10 == 0:
             for g in gpus:
@@ -304,3 +306,23 @@ def test_occupancy_fall_after_a_low_utilization_model_load_is_detected() -> None
 def test_a_run_always_at_low_utilization_is_not_paged(level: float) -> None:
     # an evaluation job / an input-bound family: low from loading to the end
     assert replay(gpu_job(lambda t: 8.0 if t < 600 else level)) == []
+
+
+def evaluating(t: float) -> bool:
+    """A 45 s evaluation pass every 5 minutes of training (no steps; shorter than a stall)."""
+    return t >= 600 and (t - 600) % 300 >= 255
+
+
+@pytest.mark.parametrize("eval_util", [20.0, 35.0])
+def test_evaluation_passes_between_steps_are_not_an_occupancy_fall(eval_util: float) -> None:
+    def util(t: float) -> float:
+        return 10.0 if t < 600 else eval_util if evaluating(t) else 90.0
+    assert replay(gpu_job(util, paused=evaluating)) == []
+
+
+def test_an_occupancy_fall_while_stepping_is_detected_between_evaluation_passes() -> None:
+    def util(t: float) -> float:
+        return 10.0 if t < 600 else 25.0 if evaluating(t) else 90.0 if t < 2_400 else 35.0
+    fired = [a for a in replay(gpu_job(util, paused=evaluating))
+             if a.detector == "watch:gpu_occupancy" and a.status == "firing"]
+    assert len(fired) == 1 and fired[0].first_seen_ms >= T0 + 2_400_000

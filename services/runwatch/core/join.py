@@ -19,6 +19,7 @@ from runwatch.core.join_node import (
     hst_evidence,
     node_agg,
     node_sample,
+    stepped,
     throughput_cause,
 )
 from runwatch.core.records import (
@@ -164,6 +165,7 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
     s.last_step_at_ms = max(s.last_step_at_ms, at)  # event time (the stall rule's domain)
     s.first_step_at_ms = min(s.first_step_at_ms or at, at)
     s.last_step = max(s.last_step, e.step)
+    out += stepped(s, at, now, cfg, bl)
     out += clear(s, cfg, "rule:stalled", "step_gap_ms", now, at)
     out += observe(s, cfg, "loader_share", ind.loader_share(e.loader_wait_ms, e.step_ms), at, now,
                    bl, f"loader_wait {e.loader_wait_ms:.0f} ms of step {e.step_ms:.0f} ms")
@@ -210,9 +212,10 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
               bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
     s.first_step_at_ms = min(s.first_step_at_ms or at, at)
+    out += stepped(s, at, now, cfg, bl)
     f = rules.non_finite_learning(e.loss, e.grad_norm, e.nonfinite_count, at, e.lr)
     if f:
-        return emit(s, cfg, f, now, one_shot=True)
+        return out + emit(s, cfg, f, now, one_shot=True)
     if e.lr is not None:  # the latest learning-rate increase (warm-up, a warm restart)
         prev = s.signals.get("lr")
         if prev is not None and e.lr > prev[1] * (1 + LR_RISE) and e.step > prev[0]:

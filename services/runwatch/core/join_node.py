@@ -303,8 +303,6 @@ def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
     if gpus:
         util = pct_mean([g[1] for g in gpus])
         started = training(s, at, util)
-        if started:
-            out += observe(s, cfg, "gpu_utilization", util, at, now, bl, f"node {e.node}")
         if any(g[3] for g in gpus) or s.signals.get("slow"):
             out += throttling(s, e, at, now, cfg)
         mem = [g[6] for g in gpus if len(g) > 6 and g[6] is not None]
@@ -318,10 +316,89 @@ def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
         if not started:
             return out
         occ, source = occupancy_or_utilization([g[2] for g in gpus], [g[1] for g in gpus])
-        what = "SM occupancy" if source == "sm_occupancy" else "GPU utilization (no SM occupancy)"
-        out += observe(s, cfg, "gpu_occupancy", occ, at, now, bl,
-                       f"node {e.node}: {what} {occ:.0%}; source={source}",
-                       signal=occupancy_cause(s, at, cfg))
+        reading = [at, e.node, util, occ, source]
+        if not s.first_step_at_ms:  # a run without steps: nothing to tell its pauses by
+            return out + _gpu_reading(s, reading, now, cfg, bl)
+        s.gpu_pending.append(reading)
+        s.gpu_pending.sort(key=lambda r: r[0])
+        del s.gpu_pending[:-PENDING_MAX]
+        out += settle(s, now, cfg, bl)
+    return out
+
+
+STEPPING_K = 3.0
+"""A node reading belongs to training when one of the run's steps ended within this many
+typical step intervals of it (median of the intervals between its recent steps). Evaluation
+passes, checkpoint writes and other pauses between steps run the GPUs at another level and
+are not the level the GPU watches learn or judge; a slower step (a starved GPU) is still a
+step. Three intervals: a reading a step or two from the last one is training, one in a gap
+of several step times is a pause."""
+PENDING_MAX = 64
+"""Node readings of a run kept waiting for its steps (a long pause drops the oldest)."""
+
+
+def _gpu_reading(s: RunState, r: list[Any], now: int, cfg: RunConfig,
+                 bl: Baseline | None) -> list[Output]:
+    at, node, util, occ, source = r
+    out = observe(s, cfg, "gpu_utilization", util, at, now, bl, f"node {node}")
+    what = "SM occupancy" if source == "sm_occupancy" else "GPU utilization (no SM occupancy)"
+    return out + observe(s, cfg, "gpu_occupancy", occ, at, now, bl,
+                         f"node {node}: {what} {occ:.0%}; source={source}",
+                         signal=occupancy_cause(s, at, cfg))
+
+
+def stepped(s: RunState, at: int, now: int, cfg: RunConfig,
+            bl: Baseline | None) -> list[Output]:
+    """Record a step's event time; fold the node readings it shows to be training.
+
+    Args:
+        s: The run state.
+        at: The step's event time (``StepTiming`` or ``LearningStep``).
+        now: Current time.
+        cfg: Processor knobs.
+        bl: Workload baseline.
+
+    Returns:
+        Alerts of the GPU watches.
+
+    """
+    times = s.step_at
+    if at not in times:  # a step's timing and learning records share their time
+        times.append(at)
+        if len(times) > 1 and times[-2] > at:
+            times.sort()
+        del times[:-STEP_TIMES]
+    return settle(s, now, cfg, bl) if s.gpu_pending else []
+
+
+STEP_TIMES = 64
+"""Recent step event times a run keeps (to tell its pauses from its training)."""
+
+
+def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[Output]:
+    """Fold waiting node readings that a step falls near; drop those inside a pause.
+
+    A reading with a step within :data:`STEPPING_K` typical step intervals of it
+    is training and goes to the GPU watches, in event-time order. One the run
+    stepped past by more than that without a step near it sat in a pause
+    (evaluation, checkpoint) and is dropped; the rest wait for more steps.
+    Pure event time: the outcome does not depend on whether the node path or
+    the step path is read first.
+    """
+    times = s.step_at
+    if not times:
+        return []
+    diffs = sorted(b - a for a, b in zip(times, times[1:], strict=False))
+    gap = STEPPING_K * diffs[len(diffs) // 2] if diffs else math.inf
+    out: list[Output] = []
+    keep: list[list[Any]] = []
+    for r in s.gpu_pending:
+        at = r[0]
+        if at < times[0] - gap or any(abs(t - at) <= gap for t in times):
+            out += _gpu_reading(s, r, now, cfg, bl)  # training (or older than what is kept)
+        elif times[-1] < at + gap:
+            keep.append(r)  # no step near it yet: the steps after it may still come
+    s.gpu_pending = keep
     return out
 
 
@@ -330,7 +407,8 @@ def training(s: RunState, at: int, util: float) -> bool:
 
     Start-up (loading a model, warming caches, compiling) runs the GPUs at low
     utilization, and a baseline learned from it would sit near zero: a later
-    fall could never clear its bound. Training starts at the run's first step
+    fall could never clear its bound (pauses between steps are left out later:
+    :func:`settle`). Training starts at the run's first step
     (``StepTiming`` or ``LearningStep``, event time); a run that reports no
     steps at all (no SDK: neither a step nor a manifest so far) counts from
     the first reading where its GPUs are busy (:data:`BUSY`). A run that is

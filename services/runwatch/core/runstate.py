@@ -126,6 +126,8 @@ class RunState:
     last_step: int = -1
     first_step_at_ms: int = 0
     gpu_busy: bool = False
+    step_at: list[int] = field(default_factory=list)
+    gpu_pending: list[list[Any]] = field(default_factory=list)
     worker_restarts: int = 0
     first_at_ms: int = 0
     checkpoint_ms: float = 0.0
