@@ -228,3 +228,17 @@ def test_unversioned_dataset_joins_versioned_reports(declared, reported_version,
     _, outs = join.tick(st, T + 61_000, cfg)
     missing = [o for o in outs if getattr(o, "detector", "") == "rule:missing_data_report"]
     assert (missing == []) is joins
+
+
+def test_a_refused_strict_init_leaves_no_transport_thread(tmp_path: Path) -> None:
+    import threading
+
+    from runwatch.adapters.kafka import ProducerSettings
+    from runwatch.adapters.settings import KafkaSettings
+
+    with pytest.raises(ValueError, match="hardware"):
+        runwatch.init("fam", run_id="run-refused", install_hooks=False, capture_lineage=False,
+                      strict=True, lineage={"hardware": {"gpus": 8}},
+                      kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"),
+                      producer=ProducerSettings(spool_dir=tmp_path))
+    assert [t.name for t in threading.enumerate() if "run-refused" in t.name] == []
