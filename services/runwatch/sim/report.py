@@ -14,6 +14,11 @@ from runwatch.sim.scoreboard import AlertSeen, format_board
 def print_progress(p: Progress) -> None:
     """Print one progress line to stderr (overwritten in place on a terminal)."""
     firing = sum(1 for a in p.alerts if a.status == "firing")
+    if p.runs_active == 0 and p.virtual_s > p.duration_s:  # the post-run collection window
+        print(f"runs ended; collecting alerts (t={p.virtual_s:7.0f}s, agents sampling)  "
+              f"records {p.records:8d}  alerts {firing:3d}",
+              end="\r" if sys.stderr.isatty() else "\n", file=sys.stderr, flush=True)
+        return
     line = (f"t={p.virtual_s:7.0f}s/{p.duration_s:.0f}s  runs active {p.runs_active:3d} "
             f"done {p.runs_done:3d}  records {p.records:8d}  injected {len(p.injected):2d}  "
             f"alerts {firing:3d}")

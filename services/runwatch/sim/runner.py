@@ -40,7 +40,7 @@ class SimConfig:
         seed: Random seed.
         speed: Virtual seconds per wall second.
         duration_s: Virtual length of the simulation.
-        scenarios: Faults, one run each.
+        scenarios: Faults and controls, each with its workload's runs.
         prefix: Run id prefix (unique per session by default).
         topic_prefix: Prefix of every topic (tests isolate with it).
         node_interval_s: Virtual seconds between node-agent ticks.
