@@ -34,9 +34,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        try:
+            module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        except ModuleNotFoundError as exc:
+            line = _missing_extra_line(info.name, exc)
+            if line is None:
+                raise
+            _register_unavailable(sub, info.name, line)
+            continue
         module.register(sub)
     return parser
+
+
+def _register_unavailable(sub: argparse._SubParsersAction, name: str, line: str) -> None:
+    """Add a command whose module needs an extra that is not installed: it prints ``line``."""
+
+    def refuse(_args: argparse.Namespace) -> int:
+        print(line, file=sys.stderr)
+        return 2
+
+    # No option prefix: whatever follows the command is accepted, then refused with ``line``.
+    parser = sub.add_parser(name, help=f"(not installed) {line}", add_help=False,
+                            prefix_chars="\0")
+    parser.add_argument("rest", nargs="*")
+    parser.set_defaults(func=refuse)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,6 +84,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        line = _missing_extra_line(args.command, exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
+
+
+def _missing_extra_line(command: str | None, exc: ModuleNotFoundError) -> str | None:
+    """Return the one line naming the extra to install, or None if ``exc`` is a real bug."""
+    from runwatch.extras import MissingExtraError, extra_for, install_hint
+
+    if isinstance(exc, MissingExtraError):
+        return str(exc)
+    extra = extra_for(command, exc.name)
+    if extra is None:
+        return None
+    return f"{install_hint(extra, f'runwatch {command}')} (missing: {exc.name})"
 
 
 if __name__ == "__main__":

@@ -21,8 +21,23 @@ def _no_stack_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_checkout_root_is_found_from_anywhere_inside(tmp_path: Path) -> None:
     assert find_checkout_root(ROOT / "services" / "runwatch") == ROOT
-    # From outside a checkout, the package's own location decides (editable install).
-    assert find_checkout_root(tmp_path) == ROOT
+    # Outside a checkout the working directory is the root: an installed package
+    # never looks for the repository around its own files.
+    assert find_checkout_root(tmp_path) == tmp_path.resolve()
+
+
+def test_outside_a_checkout_state_is_local_and_jars_go_to_the_user_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    s = StackSettings()
+    assert not s.in_checkout
+    assert s.state == tmp_path.resolve() / ".runwatch"
+    assert s.lib == (tmp_path / "cache" / "runwatch" / "kafka-lib").resolve()
+    # Configs come from the package: the same files as the checkout's infra/.
+    assert s.am_config.read_bytes() == (ROOT / "infra/alertmanager/alertmanager.yml").read_bytes()
+    assert s.log4j_config.read_bytes() == (ROOT / "infra/kafka/log4j2.properties").read_bytes()
 
 
 def test_defaults_point_into_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,17 +26,47 @@ def new_run_id() -> str:
 
 
 class NullRun:
-    """Stand-in returned when the SDK cannot start (``strict`` off): every call is a no-op."""
+    """Stand-in returned when the SDK cannot start (``strict`` off): every call is a no-op.
+
+    Nothing is lost silently: ``init`` logged why (``reason``), and every call
+    made on this stand-in is counted in ``counters["dropped_init_failed"]``
+    (``finish()`` returns the counters, as a real run's does).
+    """
 
     run_id = ""
-    counters: dict[str, int] = {}  # noqa: RUF012
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+        self.counters: dict[str, int] = {"dropped_init_failed": 0}
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self.counters["dropped_init_failed"] += 1
         if name == "data_wait":
-            import contextlib
-
             return contextlib.nullcontext
+        if name == "finish":
+            return lambda *a, **k: dict(self.counters)
         return lambda *a, **k: {}
+
+
+def _check_schemas(codec: Any) -> None:
+    """Refuse a schema set that lacks records the SDK publishes (a wrong ``RUNWATCH_SCHEMA_DIR``).
+
+    Raises:
+        SchemaLoadError: Naming the folder and the missing records.
+
+    """
+    from runwatch.core.codec import SchemaLoadError
+    from runwatch.core.records import RECORD_TYPES
+
+    absent = sorted(set(RECORD_TYPES) - set(codec.schemas.current))
+    if absent:
+        from runwatch.resources import avro_schema_dir
+
+        msg = (f"schema directory {avro_schema_dir()} lacks the schemas of {', '.join(absent)} "
+               "(check RUNWATCH_SCHEMA_DIR)")
+        raise SchemaLoadError(msg)
 
 
 def init(
@@ -122,8 +152,10 @@ def init(
             attempt = int(
                 os.environ.get("RUNWATCH_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT") or 0
             )
+        publisher = Publisher(transport, kind="sdk", topics=topics, clock=clock)
+        _check_schemas(publisher.codec)
         return Run(
-            Publisher(transport, kind="sdk", topics=topics, clock=clock),
+            publisher,
             run_id=rid,
             experiment_family=experiment_family or project,
             team=team,
@@ -141,11 +173,21 @@ def init(
             clock=clock,
             lineage=lineage,
         )
-    except Exception:
+    except Exception as exc:
         if own_transport is not None:  # nothing was published: stop its thread
             with contextlib.suppress(Exception):
                 own_transport.close(0)
         if strict:
             raise
-        logger.exception("runwatch.init failed; telemetry is off for this process")
-        return NullRun()
+        from runwatch.core.codec import SchemaLoadError
+        from runwatch.resources import ResourceError
+
+        reason = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, SchemaLoadError | ResourceError):  # configuration: one line says it
+            logger.error("runwatch.init failed, telemetry is OFF for this process (every call "
+                         "is dropped and counted in run.counters['dropped_init_failed']): %s",
+                         reason)
+        else:
+            logger.exception("runwatch.init failed, telemetry is OFF for this process (every "
+                             "call is dropped and counted in run.counters['dropped_init_failed'])")
+        return NullRun(reason)

@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
-
 
 def _rules(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from runwatch.core.retention import parse_rules
+    from runwatch.resources import retention_file
 
-    return parse_rules(Path(args.rules).read_text(encoding="utf-8"))
+    path = Path(args.rules) if args.rules else retention_file()
+    return parse_rules(path.read_text(encoding="utf-8"))
+
+
+def _schema_dir(args: argparse.Namespace) -> Path:
+    from runwatch.resources import clickhouse_ddl_dir
+
+    return Path(args.schema_dir) if args.schema_dir else clickhouse_ddl_dir()
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -20,7 +26,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
     client = ch.make_client(settings, database="")
-    done = ch.migrate(client, settings.database, Path(args.schema_dir), _rules(args))
+    done = ch.migrate(client, settings.database, _schema_dir(args), _rules(args))
     print("\n".join(f"applied {d}" for d in done) or f"{settings.database} is up to date")
     return 0
 
@@ -36,7 +42,7 @@ def _render(args: argparse.Namespace) -> int:
     from runwatch.core import ddl
     from runwatch.core.retention import render_retention
 
-    migrations = ddl.load_migrations(Path(args.schema_dir))
+    migrations = ddl.load_migrations(_schema_dir(args))
     statements = [s for m in migrations for s in m.statements] + render_retention(_rules(args))
     db = args.database or "runwatch"
     print(
@@ -63,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("render", _render, "print the DDL (single node, or --cluster NAME)"),
     ):
         p = dsub.add_parser(name, help=text)
-        p.add_argument("--schema-dir", default=str(SCHEMAS / "clickhouse"))
-        p.add_argument("--rules", default=str(SCHEMAS / "retention.yaml"))
+        p.add_argument("--schema-dir", help="folder of NNNN_*.sql migrations (default: packaged)")
+        p.add_argument("--rules", help="retention rules YAML (default: packaged retention.yaml)")
         p.add_argument("--database", help="database (default CLICKHOUSE_DATABASE or runwatch)")
         if name == "render":
             p.add_argument(

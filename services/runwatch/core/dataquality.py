@@ -1,19 +1,25 @@
-"""Data-quality statistics with numpy: pure functions, no I/O, no clock.
+"""Data-quality statistics in plain Python: pure functions, no I/O, no clock.
 
-Columns come in as a mapping ``name -> sequence``. A *baseline* is the
-JSON-able summary of a reference batch (:func:`make_baseline`): per numeric
+Columns come in as a mapping ``name -> sequence`` (lists, tuples, numpy arrays,
+pandas series: anything with ``tolist()`` is converted once). A *baseline* is
+the JSON-able summary of a reference batch (:func:`make_baseline`): per numeric
 column the quantile bin edges, bin proportions and a sorted sample, used for
 PSI and the two-sample Kolmogorov-Smirnov statistic.
+
+No numpy: this runs inside training jobs through ``runwatch.client.data.report``
+and is part of the base install, which stays small (docs/install.md). The
+quantiles follow numpy's default ("linear", type 7) definition and its
+interpolation formula, so baselines match those numpy would compute.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 PSI_THRESHOLD = 0.2
 KS_THRESHOLD = 0.1
@@ -21,15 +27,35 @@ _BINS = 10
 _SAMPLE = 2000
 _EPS = 1e-6
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "float": (float, int, np.floating, np.integer),
-    "double": (float, int, np.floating, np.integer),
-    "int": (int, np.integer),
-    "long": (int, np.integer),
-    "str": (str,),
-    "string": (str,),
-    "bool": (bool, np.bool_),
-    "boolean": (bool, np.bool_),
+
+def _is_bool(v: Any) -> bool:
+    """Python or numpy booleans (numpy's are not registered with :mod:`numbers`)."""
+    return isinstance(v, bool) or (
+        type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_")
+    )
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not _is_bool(v)
+
+
+def _is_float(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not _is_bool(v)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+_TYPES: dict[str, Any] = {
+    "float": _is_float,
+    "double": _is_float,
+    "int": _is_int,
+    "long": _is_int,
+    "str": _is_str,
+    "string": _is_str,
+    "bool": _is_bool,
+    "boolean": _is_bool,
 }
 
 
@@ -61,37 +87,82 @@ class QualityStats:
     max_ks: float | None = None
 
 
+def _as_list(values: Sequence[Any]) -> list[Any]:
+    """Return the values as a list of Python scalars where the container can convert them."""
+    tolist = getattr(values, "tolist", None)
+    if callable(tolist):
+        out = tolist()
+        if isinstance(out, list):
+            return out
+    return list(values)
+
+
 def is_null(v: Any) -> bool:
     """Tell whether a value is None or a float NaN."""
-    return v is None or (isinstance(v, float | np.floating) and math.isnan(v))
+    if v is None:
+        return True
+    return _is_float(v) and not isinstance(v, numbers.Integral) and math.isnan(v)
 
 
-def numeric(values: Sequence[Any]) -> np.ndarray | None:
-    """Return the non-null numeric values as float64, or None for a non-numeric column.
+def numeric(values: Sequence[Any]) -> list[float] | None:
+    """Return the non-null numeric values as floats, or None for a non-numeric column.
+
+    Booleans are not numeric.
 
     Args:
         values: Column values.
 
     Returns:
-        The array or None.
+        The values (in column order) or None.
 
     """
-    arr = np.asarray(values)
-    if arr.dtype.kind in "iuf":
-        out = arr.astype(np.float64, copy=False)
-        return out[~np.isnan(out)]
-    if arr.dtype.kind == "b":
-        return None
-    vals = [v for v in values if not is_null(v)]
-    if vals and all(
-        isinstance(v, int | float | np.integer | np.floating) and not isinstance(v, bool)
-        for v in vals
-    ):
-        return np.asarray(vals, dtype=np.float64)
+    vals = [v for v in _as_list(values) if not is_null(v)]
+    if vals and all(_is_float(v) for v in vals):
+        return [float(v) for v in vals]
     return None
 
 
-def psi(expected_props: Sequence[float], edges: Sequence[float], actual: np.ndarray) -> float:
+def _lerp(a: float, b: float, t: float) -> float:
+    """Interpolate between two order statistics as numpy does (exact at both ends)."""
+    diff = b - a
+    return b - diff * (1.0 - t) if t >= 0.5 else a + diff * t
+
+
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """Quantile of sorted values, numpy's default ("linear") method.
+
+    Args:
+        ordered: Values sorted ascending (at least one).
+        q: Quantile in [0, 1].
+
+    Returns:
+        The interpolated quantile.
+
+    """
+    n = len(ordered)
+    h = n * q + (1.0 + q * -1.0) - 1.0  # numpy's virtual index with alpha = beta = 1
+    lo = min(max(math.floor(h), 0), n - 1)
+    hi = min(lo + 1, n - 1)
+    return _lerp(ordered[lo], ordered[hi], h - math.floor(h))
+
+
+def _linspace(start: float, stop: float, num: int) -> list[float]:
+    """``numpy.linspace(start, stop, num)``."""
+    if num == 1:
+        return [start]
+    step = (stop - start) / (num - 1)
+    return [start + i * step for i in range(num - 1)] + [stop]
+
+
+def _bin_counts(edges: Sequence[float], values: Sequence[float], bins: int) -> list[int]:
+    """Counts per bin, bin ``i`` holding ``edges[i-1] <= v < edges[i]`` (searchsorted right)."""
+    counts = [0] * max(bins, len(edges) + 1)
+    for v in values:
+        counts[bisect.bisect_right(edges, v)] += 1
+    return counts
+
+
+def psi(expected_props: Sequence[float], edges: Sequence[float], actual: Sequence[float]) -> float:
     """Compute the population stability index of ``actual`` against baseline bins.
 
     Args:
@@ -103,16 +174,20 @@ def psi(expected_props: Sequence[float], edges: Sequence[float], actual: np.ndar
         PSI (0 = identical).
 
     """
-    if actual.size == 0:
+    values = _as_list(actual)
+    if not values:
         return 0.0
-    idx = np.searchsorted(np.asarray(edges), actual, side="right")
-    counts = np.bincount(idx, minlength=len(expected_props)).astype(np.float64)
-    a = np.clip(counts / actual.size, _EPS, None)
-    e = np.clip(np.asarray(expected_props, dtype=np.float64), _EPS, None)
-    return float(np.sum((a - e) * np.log(a / e)))
+    counts = _bin_counts(list(edges), values, len(expected_props))
+    total = 0.0
+    for c, e in zip(counts, list(expected_props) + [0.0] * (len(counts) - len(expected_props)),
+                    strict=True):
+        a = max(c / len(values), _EPS)
+        e = max(float(e), _EPS)
+        total += (a - e) * math.log(a / e)
+    return total
 
 
-def ks(sample: np.ndarray, actual: np.ndarray) -> float:
+def ks(sample: Sequence[float], actual: Sequence[float]) -> float:
     """Two-sample Kolmogorov-Smirnov statistic (sup of CDF difference).
 
     Args:
@@ -123,13 +198,22 @@ def ks(sample: np.ndarray, actual: np.ndarray) -> float:
         The statistic in [0, 1].
 
     """
-    if sample.size == 0 or actual.size == 0:
+    s = _as_list(sample)
+    a = sorted(_as_list(actual))
+    ns, na = len(s), len(a)
+    if ns == 0 or na == 0:
         return 0.0
-    a = np.sort(actual)
-    grid = np.concatenate([sample, a])
-    cdf_s = np.searchsorted(sample, grid, side="right") / sample.size
-    cdf_a = np.searchsorted(a, grid, side="right") / a.size
-    return float(np.max(np.abs(cdf_s - cdf_a)))
+    i = j = 0
+    d = 0.0
+    # Walk both sorted lists; at each observed value x both CDFs count the values <= x.
+    while i < ns or j < na:
+        x = s[i] if j >= na or (i < ns and s[i] <= a[j]) else a[j]
+        while i < ns and s[i] <= x:
+            i += 1
+        while j < na and a[j] <= x:
+            j += 1
+        d = max(d, abs(i / ns - j / na))
+    return d
 
 
 def make_baseline(
@@ -150,18 +234,17 @@ def make_baseline(
     out: dict[str, Any] = {"columns": {}}
     for name, values in columns.items():
         arr = numeric(values)
-        if arr is None or arr.size == 0 or name == label or name == timestamp:
+        if not arr or name == label or name == timestamp:
             continue
-        qs = np.quantile(arr, np.linspace(0, 1, _BINS + 1)[1:-1])
-        edges = np.unique(qs)
-        idx = np.searchsorted(edges, arr, side="right")
-        props = np.bincount(idx, minlength=len(edges) + 1) / arr.size
-        picks = np.linspace(0, arr.size - 1, min(arr.size, _SAMPLE)).round().astype(np.int64)
-        sample = np.sort(arr)[picks]
+        ordered = sorted(arr)
+        qs = [quantile(ordered, q) for q in _linspace(0.0, 1.0, _BINS + 1)[1:-1]]
+        edges = sorted(set(qs))
+        counts = _bin_counts(edges, arr, len(edges) + 1)
+        picks = _linspace(0.0, len(arr) - 1.0, min(len(arr), _SAMPLE))
         out["columns"][name] = {
-            "edges": edges.tolist(),
-            "props": props.tolist(),
-            "sample": sample.tolist(),
+            "edges": edges,
+            "props": [c / len(arr) for c in counts],
+            "sample": [ordered[round(p)] for p in picks],
         }
     if label is not None and label in columns:
         out["label"] = label_distribution(columns[label])
@@ -205,7 +288,7 @@ def schema_failures(
         ValueError: An unknown type name.
 
     """
-    bad = np.zeros(rows, dtype=bool)
+    bad = [False] * rows
     for name, tname in schema.items():
         nullable = tname.endswith("?")
         base = tname.rstrip("?")
@@ -213,17 +296,15 @@ def schema_failures(
             msg = f"unknown schema type {tname!r} for column {name!r}"
             raise ValueError(msg)
         if name not in columns:
-            bad[:] = True
+            bad = [True] * rows
             continue
-        ok_types = _TYPES[base]
+        conforms = _TYPES[base]
         for i, v in enumerate(columns[name]):
             if is_null(v):
                 bad[i] |= not nullable
-            elif not isinstance(v, ok_types) or (
-                base not in ("bool", "boolean") and isinstance(v, bool)
-            ):
+            elif not conforms(v):
                 bad[i] = True
-    return int(bad.sum())
+    return sum(bad)
 
 
 def duplicate_rows(columns: Mapping[str, Sequence[Any]], rows: int) -> int:
@@ -297,14 +378,14 @@ def compute(
     for name, values in columns.items():
         nulls = sum(1 for v in values if is_null(v))
         arr = numeric(values) if name != label else None
-        if arr is None or arr.size == 0:
+        if not arr:
             stats.append(ColumnStats(name=name, null_pct=100.0 * nulls / rows if rows else 0.0))
             continue
         p = k = None
         if name in base_cols and name != timestamp:
             b = base_cols[name]
             p = psi(b["props"], b["edges"], arr)
-            k = ks(np.asarray(b["sample"], dtype=np.float64), arr)
+            k = ks(b["sample"], arr)
             psis.append(p)
             kss.append(k)
             if p > psi_threshold or k > ks_threshold:
@@ -313,9 +394,9 @@ def compute(
             ColumnStats(
                 name=name,
                 null_pct=100.0 * nulls / rows if rows else 0.0,
-                min=float(arr.min()),
-                max=float(arr.max()),
-                mean=float(arr.mean()),
+                min=min(arr),
+                max=max(arr),
+                mean=math.fsum(arr) / len(arr),
                 psi=p,
                 ks=k,
             )
@@ -323,8 +404,8 @@ def compute(
     lag = None
     if timestamp and timestamp in columns:
         ts = numeric(columns[timestamp])
-        if ts is not None and ts.size:
-            lag = int(now_ms - ts.max())
+        if ts:
+            lag = int(now_ms - max(ts))
     return QualityStats(
         row_count=rows,
         schema_failures=schema_failures(columns, schema, rows) if schema else 0,

@@ -58,13 +58,15 @@ class TopicSpec:
 
 
 def default_topics_path() -> Path:
-    """Return ``schemas/topics.yaml`` at the repository root.
+    """Return the topic map: ``$RUNWATCH_TOPICS_FILE`` or the packaged ``topics.yaml``.
 
     Returns:
-        The path.
+        The path (see :mod:`runwatch.resources`).
 
     """
-    return Path(__file__).resolve().parents[3] / "schemas" / "topics.yaml"
+    from runwatch.resources import topics_file
+
+    return topics_file()
 
 
 def parse_topics(doc: Any) -> dict[str, TopicSpec]:
@@ -123,7 +125,7 @@ def load_topics(path: Path | None = None) -> dict[str, TopicSpec]:
     """Read the topic map.
 
     Args:
-        path: YAML file; default ``schemas/topics.yaml`` at the repository root.
+        path: YAML file; default :func:`default_topics_path`.
 
     Returns:
         Topic name -> spec.

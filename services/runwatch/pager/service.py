@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch import __version__
@@ -32,6 +33,7 @@ from runwatch.core.delivery import BreakerPolicy, RetryPolicy, find_silence
 from runwatch.core.routing import Rules, alert_attributes, parse_rules, receivers_for
 from runwatch.pager.deliver import Deliverer, Interrupted
 from runwatch.pager.state import NotificationLog, SilenceStore, default_state_dir
+from runwatch.resources import pager_routes_file
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ class PagerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RUNWATCH_PAGER_", extra="ignore")
 
-    rules_file: Path = Path("infra/pager/routes.yaml")
+    rules_file: Path = Field(default_factory=pager_routes_file)
     state_dir: Path = default_state_dir()
     alerts_topic: str = "rw.alerts"
     dlq_topic: str = "rw.dlq"

@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 from runwatch.adapters import clickhouse as ch
@@ -31,6 +30,7 @@ from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.core.codec import DecodeError, load_codec
 from runwatch.core.colbatch import append_fast, undo
 from runwatch.core.rows import COLUMNS, Origin, RowError, check_row, dead_letter_row, rows_for
+from runwatch.resources import summary_sql_file
 from runwatch.sink.batch import FlushBatch, SeenEvents
 from runwatch.sink.settings import SinkSettings
 from runwatch.sink.writer import Writer, WriterStopped
@@ -42,7 +42,6 @@ ENDED_REMEMBERED = 10_000
 """Ended runs the sink remembers, to rewrite their summaries when late rows arrive."""
 _STATE = COLUMNS["job_events"].index("state")
 _RUN = COLUMNS["job_events"].index("run_id")
-SUMMARY_SQL = Path(__file__).resolve().parents[3] / "schemas" / "clickhouse" / "summary"
 
 
 def _now_ms() -> int:
@@ -77,7 +76,7 @@ class Sink:
         self.seen = SeenEvents(settings.dedup_window)
         self.first_pending_ms: int | None = None
         self.counts = {"messages": 0, "dead_letters": 0, "duplicates": 0, "skipped": 0}
-        summary = settings.summary_sql or SUMMARY_SQL / "run_summary.sql"
+        summary = settings.summary_sql or summary_sql_file()
         summary_sql = summary.read_text(encoding="utf-8").replace("${db}", self.db)
         self.writer = Writer(settings, self._new_client, self.db, summary_sql, self.stop)
         self.consumer = BatchConsumer(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from runwatch.adapters.probes import http_ready, kafka_ready
+from runwatch.resources import kafka_pom, pager_routes_file
 from runwatch.stack import process
 from runwatch.stack.settings import StackSettings
 
@@ -123,12 +124,61 @@ def _java_argv(settings: StackSettings, main: str, *args: str) -> tuple[str, ...
         "-XX:MaxGCPauseMillis=20",
         "-Djava.awt.headless=true",
         f"-Dkafka.logs.dir={kafka_logs}",
-        f"-Dlog4j2.configurationFile={settings.root / 'infra' / 'kafka' / 'log4j2.properties'}",
+        f"-Dlog4j2.configurationFile={settings.log4j_config}",
         "-cp",
         f"{settings.lib}/*",
         main,
         *args,
     )
+
+
+def resolve_kafka_jars(settings: StackSettings, report: Callable[[str], None],
+                       timeout_s: float = 900.0) -> None:
+    """Fill the broker classpath folder with Maven from the packaged ``pom.xml``.
+
+    What ``make jars`` does in a checkout, for an installed package: the pom is
+    copied to a scratch folder under the state directory (Maven writes
+    ``target/`` next to it; the installed package may be read-only) and
+    ``mvn dependency:copy-dependencies`` copies the runtime jars into
+    :attr:`StackSettings.lib`, from the user's Maven repository or Maven Central.
+
+    Args:
+        settings: The stack settings.
+        report: Progress callback.
+        timeout_s: Bound on the Maven run.
+
+    Raises:
+        StackError: Maven is missing, fails, or leaves no broker jar behind.
+
+    """
+    import shutil
+
+    lib = settings.lib
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        msg = (
+            f"Kafka broker jars not found in {lib} and Maven (mvn) is not installed; "
+            "install Maven, or point RUNWATCH_STACK_KAFKA_LIB at a folder of the jars "
+            f"listed in {kafka_pom()} (in a checkout: `make jars`)"
+        )
+        raise StackError(msg)
+    work = settings.state / "kafka-pom"
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(kafka_pom(), work / "pom.xml")
+    lib.mkdir(parents=True, exist_ok=True)
+    report(f"resolving the Kafka broker jars with Maven into {lib}")
+    argv = [mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
+            "-DincludeScope=runtime", f"-DoutputDirectory={lib}"]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                                check=False)
+    except subprocess.TimeoutExpired as exc:
+        msg = f"Maven did not resolve the Kafka broker jars in {timeout_s:.0f}s"
+        raise StackError(msg) from exc
+    if result.returncode != 0 or not any(lib.glob("kafka_2.13-*.jar")):
+        msg = (f"Maven could not resolve the Kafka broker jars into {lib} "
+               f"({result.returncode}): {(result.stdout + result.stderr)[-2000:]}")
+        raise StackError(msg)
 
 
 def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Path:
@@ -146,11 +196,14 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
 
     """
     if not any(settings.lib.glob("kafka_2.13-*.jar")):
-        msg = (
-            f"Kafka broker jars not found in {settings.lib}; run `make jars` "
-            "(mvn dependency:copy-dependencies on infra/kafka/pom.xml)"
-        )
-        raise StackError(msg)
+        if settings.kafka_lib is not None:  # a folder the user chose: not ours to fill
+            msg = (
+                f"Kafka broker jars not found in {settings.lib} (RUNWATCH_STACK_KAFKA_LIB); "
+                "fill it, unset it, or in a checkout run `make jars` "
+                "(mvn dependency:copy-dependencies on infra/kafka/pom.xml)"
+            )
+            raise StackError(msg)
+        resolve_kafka_jars(settings, report)
     kdir = settings.state / "kafka"
     (kdir / "data").mkdir(parents=True, exist_ok=True)
     (settings.logs / "kafka").mkdir(parents=True, exist_ok=True)
@@ -222,7 +275,7 @@ def service_env(settings: StackSettings) -> dict[str, str]:
     defaults = {
         "RUNWATCH_PROCESSOR_DATA_DIR": str(state / "processor"),
         "RUNWATCH_PAGER_STATE_DIR": str(state / "pager"),
-        "RUNWATCH_PAGER_RULES_FILE": str(settings.root / "infra" / "pager" / "routes.yaml"),
+        "RUNWATCH_PAGER_RULES_FILE": str(pager_routes_file()),
         "RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST": json.dumps([]),
     }
     env = {k: os.environ.get(k, v) for k, v in defaults.items()}

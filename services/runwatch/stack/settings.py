@@ -2,32 +2,45 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runwatch.resources import alertmanager_config, kafka_log4j
+
 
 def find_checkout_root(start: Path | None = None) -> Path:
-    """Find the checkout holding ``infra/kafka/pom.xml``.
+    """Find the checkout holding ``infra/kafka/pom.xml`` around the working directory.
 
-    Looks upwards from ``start`` (default: the working directory), then from
-    this package's own location (an editable install lives in the checkout).
+    Looks upwards from ``start`` (default: the working directory). An installed
+    package used outside a checkout works from the working directory.
 
     Args:
         start: Where to begin looking.
 
     Returns:
-        The checkout root, or the working directory when none is found.
+        The checkout root, or ``start`` (the working directory) when none is found.
 
     """
-    candidates = [(start or Path.cwd()).resolve(), Path(__file__).resolve()]
-    for origin in candidates:
-        for directory in (origin, *origin.parents):
-            if (directory / "infra" / "kafka" / "pom.xml").is_file():
-                return directory
-    return Path.cwd().resolve()
+    origin = (start or Path.cwd()).resolve()
+    for directory in (origin, *origin.parents):
+        if (directory / "infra" / "kafka" / "pom.xml").is_file():
+            return directory
+    return origin
+
+
+def user_cache_dir() -> Path:
+    """Return runwatch's per-user cache folder (``$XDG_CACHE_HOME/runwatch``).
+
+    Returns:
+        The folder (not created here).
+
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "runwatch"
 
 
 class StackSettings(BaseSettings):
@@ -67,15 +80,33 @@ class StackSettings(BaseSettings):
         return self.state / "logs"
 
     @property
+    def in_checkout(self) -> bool:
+        """Whether ``root`` is a runwatch checkout (it holds ``infra/kafka/pom.xml``)."""
+        return (self.root / "infra" / "kafka" / "pom.xml").is_file()
+
+    @property
     def lib(self) -> Path:
-        """The broker classpath folder filled by ``make jars``."""
-        return (self.kafka_lib or self.root / "infra" / "kafka" / "lib").resolve()
+        """The broker classpath folder.
+
+        ``RUNWATCH_STACK_KAFKA_LIB`` when set; in a checkout ``infra/kafka/lib``
+        (filled by ``make jars``); otherwise ``<user cache>/kafka-lib``, which
+        ``runwatch stack up`` fills with Maven from the packaged ``pom.xml``.
+        """
+        if self.kafka_lib is not None:
+            return self.kafka_lib.resolve()
+        if self.in_checkout:
+            return (self.root / "infra" / "kafka" / "lib").resolve()
+        return (user_cache_dir() / "kafka-lib").resolve()
+
+    @property
+    def log4j_config(self) -> Path:
+        """The broker's log4j2 configuration (packaged)."""
+        return kafka_log4j().resolve()
 
     @property
     def am_config(self) -> Path:
-        """The Alertmanager configuration file."""
-        default = self.root / "infra" / "alertmanager" / "alertmanager.yml"
-        return (self.alertmanager_config or default).resolve()
+        """The Alertmanager configuration file (default: the packaged one)."""
+        return (self.alertmanager_config or alertmanager_config()).resolve()
 
     @property
     def bootstrap_servers(self) -> str:

@@ -16,8 +16,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 def free_port() -> int:
     """Return a TCP port that is free on 127.0.0.1 right now.
@@ -87,7 +85,7 @@ def start_store(
         k: v for k, v in os.environ.items() if not k.startswith(("CLICKHOUSE_", "RUNWATCH_STORE_"))
     }
     out = log.open("ab")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     store = StoreProcess(proc, port, path, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runwatch.resources import ResourceError, users_file
 from runwatch.store.auth import User, load_users, parse_users
 
-# The checkout's users file; installs without a checkout fall back to the same
-# users built in (runwatch/runwatch read-write, analyst/analyst readonly).
-REPO_USERS_FILE = Path(__file__).resolve().parents[3] / "infra" / "clickhouse" / "users.yaml"
+# The packaged users file (infra/clickhouse/users.yaml); should it be missing
+# from an install, the same users are built in (runwatch/runwatch read-write,
+# analyst/analyst readonly).
 _RUNWATCH_SHA256 = "a06ab2e0205b26a9311056ef7f106d98703ee13ac1120101f52a76059a96ad87"
 _ANALYST_SHA256 = "f44ceb062e35dfeea6ed7f8524d53bb0bff19f553e25cae7ef4850e4185ccbba"
 BUILTIN_USERS = {
@@ -43,7 +44,7 @@ class StoreSettings(BaseSettings):
     display_name: str | None = None
 
     def users(self) -> dict[str, User]:
-        """Load the users: the configured file, the checkout's, or the built-in ones.
+        """Load the users: the configured file, the packaged one, or the built-in ones.
 
         Returns:
             Users by name.
@@ -51,6 +52,8 @@ class StoreSettings(BaseSettings):
         """
         if self.users_file is not None:
             return load_users(self.users_file)
-        if REPO_USERS_FILE.is_file():
-            return load_users(REPO_USERS_FILE)
-        return parse_users(BUILTIN_USERS, os.environ)
+        try:
+            packaged = users_file()
+        except ResourceError:
+            return parse_users(BUILTIN_USERS, os.environ)
+        return load_users(packaged)

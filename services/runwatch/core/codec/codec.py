@@ -512,7 +512,7 @@ def load_codec(schema_dir: Path | None = None) -> Codec:
 
     Args:
         schema_dir: Directory with the ``.avsc`` files; default
-            ``$RUNWATCH_SCHEMA_DIR`` or ``schemas/avro`` at the repository root.
+            ``$RUNWATCH_SCHEMA_DIR`` or the packaged ``schemas/avro``.
 
     Returns:
         The codec, shared between callers with the same directory.

@@ -8,7 +8,6 @@ Layout: ``<schema_dir>/<Name>.avsc`` holds the current version of each record;
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,17 +89,16 @@ class SchemaSet:
 
 
 def default_schema_dir() -> Path:
-    """Return the schema directory: ``$RUNWATCH_SCHEMA_DIR`` or the repository's.
+    """Return the schema directory: ``$RUNWATCH_SCHEMA_DIR`` or the packaged one.
 
     Returns:
-        ``$RUNWATCH_SCHEMA_DIR`` when set, else ``schemas/avro`` at the repository
-        root (``services/runwatch/../../schemas/avro``).
+        ``$RUNWATCH_SCHEMA_DIR`` when set, else the ``schemas/avro`` folder shipped
+        in the package (see :mod:`runwatch.resources`).
 
     """
-    env = os.environ.get(SCHEMA_DIR_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[4] / "schemas" / "avro"
+    from runwatch.resources import avro_schema_dir
+
+    return avro_schema_dir()
 
 
 def _read(path: Path, version: int, current: bool) -> SchemaVersion:
