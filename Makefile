@@ -67,8 +67,13 @@ demo: deps
 	$(RW) stack up
 	$(RW) demo
 
+# The NAB corpus is not part of the repository: clone https://github.com/numenta/NAB
+# (or any folder laid out as data/<set>/<name>.csv + labels/combined_windows.json)
+# and pass its path: make bench NAB_DATA=path/to/NAB
+NAB_DATA ?=
 bench: deps
-	$(BIN)/runwatch bench nab --data ../shared/nab
+	@if [ -z "$(NAB_DATA)" ]; then echo "make bench needs the NAB corpus: make bench NAB_DATA=path/to/NAB (see docs/detectors.md)" >&2; exit 2; fi
+	$(BIN)/runwatch bench nab --data $(NAB_DATA)
 
 # Comparison SDKs live in their own venv so they never touch runwatch's pins.
 BENCH_VENV := .runwatch/bench-venv
@@ -89,7 +94,8 @@ bench-all: deps $(BENCH_VENV)/.installed up
 	$(BIN)/python benchmarks/agent_overhead.py --bootstrap $(BENCH_KAFKA)
 	$(BIN)/python benchmarks/processor.py --seconds 30 --broker $(BENCH_KAFKA)
 	$(BIN)/python benchmarks/sink.py --bootstrap $(BENCH_KAFKA)
-	$(BIN)/runwatch bench nab --data ../shared/nab
+	@if [ -n "$(NAB_DATA)" ]; then $(BIN)/runwatch bench nab --data $(NAB_DATA); \
+	else echo "skipping the NAB benchmark: set NAB_DATA=path/to/NAB (see docs/detectors.md)"; fi
 
 clean: down
 	rm -rf $(VENV) $(KAFKA_LIB) .runwatch
