@@ -11,7 +11,7 @@ KAFKA_LIB := infra/kafka/lib
 APT_PACKAGES := prometheus-alertmanager kcat
 PYTEST_ARGS ?=
 
-.PHONY: deps venv jars apt up down status test unit lint demo bench bench-all clean
+.PHONY: deps venv jars apt up down status test unit packaging lint demo bench bench-all clean
 
 deps: venv jars apt
 
@@ -55,13 +55,21 @@ lint: venv
 
 # The README's test command: lint, schema compatibility, then every test tier.
 # Integration and e2e tests start the local stack through session fixtures
-# (or use a running one) and fail, not skip, when it cannot start.
+# (or use a running one) and fail, not skip, when it cannot start. The
+# packaging tier (tests/packaging) builds the wheel and installs it base-only
+# into a throwaway venv (pip needs the package registry or its cache).
 test: deps lint
 	$(RW) schemas check
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest tests/unit tests/contract $(PYTEST_ARGS)
+
+# The packaging tier alone (make test runs it with the rest): build the wheel,
+# install it base-only into a throwaway venv, run an SDK job through the local
+# broker, check the lean import and print the install's size.
+packaging: venv
+	$(BIN)/pytest tests/packaging -s $(PYTEST_ARGS)
 
 demo: deps
 	$(RW) stack up
