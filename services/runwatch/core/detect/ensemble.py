@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Self
 
 from runwatch.core.detect.base import State, check_finite, check_kind
-from runwatch.core.detect.likelihood import Likelihood
+from runwatch.core.detect.likelihood import Likelihood, tail_score
 from runwatch.core.detect.seasonal import (
     DAY_SLOTS,
     HOUR_MS,
@@ -147,59 +147,12 @@ class DefaultDetector:
             ]
             self.slayer = _layers(cfg)[:1]
 
-    def _raws(self, x: float, t_ms: int | None) -> tuple[float, float, float, float, float, float]:
-        """Raw evidence in [0, 1] (value z, difference z, rarity), the value's z and x, seasonal."""
-        mean = self.mean
-        var = self.sq - mean * mean
-        eps = 1e-9 * (abs(mean) + 1e-9)
-        scale = math.sqrt(var) if var > 0.0 else 0.0
-        if scale < eps:
-            scale = eps
-        z_val = abs(x - mean) / scale
-        r_val = math.erf(z_val / _Z_SCALE)
-        dmean = self.dmean
-        dvar = self.dsq - dmean * dmean
-        dscale = math.sqrt(dvar) if dvar > 0.0 else 0.0
-        if dscale < eps:
-            dscale = eps
-        r_diff = math.erf(abs(x - self.prev - dmean) / (dscale * _Z_SCALE))
-        r_rare = 0.0
-        if self.hist_total > 0.0:
-            p = self.hist.get(self._bin(x), 0.0) / (self.hist_total * self.hist_scale)
-            r_rare = -math.log10(p + 1e-4) / 4.0
-            if r_rare > 1.0:
-                r_rare = 1.0
-        r_season = 0.0
-        seasons = self.seasons
-        if seasons and t_ms is not None:
-            hour = t_ms // HOUR_MS + MONDAY_OFFSET_H
-            r_season = seasons[self._season_at(t_ms)].raw(x, hour, eps, _Z_SCALE)
-        return r_val, r_diff, r_rare, z_val, x, r_season
-
     def _season_at(self, t_ms: int) -> int:
         """Index of the seasonal baseline in use: the last one (week) once two weeks are seen."""
         t_first = self.t_first
         if t_first is not None and t_ms - t_first >= _TWO_WEEKS_MS:
             return len(self.seasons) - 1
         return 0
-
-    def _combine(self, raws: tuple[float, float, float, float, float, float]) -> float:
-        if self.quiet > 0 and self.cfg.damp == 0.0:
-            return 0.0  # silenced whatever the layers say
-        a, b, c = self.layers
-        score = max(a.score(raws[0]), b.score(raws[1]), c.score(raws[2]))
-        if raws[3] > self.cfg.spike_z and a.n >= self.cfg.spike_min_n:
-            score = max(score, 1.0 - 0.5 * self.cfg.spike_z / raws[3])
-        if self.quiet > 0:
-            return score * self.cfg.damp
-        cfg = self.cfg
-        if cfg.known_after and score >= cfg.known_from and self._seen(raws[4]) >= cfg.known_after:
-            score *= cfg.known_damp
-        if self.slayer:
-            s = self.slayer[0].score(raws[5])
-            if s > score:
-                score = s
-        return score
 
     def _seen(self, x: float) -> int:
         """Times the move from the previous value's bin to ``x``'s bin was learned."""
@@ -232,14 +185,79 @@ class DefaultDetector:
         return self._score(x, t_ms)
 
     def _score(self, x: float, t_ms: int | None) -> float:
-        """Score a finite ``x`` (cached: ``learn_one`` reuses the score of the same value)."""
+        """Score a finite ``x`` (cached: ``learn_one`` reuses the score of the same value).
+
+        The raw evidence (value z, difference z, rarity, seasonal distance) is
+        cached with the score for ``learn_one``. The likelihood layers are
+        combined by their largest tail argument (one tail evaluation, see
+        :meth:`Likelihood.tail_arg`).
+        """
         cache = self.cache
         t_key = _NO_TIME if t_ms is None else float(t_ms)
         if len(cache) == 10 and cache[0] == self.n and cache[1] == x and cache[9] == t_key:
             return cache[8]
-        raws = self._raws(x, t_ms)
-        score = self._combine(raws)
-        self.cache = [float(self.n), x, *raws, score, t_key]
+        mean = self.mean
+        var = self.sq - mean * mean
+        eps = 1e-9 * (abs(mean) + 1e-9)
+        scale = math.sqrt(var) if var > 0.0 else 0.0
+        if scale < eps:
+            scale = eps
+        z_val = abs(x - mean) / scale
+        r_val = math.erf(z_val / _Z_SCALE)
+        dmean = self.dmean
+        dvar = self.dsq - dmean * dmean
+        dscale = math.sqrt(dvar) if dvar > 0.0 else 0.0
+        if dscale < eps:
+            dscale = eps
+        r_diff = math.erf(abs(x - self.prev - dmean) / (dscale * _Z_SCALE))
+        r_rare = 0.0
+        if self.hist_total > 0.0:
+            p = self.hist.get(self._bin(x), 0.0) / (self.hist_total * self.hist_scale)
+            r_rare = -math.log10(p + 1e-4) / 4.0
+            if r_rare > 1.0:
+                r_rare = 1.0
+        r_season = 0.0
+        seasons = self.seasons
+        if seasons and t_ms is not None:
+            hour = t_ms // HOUR_MS + MONDAY_OFFSET_H
+            r_season = seasons[self._season_at(t_ms)].raw(x, hour, eps, _Z_SCALE)
+        score = self._combine(r_val, r_diff, r_rare, z_val, x, r_season)
+        self.cache = [float(self.n), x, r_val, r_diff, r_rare, z_val, x, r_season, score, t_key]
+        return score
+
+    def _combine(
+        self, r_val: float, r_diff: float, r_rare: float, z_val: float, x: float, r_season: float
+    ) -> float:
+        """The score: the layers' max, the spike path, the silence, the gate, the seasonal layer."""
+        cfg = self.cfg
+        quiet = self.quiet
+        if quiet > 0 and cfg.damp == 0.0:
+            return 0.0  # silenced whatever the layers say
+        value_layer, diff_layer, rare_layer = self.layers
+        arg = value_layer.tail_arg(r_val)
+        other = diff_layer.tail_arg(r_diff)
+        if other > arg:
+            arg = other
+        other = rare_layer.tail_arg(r_rare)
+        if other > arg:
+            arg = other
+        score = tail_score(arg)
+        if z_val > cfg.spike_z and value_layer.n >= cfg.spike_min_n:
+            spike = 1.0 - 0.5 * cfg.spike_z / z_val
+            if spike > score:
+                score = spike
+        if quiet > 0:
+            return score * cfg.damp
+        gated = False
+        if cfg.known_after and score >= cfg.known_from and self._seen(x) >= cfg.known_after:
+            score *= cfg.known_damp
+            gated = True
+        if self.slayer:
+            other = self.slayer[0].tail_arg(r_season)
+            if other > arg or gated:  # else its score is at most the layers' (monotone)
+                season = tail_score(other)
+                if season > score:
+                    score = season
         return score
 
     def learn_one(self, x: float, t_ms: int | None = None) -> None:
@@ -254,7 +272,9 @@ class DefaultDetector:
         if x - x != 0.0:  # NaN or infinite
             check_finite(x)
         cfg = self.cfg
-        if self.n >= cfg.min_n:
+        n = self.n
+        warm = n >= cfg.min_n
+        if warm:
             score = self._score(x, t_ms)
             cache = self.cache
             value_layer, diff_layer, rare_layer = self.layers
@@ -267,33 +287,37 @@ class DefaultDetector:
                 self.quiet -= 1
             elif score >= cfg.fire_level:
                 self.quiet = cfg.refractory
-        if self.n == 0:
+        if n == 0:
             self.mean, self.sq = x, x * x
             self.dmean = self.dsq = 0.0
         else:
-            a = cfg.long_fading if self.n >= cfg.min_n else 1.0 / (self.n + 1)
-            self.mean = a * x + (1 - a) * self.mean
-            self.sq = a * x * x + (1 - a) * self.sq
+            a = cfg.long_fading if warm else 1.0 / (n + 1)
+            b = 1 - a
+            self.mean = a * x + b * self.mean
+            self.sq = a * x * x + b * self.sq
             d = x - self.prev
-            c = cfg.diff_fading if self.n >= cfg.min_n else 1.0 / self.n
-            self.dmean = c * d + (1 - c) * self.dmean
-            self.dsq = c * d * d + (1 - c) * self.dsq
-        if t_ms is not None and self.seasons:
+            c = cfg.diff_fading if warm else 1.0 / n
+            b = 1 - c
+            self.dmean = c * d + b * self.dmean
+            self.dsq = c * d * d + b * self.dsq
+        seasons = self.seasons
+        if seasons and t_ms is not None:
             if self.t_first is None:
                 self.t_first = t_ms
             hour = t_ms // HOUR_MS + MONDAY_OFFSET_H
-            seasons = self.seasons
             at = self._season_at(t_ms)
             seasons[at].learn(x, hour)
             if at + 1 < len(seasons):  # a baseline given up for a longer cycle stops learning
                 seasons[at + 1].learn(x, hour)
         bx = self._learn_hist(x)
-        if self.n > 0 and cfg.known_after:
-            key = _pair(self._prev_bin(), bx)
-            self.trans[key] = self.trans.get(key, 0) + 1
+        if n > 0 and cfg.known_after:
+            pbin = self.pbin  # None when the histogram was just widened
+            key = _pair(self._bin(self.prev) if pbin is None else pbin, bx)
+            trans = self.trans
+            trans[key] = trans.get(key, 0) + 1
         self.prev = x
         self.pbin = bx
-        self.n += 1
+        self.n = n + 1
 
     def _learn_hist(self, x: float) -> int:
         """Count ``x`` in the decayed histogram (widening its range if needed); return its bin."""

@@ -18,6 +18,20 @@ from runwatch.core.detect.base import State
 
 _SQRT2 = math.sqrt(2.0)
 _LOG_SCALE = -23.02585084720009  # log(1e-10), as HTM's log likelihood
+_NEG_INF = -math.inf
+
+
+def tail_score(arg: float) -> float:
+    """Map a standardised short average (:meth:`Likelihood.tail_arg`) to a score in [0, 1].
+
+    The Gaussian upper tail ``q = erfc(arg) / 2`` as ``log(q) / log(1e-10)``,
+    clipped; ``-inf`` (a layer still warming up) scores 0.
+    """
+    tail = 0.5 * math.erfc(arg)
+    if tail >= 1.0:
+        return 0.0
+    out = math.log(1.0000000001 - (1.0 - tail)) / _LOG_SCALE
+    return 1.0 if out > 1.0 else (out if out > 0.0 else 0.0)
 
 
 @dataclass(slots=True)
@@ -46,8 +60,17 @@ class Likelihood:
 
     def score(self, raw: float) -> float:
         """Return the log-scaled likelihood score in [0, 1] if ``raw`` came next."""
+        return tail_score(self.tail_arg(raw))
+
+    def tail_arg(self, raw: float) -> float:
+        """Return the standardised short average if ``raw`` came next (``-inf`` in warm-up).
+
+        :func:`tail_score` of it is :meth:`score`; it is non-decreasing in the
+        argument, so the largest of several layers' scores is ``tail_score`` of
+        their largest argument, one tail evaluation instead of one per layer.
+        """
         if self.n < self.warmup:
-            return 0.0
+            return _NEG_INF
         buf = self.buf
         if len(buf) < self.short:
             avg = (self.total + raw) / (len(buf) + 1)
@@ -58,11 +81,7 @@ class Likelihood:
         std = math.sqrt(var) if var > 0.0 else 0.0
         if std < self.min_std:
             std = self.min_std
-        tail = 0.5 * math.erfc((avg - mean) / (std * _SQRT2))
-        if tail >= 1.0:
-            return 0.0
-        out = math.log(1.0000000001 - (1.0 - tail)) / _LOG_SCALE
-        return 1.0 if out > 1.0 else (out if out > 0.0 else 0.0)
+        return (avg - mean) / (std * _SQRT2)
 
     def learn(self, raw: float) -> None:
         """Fold ``raw`` into the short average and the long-run statistics."""
