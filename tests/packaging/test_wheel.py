@@ -183,7 +183,14 @@ run = runwatch.init("packaging-check", run_id=sys.argv[1], strict=True, install_
 t0 = int(time.time() * 1000)
 for i in range({steps}):
     run.step(i, loss=1.0 / (i + 1), now_ms=t0 + 10 * i, step_ms=10.0, loader_wait_ms=1.0)
-print(json.dumps(run.finish(timeout=60)))
+counters = run.finish(timeout=60)
+# A data-quality report from the base install (plain-Python statistics, no numpy).
+from runwatch.client.data import report
+rows = 200
+table = {{"x": [i / 10 for i in range(rows)], "y": [i % 3 for i in range(rows)]}}
+report(sys.argv[2], "v1", None, table,
+       schema={{"x": "float", "y": "int"}}, label="y", run_id=sys.argv[1], now_ms=t0)
+print(json.dumps(counters))
 """
 
 
@@ -199,15 +206,16 @@ def test_sdk_job_from_the_base_install_publishes_decodable_steps(
     ensure_topics({"bootstrap.servers": bootstrap})
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pkg-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
-    meta = consumer.list_topics("rw.learning", timeout=30).topics["rw.learning"]
     start = []
-    for p in meta.partitions:
-        _low, high = consumer.get_watermark_offsets(TopicPartition("rw.learning", p), timeout=30)
-        start.append(TopicPartition("rw.learning", p, high))
+    for topic in ("rw.learning", "rw.data"):
+        for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            start.append(TopicPartition(topic, p, high))
     consumer.assign(start)
 
     run_id = f"run-packaging-{uuid.uuid4().hex[:12]}"
-    res = _run([base_venv.python, "-c", SDK_JOB.format(steps=STEPS), run_id],
+    dataset = f"s3://packaging-check/{uuid.uuid4().hex[:12]}"
+    res = _run([base_venv.python, "-c", SDK_JOB.format(steps=STEPS), run_id, dataset],
                cwd=base_venv.work, env=_clean_env(KAFKA_BOOTSTRAP_SERVERS=bootstrap), timeout=180)
     where, *_, last = res.stdout.strip().splitlines()
     assert Path(where).is_relative_to(base_venv.site)  # the installed package, not a checkout
@@ -216,14 +224,20 @@ def test_sdk_job_from_the_base_install_publishes_decodable_steps(
 
     codec = load_codec()
     steps: list[int] = []
+    reports = []
     deadline = time.monotonic() + 60  # a bound on waiting for delivery, not a timing check
-    while len(steps) < STEPS and time.monotonic() < deadline:
+    while (len(steps) < STEPS or not reports) and time.monotonic() < deadline:
         for msg in consumer.consume(500, timeout=1.0):
             if msg.error():
                 continue
             rec = codec.decode(msg.value())
             if type(rec).__name__ == "LearningStep" and rec.run_id == run_id:
                 steps.append(rec.step)
+            elif type(rec).__name__ == "DataQualityReport" and rec.dataset_uri == dataset:
+                reports.append(rec)
     consumer.close()
-    print(f"\n{len(steps)}/{STEPS} learning steps from the base install decoded from rw.learning")
+    print(f"\n{len(steps)}/{STEPS} learning steps from the base install decoded from rw.learning;"
+          f" {len(reports)} data-quality report decoded from rw.data")
     assert sorted(steps) == list(range(STEPS))
+    assert len(reports) == 1
+    assert reports[0].row_count == 200 and reports[0].schema_failures == 0
