@@ -275,3 +275,27 @@ def test_stack_without_jars_or_maven_says_what_to_do(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with pytest.raises(StackError, match="Maven .* is not installed.*RUNWATCH_STACK_KAFKA_LIB"):
         resolve_kafka_jars(StackSettings(), lambda _line: None)
+
+
+def test_wrong_topics_file_is_one_clear_error_at_init(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from runwatch.client.publisher import default_topics
+    from runwatch.core.topics import TopicMapError
+
+    missing = tmp_path / "topics.yaml"
+    monkeypatch.setenv("RUNWATCH_TOPICS_FILE", str(missing))
+    default_topics.cache_clear()
+    try:
+        with pytest.raises(TopicMapError, match=str(missing)):
+            runwatch.init("p", transport=ListTransport(), install_hooks=False,
+                          capture_lineage=False, strict=True)
+        with caplog.at_level(logging.WARNING, logger="runwatch"):
+            run = runwatch.init("p", transport=ListTransport(), install_hooks=False,
+                                capture_lineage=False)
+        assert isinstance(run, NullRun) and str(missing) in run.reason
+        assert [r.levelno for r in caplog.records if r.name.startswith("runwatch")] == [
+            logging.ERROR]
+    finally:
+        monkeypatch.delenv("RUNWATCH_TOPICS_FILE")
+        default_topics.cache_clear()

@@ -51,14 +51,22 @@ class NullRun:
 
 
 def _check_schemas(codec: Any) -> None:
-    """Refuse a schema set that lacks records the SDK publishes (a wrong ``RUNWATCH_SCHEMA_DIR``).
+    """Refuse a schema set or topic map the SDK cannot publish with.
+
+    Catches a wrong ``RUNWATCH_SCHEMA_DIR`` or ``RUNWATCH_TOPICS_FILE`` at init
+    instead of at the first record.
 
     Raises:
-        SchemaLoadError: Naming the folder and the missing records.
+        SchemaLoadError: The schemas lack records the SDK publishes (naming the
+            folder and the records).
+        TopicMapError: The topic map cannot be read.
 
     """
+    from runwatch.client.publisher import default_topics
     from runwatch.core.codec import SchemaLoadError
     from runwatch.core.records import RECORD_TYPES
+
+    default_topics()
 
     absent = sorted(set(RECORD_TYPES) - set(codec.schemas.current))
     if absent:
@@ -180,10 +188,12 @@ def init(
         if strict:
             raise
         from runwatch.core.codec import SchemaLoadError
+        from runwatch.core.topics import TopicMapError
         from runwatch.resources import ResourceError
 
         reason = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, SchemaLoadError | ResourceError):  # configuration: one line says it
+        # A configuration error: its one line says it all; anything else gets its traceback.
+        if isinstance(exc, SchemaLoadError | TopicMapError | ResourceError):
             logger.error("runwatch.init failed, telemetry is OFF for this process (every call "
                          "is dropped and counted in run.counters['dropped_init_failed']): %s",
                          reason)
