@@ -119,6 +119,12 @@ def test_nothing_points_outside_the_repository(page: Path) -> None:
     assert not re.search(r"(?<![\w.])/work/", text)
 
 
+def test_make_takes_the_nab_corpus_as_a_parameter() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "../shared" not in makefile
+    assert "--data $(NAB_DATA)" in makefile
+
+
 def test_readme_is_a_front_door() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
