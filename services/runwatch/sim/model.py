@@ -201,6 +201,9 @@ class RunModel:
         self.effect = self.fault.kind if self.fault else ""
         self.strength = self.fault.strength if self.fault else 1.0
         self.rng = random.Random(seed * 1_000_003 + plan.index)  # noqa: S311
+        # the GPUs' jitter has its own sequence: how often the node agents read
+        # them must not change the run's steps, losses and validations
+        self.gpu_rng = random.Random(~(seed * 1_000_003 + plan.index))  # noqa: S311
         self.end_ms = start_ms + duration_ms
         self.queued_ms = start_ms + 3_000 * plan.index + int(self.wl.queue_s * 1000)
         self.deadline_ms = QUEUE_DEADLINE_MS if self.effect == "queue_deadline" else DEADLINE_MS
@@ -268,10 +271,10 @@ class RunModel:
         run few kernels: about :data:`LOADING_UTIL` percent.
         """
         if at_ms < self.train_ms:
-            return LOADING_UTIL + self.rng.uniform(-3.0, 3.0)
+            return LOADING_UTIL + self.gpu_rng.uniform(-3.0, 3.0)
         if any(a <= at_ms < b for a, b in self.evals):
-            return EVAL_UTIL + self.rng.uniform(-3.0, 3.0)
-        base = 92.0 + self.rng.uniform(-1.5, 1.5)
+            return EVAL_UTIL + self.gpu_rng.uniform(-3.0, 3.0)
+        base = 92.0 + self.gpu_rng.uniform(-1.5, 1.5)
         if self.faulted(at_ms, "gpu_occupancy"):
             base -= min(60.0, 0.25 * self.strength * self._since_fault_s(at_ms))
         return base

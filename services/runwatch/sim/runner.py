@@ -202,11 +202,7 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     ended_wall_ms: int | None = None
     try:
         while not all(d.done for d in drivers):
-            now = clock.now_ms()
-            for d in drivers:
-                for a in d.model.advance(now):
-                    d.execute(a)
-            ticker.tick(now)
+            ticker.run_until(clock.now_ms())
             if progress is not None and time.monotonic() >= next_progress:
                 next_progress = time.monotonic() + 1.0
                 progress(_snapshot(clock, start, cfg, drivers, shared, collector))
@@ -240,14 +236,36 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
                      control_names=names, ended_wall_ms=ended_wall_ms)
 
 
+def _advance(drivers: list[RunDriver], until_ms: int) -> None:
+    for d in drivers:
+        for a in d.model.advance(until_ms):
+            d.execute(a)
+
+
 class _NodeTicker:
-    """Ticks every node agent once per ``interval_ms`` of virtual time (runs or not)."""
+    """Ticks every node agent once per ``interval_ms`` of virtual time (runs or not).
+
+    The scheduler loop falls behind the virtual clock when the machine cannot
+    keep up (many runs at a high speed): :meth:`run_until` then carries out the
+    runs' actions up to each tick that fell due and samples at it, so every
+    sample reads the GPUs as they were at its own event time. Ticking late at
+    the current time only would thin the samples to one per pass, and sending
+    the missed ticks afterwards would stamp past event times on the GPUs as
+    they are now (idle, once the runs ended).
+    """
 
     def __init__(self, nodes: dict[str, SimNode], drivers: list[RunDriver], start_ms: int,
                  interval_ms: int) -> None:
         self.nodes, self.drivers = nodes, drivers
         self.next_ms = start_ms
         self.interval_ms = interval_ms
+
+    def run_until(self, now_ms: int) -> None:
+        """Carry out every action and node tick due by ``now_ms``, in virtual-time order."""
+        while self.next_ms <= now_ms:
+            _advance(self.drivers, self.next_ms)
+            self.tick(self.next_ms)
+        _advance(self.drivers, now_ms)
 
     def tick(self, now_ms: int) -> None:
         if now_ms < self.next_ms:
