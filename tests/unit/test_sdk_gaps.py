@@ -10,35 +10,16 @@ import random
 from pathlib import Path
 
 import pytest
+from sdk_kit import ListTransport
 
 import runwatch
 from runwatch.client import data
 from runwatch.client.publisher import Publisher
 from runwatch.core import join, runstate
-from runwatch.core.codec import load_codec
 from runwatch.core.records import Source
 
 T = 1_800_000_000_000
 SRC = Source(kind="processor", host="t", runwatch_version="0")
-
-
-class ListTransport:
-    def __init__(self) -> None:
-        self.out: list[tuple[str, str | None, bytes]] = []
-
-    def produce(self, topic, key, value):
-        self.out.append((topic, key, value))
-
-    def flush(self, timeout=1.0):
-        return 0
-
-    def close(self, timeout=1.0):
-        return None
-
-    def records(self, name: str | None = None):
-        codec = load_codec()
-        recs = [codec.decode(v) for _, _, v in self.out]
-        return [r for r in recs if name is None or type(r).__name__ == name]
 
 
 def make_run(t: ListTransport | None = None, **kw):

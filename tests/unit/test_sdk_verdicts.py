@@ -13,35 +13,15 @@ import math
 from pathlib import Path
 
 import pytest
+from sdk_kit import ListTransport
 
 import runwatch
-from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert
 from runwatch.core.runstate import RunConfig
 from runwatch.sim.replay import SOURCE, replay
 
 T0 = 1_760_000_000_000
 ALLOW = ("registry.local/",)
-
-
-class ListTransport:
-    """Keeps every produced message (the SDK's transport protocol)."""
-
-    def __init__(self) -> None:
-        self.out: list[tuple[str, str | None, bytes]] = []
-
-    def produce(self, topic, key, value):
-        self.out.append((topic, key, value))
-
-    def flush(self, timeout=1.0):
-        return 0
-
-    def close(self, timeout=1.0):
-        return None
-
-    def records(self) -> list[object]:
-        codec = load_codec()
-        return [codec.decode(v) for _, _, v in self.out]
 
 
 class Clock:
