@@ -167,12 +167,32 @@ def _am_alerts(url: str, key: str) -> list[dict]:
     return got.json()
 
 
-def test_alertmanager_fire_and_resolve(stack, fresh_topic, run_pager) -> None:
+def _am_pager(stack, fresh_topic, run_pager) -> tuple[str, str, str]:
+    """Start a pager on fresh topics that routes every alert to the stack's Alertmanager.
+
+    Returns:
+        The Alertmanager URL, the alerts topic and the DLQ topic.
+
+    """
     am = stack.alertmanager_url
     alerts, dlq = fresh_topic(prefix="rw.alerts"), fresh_topic(partitions=1, prefix="rw.dlq")
     rules = (f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {am}\n"
              "route:\n  receiver: am\n")
     run_pager(rules, alerts, dlq)
+    return am, alerts, dlq
+
+
+def _am_ended(am: str, key: str) -> bool:
+    """Whether Alertmanager shows the alert ended (endsAt passed, or no longer listed)."""
+    got = _am_alerts(am, key)
+    if not got:  # Alertmanager lists only unresolved alerts: gone means endsAt passed
+        return True
+    ends = datetime.fromisoformat(got[0]["endsAt"].replace("Z", "+00:00"))
+    return ends <= datetime.now(UTC)
+
+
+def test_alertmanager_fire_and_resolve(stack, fresh_topic, run_pager) -> None:
+    am, alerts, dlq = _am_pager(stack, fresh_topic, run_pager)
     key = f"run-it/{uuid.uuid4().hex[:8]}"
     codec = load_codec()
     publish(stack, alerts, [(key, codec.encode(make_alert(key)))])
@@ -193,14 +213,7 @@ def test_alertmanager_fire_and_resolve(stack, fresh_topic, run_pager) -> None:
 
     publish(stack, alerts, [(key, codec.encode(make_alert(key, status="resolved")))])
 
-    def resolved() -> bool:
-        got = _am_alerts(am, key)
-        if not got:  # Alertmanager lists only unresolved alerts: gone means endsAt passed
-            return True
-        ends = datetime.fromisoformat(got[0]["endsAt"].replace("Z", "+00:00"))
-        return ends <= datetime.now(UTC)
-
-    wait_until(resolved, 60, "the resolve to set endsAt")
+    wait_until(lambda: _am_ended(am, key), 60, "the resolve to set endsAt")
     assert not read_dlq(stack, dlq, 1, timeout=2)
 
 
@@ -320,11 +333,7 @@ def test_alertmanager_fire_resolve_refire_resolve_across_clocks(
     stamp. Alertmanager must show each firing alert active and end it on each
     resolve, and nothing goes to the DLQ.
     """
-    am = stack.alertmanager_url
-    alerts, dlq = fresh_topic(prefix="rw.alerts"), fresh_topic(partitions=1, prefix="rw.dlq")
-    rules = (f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {am}\n"
-             "route:\n  receiver: am\n")
-    run_pager(rules, alerts, dlq)
+    am, alerts, dlq = _am_pager(stack, fresh_topic, run_pager)
     key = f"run-it/{uuid.uuid4().hex[:8]}"
     codec = load_codec()
 
@@ -334,9 +343,7 @@ def test_alertmanager_fire_resolve_refire_resolve_across_clocks(
             got[0]["endsAt"].replace("Z", "+00:00")) > datetime.now(UTC)
 
     def ended() -> bool:
-        got = _am_alerts(am, key)
-        return not got or datetime.fromisoformat(
-            got[0]["endsAt"].replace("Z", "+00:00")) <= datetime.now(UTC)
+        return _am_ended(am, key)
 
     t = now_ms()
     episodes = [(str(uuid.uuid4()), t + 120_000), (str(uuid.uuid4()), t - 30_000)]
