@@ -1,4 +1,4 @@
-"""Test scaffolding shared by the SDK tests that read back what a broker would get."""
+"""Test scaffolding shared by the SDK tests: an in-memory transport and a hand-set clock."""
 
 from __future__ import annotations
 
@@ -25,3 +25,13 @@ class ListTransport:
         codec = load_codec()
         recs = [codec.decode(v) for _, _, v in self.out]
         return [r for r in recs if name is None or type(r).__name__ == name]
+
+
+class Clock:
+    """A clock the test sets by hand (``runwatch.init(clock=...)``); returns ``t``."""
+
+    def __init__(self, t: int) -> None:
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t

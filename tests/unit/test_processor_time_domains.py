@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sdk_kit import Clock
 
 import runwatch
 from runwatch.client import data
@@ -26,14 +27,6 @@ from runwatch.sim.drivers import make_node
 
 T0 = 1_700_000_000_000
 LAG_MS = 250
-
-
-class Clock:
-    def __init__(self, t: int) -> None:
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
 
 
 @pytest.fixture

@@ -6,17 +6,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from sdk_kit import ListTransport
+from sdk_kit import Clock, ListTransport
 
 import runwatch
-
-
-class FakeClock:
-    def __init__(self, t: int) -> None:
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
 
 
 def make_run(**kw):
@@ -56,7 +48,7 @@ def test_explicit_loader_wait_overrides_measured_and_resets_it() -> None:
 
 @pytest.mark.parametrize("start", [1_000_000, 1_800_000_000_000])
 def test_clock_stamps_every_record(start: int, tmp_path: Path) -> None:
-    clock = FakeClock(start)
+    clock = Clock(start)
     run, t = make_run(clock=clock)
     clock.t = start + 1_000
     run.step(0, loss=1.0, step_ms=900.0, loader_wait_ms=100.0)
@@ -94,7 +86,7 @@ def test_clock_stamps_every_record(start: int, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("call", ["validation", "gate", "job_state", "artifact"])
 def test_explicit_now_ms_wins_over_clock(call: str) -> None:
-    run, t = make_run(clock=FakeClock(5_000))
+    run, t = make_run(clock=Clock(5_000))
     args = {"validation": ((1, {"a": 1.0}), {}), "gate": (("g", "fail"), {}),
             "job_state": (("preempted",), {}), "artifact": (("s3://x",), {"sha256": "00" * 32})}
     a, kw = args[call]

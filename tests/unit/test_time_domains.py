@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sdk_kit import Clock
 
 import runwatch
 from runwatch.client.publisher import CaptureTransport, Publisher
@@ -29,14 +30,6 @@ from runwatch.sim.drivers import make_node
 SRC = Source(kind="processor", host="h", runwatch_version="0")
 CFG = runstate.RunConfig(source=SRC)
 T0 = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self, t: int) -> None:
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
 
 
 def sdk_run(script: Callable[[Any, Clock], None], run_id: str = "r1",
