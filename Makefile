@@ -49,9 +49,12 @@ down:
 status: venv
 	$(RW) stack status
 
+# The record classes are generated from schemas/avro; lint fails, naming the
+# file, when they are stale (fix: $(RW) schemas generate, then commit).
 lint: venv
 	$(BIN)/ruff check services tests benchmarks
 	$(BIN)/mypy
+	$(RW) schemas generate --check
 
 # The README's test command: lint, schema compatibility, then every test tier.
 # Integration and e2e tests start the local stack through session fixtures
