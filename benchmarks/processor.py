@@ -184,7 +184,7 @@ def bench_core_agg(encoded_setup: list[bytes], encoded: list[bytes], seconds: in
     from runwatch.core import rekey
     from runwatch.core.join_node import NodeAgg
     from runwatch.core.records import RECORD_TYPES
-    from runwatch.processor.forward import aggregate
+    from runwatch.processor.nodes import aggregate
 
     codec = load_codec()
     cfg = runstate.RunConfig(source=SRC)

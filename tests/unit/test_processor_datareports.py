@@ -44,7 +44,7 @@ def publisher(transport: CaptureTransport) -> Publisher:
 
 
 def forwarded(m: MemoryProcessor) -> Counter[str]:
-    return Counter((k or b"").decode() for t, k, _ in m.internal
+    return Counter((k or b"").decode() for t, k, _, _ in m.internal
                    if t == "rw.internal.data-by-run")
 
 
@@ -65,7 +65,7 @@ def test_a_report_reaches_every_run_of_its_dataset_once(own_run: str | None, tmp
     got = {r for r, _, _ in want}
     assert set(forwarded(m)) == got
     for r in got:  # each run folded it once, whatever number of copies reached it
-        assert m.p._load(r.encode()).reports["s3://shared@v1"]["ids"] == [rec.event_id]
+        assert m.p.runs.load(r.encode()).reports["s3://shared@v1"]["ids"] == [rec.event_id]
     for r in runs + others:
         r.finish()
 

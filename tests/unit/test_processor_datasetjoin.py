@@ -1,49 +1,35 @@
 """The dataset → run join of the data agent: manifest refs and reports meet in local tables."""
 
-import asyncio
 import itertools
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from runwatch.core import rekey
 from runwatch.core.codec import load_codec
 from runwatch.core.records import DataQualityReport, DatasetRef, Source
-from runwatch.processor import forward
+from runwatch.processor.datasets import RECENT_MAX
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.outbox import DATA_BY_RUN, MANIFEST_BY_DATASET
 from runwatch.processor.provision import check_copartitioned
 
 SRC = Source(kind="sdk", host="h", runwatch_version="0")
 CODEC = load_codec()
 
 
-class FakeProcessor:
-    """What :mod:`runwatch.processor.forward` uses of the processor, with dict tables."""
+class Driven:
+    """A real worker's data agent fed through the in-memory driver; what it forwarded."""
 
-    def __init__(self) -> None:
-        self.dataset_index: dict[bytes, bytes] = {}
-        self.dataset_reports: dict[bytes, bytes] = {}
-        self.data_by_run = "data-by-run"
-        self.sent: list[tuple[str, bytes]] = []
-        self.dead: list[str] = []
-
-    def _deployed(self, topic: str) -> str:
-        return topic.removeprefix("p.")
-
-    def _decode(self, topic: str, value: bytes) -> object:
-        return CODEC.decode(value)
-
-    async def _dead(self, topic, partition, offset, reason, value, key, run_id=None) -> None:
-        self.dead.append(reason)
-
-    async def _forward(self, topic: str, run_id: str, value: bytes) -> None:
-        assert topic == self.data_by_run
-        self.sent.append((run_id, value))
+    def __init__(self, m: MemoryProcessor) -> None:
+        self.dataset_index = m.p.datasets.dataset_index
+        self.dataset_reports = m.p.datasets.dataset_reports
+        self.sent = [(key.decode(), value) for topic, key, value, _part in m.internal
+                     if topic == DATA_BY_RUN]
+        self.dead = [d.reason for d in m.dead if d.topic != DATA_BY_RUN]
 
 
-def event(topic: str, value: bytes, key: bytes = b"k") -> SimpleNamespace:
-    return SimpleNamespace(value=value, key=key, message=SimpleNamespace(
-        topic=topic, partition=0, offset=0))
+def event(topic: str, value: bytes, key: bytes = b"k") -> tuple[str, bytes, bytes]:
+    return (topic, key, value)
 
 
 def report(seq: int, version: str | None = "v1", uri: str = "s3://d") -> bytes:
@@ -54,21 +40,16 @@ def report(seq: int, version: str | None = "v1", uri: str = "s3://d") -> bytes:
     return CODEC.encode(rec)
 
 
-def ref_event(run: str, version: str | None = "v1", uri: str = "s3://d") -> SimpleNamespace:
+def ref_event(run: str, version: str | None = "v1", uri: str = "s3://d"):
     ref = rekey.dataset_ref(uri, version)
-    return event("p." + forward.MANIFEST_BY_DATASET, rekey.manifest_ref_json(run, uri, ref),
-                 uri.encode())
+    return event(MANIFEST_BY_DATASET, rekey.manifest_ref_json(run, uri, ref), uri.encode())
 
 
-def run_events(events: list[SimpleNamespace]) -> FakeProcessor:
-    p = FakeProcessor()
-
-    async def go() -> None:
-        for ev in events:
-            await forward.dataset_event(p, ev)  # type: ignore[arg-type]
-
-    asyncio.run(go())
-    return p
+def run_events(events: list[tuple[str, bytes, bytes]]) -> Driven:
+    """The messages handed, in order, to a real worker's data agent."""
+    m = MemoryProcessor()
+    m.feed(events)
+    return Driven(m)
 
 
 REPORTS = [report(i) for i in range(3)]
@@ -76,7 +57,7 @@ REPORTS = [report(i) for i in range(3)]
 
 @pytest.mark.parametrize("position", range(len(REPORTS) + 1))
 def test_a_run_gets_every_report_whatever_the_order(position: int) -> None:
-    evs = [event("p.rw.data", r) for r in REPORTS]
+    evs = [event("rw.data", r) for r in REPORTS]
     evs.insert(position, ref_event("R"))
     p = run_events(evs)
     got = [v for run, v in p.sent if run == "R"]
@@ -90,7 +71,7 @@ def test_a_run_gets_every_report_whatever_the_order(position: int) -> None:
 def test_reports_reach_runs_of_their_version(version, runs) -> None:
     """C declared the dataset unversioned: it gets the reports of every version."""
     evs = [ref_event("A", "v1"), ref_event("B", "v2"), ref_event("C", None),
-           ref_event("X", "v1", uri="s3://other"), event("p.rw.data", report(7, version))]
+           ref_event("X", "v1", uri="s3://other"), event("rw.data", report(7, version))]
     p = run_events(evs)
     assert {run for run, _ in p.sent} == runs
 
@@ -98,16 +79,16 @@ def test_reports_reach_runs_of_their_version(version, runs) -> None:
 @pytest.mark.parametrize(("declared", "got"), [(None, [0, 1, 2]), ("v1", [0, 2]), ("v2", [1])])
 def test_a_late_run_gets_the_stored_reports_it_declared(declared, got) -> None:
     reports = [report(0, "v1"), report(1, "v2"), report(2, "v1")]
-    p = run_events([event("p.rw.data", r) for r in reports] + [ref_event("late", declared)])
+    p = run_events([event("rw.data", r) for r in reports] + [ref_event("late", declared)])
     assert [v for _, v in p.sent] == [reports[i] for i in got]
 
 
 def test_first_and_recent_reports_are_kept() -> None:
-    n = forward.RECENT_MAX + 5
+    n = RECENT_MAX + 5
     reports = [report(i) for i in range(n)]
-    p = run_events([event("p.rw.data", r) for r in reports] + [ref_event("late")])
+    p = run_events([event("rw.data", r) for r in reports] + [ref_event("late")])
     got = [v for _, v in p.sent]
-    assert got == [reports[0], *reports[-forward.RECENT_MAX:]]
+    assert got == [reports[0], *reports[-RECENT_MAX:]]
     stored = json.loads(p.dataset_reports[b"s3://d@v1"])  # JSON, never pickle
     assert set(stored) == {"first", "recent"}
 
@@ -121,7 +102,7 @@ def test_index_is_keyed_by_uri_and_idempotent() -> None:
                                  b'{"v":1,"run":"","uri":"u","ref":"u"}',
                                  b'{"v":1,"run":"r","ref":"u"}'])
 def test_bad_manifest_refs_are_dead_lettered(raw: bytes) -> None:
-    p = run_events([event("p." + forward.MANIFEST_BY_DATASET, raw)])
+    p = run_events([event(MANIFEST_BY_DATASET, raw)])
     assert len(p.dead) == 1 and p.dead[0].startswith("manifest ref")
     assert p.dataset_index == {}
 

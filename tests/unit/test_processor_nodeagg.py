@@ -13,7 +13,7 @@ from runwatch.core.codec import load_codec
 from runwatch.core.indwatch import HEAVY_EVERY
 from runwatch.core.join_node import NodeAgg, NodeEntry, pct_mean
 from runwatch.core.records import Alert, GpuProcess, GpuSample, NodeSample, Source
-from runwatch.processor.forward import aggregate
+from runwatch.processor.nodes import aggregate
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
 CFG = runstate.RunConfig(source=SRC)
@@ -101,7 +101,7 @@ def test_unbundle_keeps_good_lines_and_names_bad_ones(payload, good, bad) -> Non
 @pytest.mark.parametrize(("runs", "parts", "max_bytes"), [
     (1, 1, 1 << 20), (50, 8, 1 << 20), (50, 3, 2_000), (10, 4, 1)])
 def test_bundles_put_every_aggregate_once_in_its_own_partition(runs, parts, max_bytes) -> None:
-    from runwatch.processor.forward import bundles
+    from runwatch.processor.nodes import bundles
 
     aggs = [agg_of(f"r{i}", nodes=1 + i % 3) for i in range(runs)]
 

@@ -1,9 +1,6 @@
 """The node → run join of the nodes agent: allocation changes and samples meet in a local table."""
 
-import asyncio
 import json
-from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 
@@ -11,61 +8,40 @@ from runwatch.core import rekey
 from runwatch.core.codec import load_codec
 from runwatch.core.join_node import AllocChange, NodeAgg
 from runwatch.core.records import Allocation, GpuProcess, GpuSample, JobEvent, NodeSample, Source
-from runwatch.processor import forward
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.outbox import JOB_BY_NODE, NODE_BY_RUN
 from runwatch.processor.provision import COPARTITIONED, check_copartitioned
 
 SRC = Source(kind="agent", host="h", runwatch_version="0")
 CODEC = load_codec()
 T0 = 1_700_000_000_000
-TICK = 2_000  # samples further apart than forward.AGG_MS: none collapse
+TICK = 2_000  # samples further apart than nodes.AGG_MS: none collapse
 
 
-class Sections:
-    def timed(self, name, n=0):
-        import contextlib
-        return contextlib.nullcontext()
+def _bundle_runs(raw: bytes) -> list:
+    out = []
+    for agg, _line in NodeAgg.unbundle(raw):
+        assert not isinstance(agg, str), agg
+        out.append(agg)
+    return out
 
-    def maybe_log(self) -> None:
-        pass
 
+class Driven:
+    """A real worker's nodes agent fed through the in-memory driver; what it forwarded."""
 
-class FakeProcessor:
-    """What the node path of :mod:`runwatch.processor.forward` uses, with dict tables."""
-
-    def __init__(self) -> None:
-        self.codec = CODEC
-        self.sections = Sections()
-        self.node_runs: dict[bytes, bytes] = {}
-        self.node_recent: dict = {}
-        self.procs_seen: set = set()
-        self.node_by_run = "node-by-run"
-        self.counters = Counter()
-        self.sent: list[tuple[str, bytes]] = []
-        self.dead: list[str] = []
-
-    def _deployed(self, topic: str) -> str:
-        return topic.removeprefix("p.")
-
-    def as_current(self, event) -> None:
-        pass
-
-    async def _dead(self, topic, partition, offset, reason, value, key, run_id=None) -> None:
-        self.dead.append(reason)
-
-    def _partition(self, key: bytes) -> int:
-        return len(key) % 3  # any partitioner: bundles must follow it
-
-    async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> None:
-        assert topic == self.node_by_run
-        self.sent.append((partition, value))
+    def __init__(self, m: MemoryProcessor) -> None:
+        self.m = m
+        self.node_runs = m.p.nodes.node_runs
+        self.dead = [d.reason for d in m.dead if d.topic != NODE_BY_RUN]
+        self.sent = [(part, value) for topic, _key, value, part in m.internal
+                     if topic == NODE_BY_RUN]
 
     def got(self, run: str) -> list[tuple[str, int, list[int]]]:
         """(node, at, gpu indices) of every entry forwarded to ``run``."""
         out = []
         for part, raw in self.sent:
-            for agg, _line in NodeAgg.unbundle(raw):
-                assert not isinstance(agg, str), agg
-                assert self._partition(agg.run_id.encode()) == part  # each run in its partition
+            for agg in _bundle_runs(raw):
+                assert self.m.p.out.partition(agg.run_id.encode()) == part  # each in its partition
                 if agg.run_id == run:
                     out += [(e.node, e.at_ms, [g[0] for g in e.gpus]) for e in agg.nodes]
         return sorted(out, key=lambda x: x[1])
@@ -85,28 +61,24 @@ def sample_event(at: int, node: str = "n0", attributed: dict[int, str] | None = 
                      node=node, cpu_pct=1.0, mem_used_bytes=1, mem_total_bytes=2,
                      disk_read_bps=0.0, disk_write_bps=0.0, net_rx_bps=0.0, net_tx_bps=0.0,
                      gpus=tuple(gpu(i, attributed.get(i)) for i in range(4)))
-    return event("p.rw.exec.node", CODEC.encode(rec), node.encode())
+    return event("rw.exec.node", CODEC.encode(rec), node.encode())
 
 
-def event(topic: str, value: bytes, key: bytes = b"n0") -> SimpleNamespace:
-    return SimpleNamespace(value=value, key=key, message=SimpleNamespace(
-        topic=topic, partition=0, offset=0))
+def event(topic: str, value: bytes, key: bytes = b"n0") -> tuple[str, bytes, bytes]:
+    return (topic, key, value)
 
 
 def change_event(run: str, op: str, gpus=(), at: int = T0, node: str = "n0"):
-    return event("p." + forward.JOB_BY_NODE, AllocChange(run, node, op, tuple(gpus), at).to_json(),
+    return event(JOB_BY_NODE, AllocChange(run, node, op, tuple(gpus), at).to_json(),
                  node.encode())
 
 
-def run_batches(batches) -> FakeProcessor:
-    p = FakeProcessor()
-
-    async def go() -> None:
-        for batch in batches:
-            await forward.node_batch(p, batch)  # type: ignore[arg-type]
-
-    asyncio.run(go())
-    return p
+def run_batches(batches) -> Driven:
+    """Each batch handed to a real worker's nodes agent (one agent batch each)."""
+    m = MemoryProcessor()
+    for batch in batches:
+        m.feed(batch)
+    return Driven(m)
 
 
 SAMPLES = [T0 + i * TICK for i in range(4)]
@@ -171,7 +143,7 @@ def test_index_is_a_local_json_table_keyed_by_node() -> None:
     b'{"v":1,"run":"r","node":"n","op":"add","gpus":[-1]}',
 ])
 def test_bad_allocation_changes_are_dead_lettered(raw: bytes) -> None:
-    p = run_batches([[event("p." + forward.JOB_BY_NODE, raw), sample_event(T0)]])
+    p = run_batches([[event(JOB_BY_NODE, raw), sample_event(T0)]])
     assert len(p.dead) == 1 and p.dead[0].startswith("allocation change")
     assert p.node_runs == {} and p.sent == []
 

@@ -3,7 +3,7 @@
 Runs publish through the SDK (``runwatch.init(..., clock=)``, ``run.step``)
 and the node agent (over the NVML test double) into a capture transport; the
 messages go to the worker's own agents (:class:`MemoryProcessor`), whose wall
-clock (``runwatch.processor.app.now_ms``) the test moves: *live* (each
+clock (the worker's ``clock``) the test moves: *live* (each
 message delivered shortly after its event time, the timer ticking) or
 *replayed* (a backlog delivered in one burst, long after).
 """
@@ -21,7 +21,6 @@ from runwatch.client import data
 from runwatch.client.publisher import CaptureTransport, Publisher
 from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert, DatasetRef
-from runwatch.processor import app
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.sim.drivers import make_node
 
@@ -30,11 +29,9 @@ LAG_MS = 250
 
 
 @pytest.fixture
-def wall(monkeypatch: pytest.MonkeyPatch) -> Clock:
+def wall() -> Clock:
     """The worker's wall clock, moved by the test."""
-    clock = Clock(T0)
-    monkeypatch.setattr(app, "now_ms", clock)
-    return clock
+    return Clock(T0)
 
 
 def published(script: Callable[[Any, Clock, Any], None], *, node: bool = False,
@@ -93,10 +90,10 @@ def loader_bumps(run: Any, clock: Clock, _agent: Any) -> None:
 
 def test_loader_alert_lifecycle_is_the_same_live_and_replayed(wall: Clock) -> None:
     msgs = published(loader_bumps)
-    live = MemoryProcessor()
+    live = MemoryProcessor(clock=wall)
     deliver_live(live, wall, msgs)
     wall.t = T0 + 86_400_000  # the same telemetry read as a backlog a day later
-    replayed = MemoryProcessor()
+    replayed = MemoryProcessor(clock=wall)
     replayed.feed([msg for _, msg in msgs])
     replayed.tick(wall.t)
     seen = lifecycle(live, "watch:loader_share")
@@ -132,7 +129,7 @@ def test_a_backlog_read_after_an_outage_pages_nothing(wall: Clock, tmp_path) -> 
     msgs = published(steps_and_report(tmp_path),
                      datasets=(DatasetRef(uri="s3://lake/train", version="v1"),))
     cut = T0 + 120_000
-    m = MemoryProcessor()
+    m = MemoryProcessor(clock=wall)
     deliver_live(m, wall, [x for x in msgs if x[0] <= cut])
     wall.t = cut + 20 * 60_000
     m.tick(wall.t)  # the timer runs before the backlog is read
@@ -157,7 +154,7 @@ def hang(run: Any, clock: Clock, agent: Any) -> None:
 
 
 def test_a_hung_job_is_stalled_while_its_node_samples_arrive(wall: Clock) -> None:
-    m = MemoryProcessor()
+    m = MemoryProcessor(clock=wall)
     deliver_live(m, wall, published(hang, node=True, finish=False))
     fired = [(a.detector, a.probable_cause) for a in m.alerts
              if isinstance(a, Alert) and a.status == "firing"]

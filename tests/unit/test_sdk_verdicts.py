@@ -17,8 +17,8 @@ from sdk_kit import ListTransport
 
 import runwatch
 from runwatch.core.records import Alert
-from runwatch.core.runstate import RunConfig
-from runwatch.sim.replay import SOURCE, replay
+from runwatch.processor.settings import ProcessorSettings
+from runwatch.sim.replay import replay
 
 T0 = 1_760_000_000_000
 ALLOW = ("registry.local/",)
@@ -56,11 +56,13 @@ def nan_script() -> list[object]:
         clock.ms = T0 + 1_000 * (i + 1)
         run.step(i, loss=(math.nan if i == 40 else 2.0 - 0.01 * i), now_ms=clock.ms)
     run.finish()
-    return t.records()
+    return t.out
 
 
-def alerts_of(records: list[object], **cfg) -> list[Alert]:
-    return replay(records, RunConfig(source=SOURCE, image_allow_list=ALLOW, **cfg))
+def alerts_of(messages: list[tuple], **cfg) -> list[Alert]:
+    """What a worker with these settings publishes for the SDK's messages."""
+    return replay(messages, ProcessorSettings(save_interval_s=0, image_allow_list=list(ALLOW),
+                                              **cfg))
 
 
 def by_detector(alerts: list[Alert]) -> dict[str, Alert]:
@@ -106,7 +108,7 @@ def _checkpoint_alerts(tmp_path: Path, **kw) -> dict[str, Alert]:
     run.step(1, loss=1.0, now_ms=clock.ms)
     run.checkpoint(ck, step=10, duration_ms=50.0, now_ms=clock.ms, **kw)
     run.finish()
-    return by_detector(replay(t.records(), RunConfig(source=SOURCE)))
+    return by_detector(replay(t.out, ProcessorSettings(save_interval_s=0)))
 
 
 def test_checksum_mismatch_through_the_sdk_raises_the_checksum_alert(tmp_path: Path) -> None:

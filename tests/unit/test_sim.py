@@ -139,7 +139,7 @@ def offline_result():
     res = run_simulation(cfg, transport=transport)
     codec = load_codec()
     records = [codec.decode(v) for _, _, v in transport.messages]
-    res.alerts = [AlertSeen.from_alert(a) for a in replay(records)]
+    res.alerts = [AlertSeen.from_alert(a) for a in replay(transport.messages)]
     return res, records, transport
 
 
@@ -173,7 +173,7 @@ def _occupancy_sim(gpm: bool):
     res = run_simulation(cfg, transport=transport)
     codec = load_codec()
     records = [codec.decode(v) for _, _, v in transport.messages]
-    alerts = replay(records)
+    alerts = replay(transport.messages)
     res.alerts = [AlertSeen.from_alert(a) for a in alerts]
     return res, records, alerts
 

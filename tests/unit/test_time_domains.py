@@ -24,6 +24,7 @@ from runwatch.core import join, runstate
 from runwatch.core.codec import load_codec
 from runwatch.core.horizon import InputHorizon
 from runwatch.core.records import Alert, Source
+from runwatch.processor.settings import ProcessorSettings
 from runwatch.sim import replay as offline
 from runwatch.sim.drivers import make_node
 
@@ -46,8 +47,8 @@ def sdk_run(script: Callable[[Any, Clock], None], run_id: str = "r1",
 
 
 def replay(records: list[Any]) -> list[Alert]:
-    """Fold as ``runwatch simulate --offline`` does, with the processor's default knobs."""
-    return offline.replay(records, CFG)
+    """Feed as ``runwatch simulate --offline`` does, with the processor's default knobs."""
+    return offline.replay(offline.as_messages(records), ProcessorSettings(save_interval_s=0))
 
 
 def live(records: list[Any], lag_ms: int = 250, tick_ms: int = 1_000,

@@ -9,7 +9,8 @@ topics (``rw.internal.*``) is handed back to the agent that reads those, in
 the order it was sent; alerts and dead letters are decoded and kept. Tables
 are dicts. Only the transport is replaced: keys, partitions, decoding, the
 join, the rules and the alert lifecycle are the worker's own. The
-processor's clock is still the wall clock (as live); :meth:`MemoryProcessor.tick`
+processor's clock is the wall clock (as live) unless a clock is given (an
+offline replay passes the event time it has reached); :meth:`MemoryProcessor.tick`
 runs the timer's rules at a given time.
 """
 
@@ -20,18 +21,17 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from faust.types import TP
 
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.core.records import Alert, DeadLetter
-from runwatch.processor import forward
 from runwatch.processor.app import Processor
+from runwatch.processor.outbox import ALERTS, DLQ, JOB_BY_NODE, MANIFEST_BY_DATASET, Clock, wall_ms
 from runwatch.processor.settings import ProcessorSettings
 
-NODE_TOPICS = ("rw.exec.node", forward.JOB_BY_NODE)
-DATA_TOPICS = ("rw.data", forward.MANIFEST_BY_DATASET)
+NODE_TOPICS = ("rw.exec.node", JOB_BY_NODE)
+DATA_TOPICS = ("rw.data", MANIFEST_BY_DATASET)
 
 
 def _agent(topic: str) -> str:
@@ -76,42 +76,36 @@ class MemoryProcessor:
     """One processor worker fed from memory (see the module docstring)."""
 
     def __init__(self, settings: ProcessorSettings | None = None,
-                 data_dir: str | Path | None = None) -> None:
+                 data_dir: str | Path | None = None, clock: Clock = wall_ms) -> None:
         """Build the worker (no broker is contacted).
 
         Args:
             settings: Processor settings (default: the shipped defaults, with
                 every run state saved on every batch).
             data_dir: faust's data directory (default: a fresh temporary one).
+            clock: The processor's clock (default: the wall clock, as live).
         """
         base = settings or ProcessorSettings(save_interval_s=0)
         data = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="rwmem-"))
         self.settings = base.model_copy(update={"data_dir": data, "topic_prefix": ""})
-        p = self.p = Processor(self.settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"))
-        for name in ("runstate", "node_runs", "dataset_index", "dataset_reports", "baselines"):
-            setattr(p, name, {})
-        for attr in ("alerts_out", "dlq_out", "data_by_run", "node_by_run",
-                     "manifest_by_dataset", "job_by_node", "tick_out"):
-            setattr(p, attr, _Topic(self, self._name(getattr(p, attr))))
+        p = self.p = Processor(self.settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"),
+                               table=lambda name, glob=False: {}, clock=clock)
+        p.out.topics = {name: _Topic(self, name) for name in p.out.topics}
+        self.codec = p.out.codec
         self.queue: deque[tuple[str, bytes | None, bytes, int | None]] = deque()
         self.offsets: dict[tuple[str, int], int] = {}
         self.alerts: list[Alert] = []
         self.dead: list[DeadLetter] = []
-        self.internal: list[tuple[str, bytes | None, bytes]] = []
-
-    @staticmethod
-    def _name(topic: Any) -> str:
-        names = topic.get_topic_name() if hasattr(topic, "get_topic_name") else str(topic)
-        return str(names)
+        self.internal: list[tuple[str, bytes | None, bytes, int | None]] = []
 
     def sent(self, topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
         """Take what an agent sent: outputs are kept, internal topics go back on the queue."""
-        if topic == "rw.alerts":
-            self.alerts.append(self.p.codec.decode(value))
-        elif topic == "rw.dlq":
-            self.dead.append(self.p.codec.decode(value))
+        if topic == ALERTS:
+            self.alerts.append(self.codec.decode(value))
+        elif topic == DLQ:
+            self.dead.append(self.codec.decode(value))
         else:
-            self.internal.append((topic, key, value))
+            self.internal.append((topic, key, value, partition))
             self.queue.append((topic, key, value, partition))
 
     def feed(self, messages: Iterable[tuple[str, bytes | str | None, bytes]]) -> None:
@@ -134,7 +128,7 @@ class MemoryProcessor:
 
     def _event(self, topic: str, key: bytes | None, value: bytes, part: int | None) -> _Event:
         if part is None:
-            part = self.p._partition(key) if key else 0
+            part = self.p.out.partition(key) if key else 0
         slot = (topic, part)
         off = self.offsets.get(slot, 0)
         self.offsets[slot] = off + 1
@@ -151,12 +145,11 @@ class MemoryProcessor:
                     break
                 batch.append(self._event(*self.queue.popleft()))
             if agent == "nodes":
-                await forward.node_batch(p, batch)
+                await p.nodes.batch(batch)
             elif agent == "data":
                 for ev in batch:
-                    p.as_current(ev)
-                    await forward.dataset_event(p, ev)
+                    await p.datasets.event(ev)
             else:
-                await p._run_batch(batch)
+                await p.runs.fold(batch)
                 for ev in batch:
                     ev.ack()

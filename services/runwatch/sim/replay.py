@@ -1,18 +1,16 @@
-"""Offline replay: fold simulated records through the processor's pure join.
+"""Offline replay: what producers published, through the processor's own agents in memory.
 
-The same records the simulator publishes, decoded, routed the way the
-processor routes them (node samples reduced by :func:`runwatch.core.rekey.node_entries`
-and aggregated per run by the processor's own
-:func:`runwatch.processor.forward.aggregate`; data reports to the runs whose
-manifest names the dataset and to the run a report names, each dataset's first
-and recent reports kept and handed to a run when its manifest arrives) and folded with
-:func:`runwatch.core.join.step`. No Kafka, no clock: ``now_ms`` is each
-record's own emission time, and the timer's rules (stall, missing data
-reports, queue deadline, quiet-time resolution) run every :data:`TICK_MS` of
-event time with the replay's horizon (the latest emission time folded: one
-ordered input), as a live processor's timer runs them with its input's
-event-time horizon. Used by ``runwatch simulate --offline`` and the unit
-tests to score scenarios without services.
+The messages the simulator's producers publish (the SDK, ``data.report``,
+``emit``, the node agent, captured by a
+:class:`~runwatch.client.publisher.CaptureTransport`) are handed to a
+:class:`~runwatch.processor.memory.MemoryProcessor`: the live worker's
+``runs``, ``nodes`` and ``data`` agents, its keys, partitions, tables, re-keying
+through the internal topics, join, rules and alert lifecycle. Nothing is
+routed here. No Kafka and no wall clock: the worker's clock is the event time
+the replay has reached, and the timer's rules (stall, missing data reports,
+queue deadline, quiet-time resolution) run every :data:`TICK_MS` of event
+time, as a live worker's timer runs them. Used by ``runwatch simulate
+--offline`` and the unit tests to score scenarios without services.
 """
 
 from __future__ import annotations
@@ -20,106 +18,74 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from runwatch.core import join, rekey, runstate
-from runwatch.core.records import (
-    Alert,
-    DataQualityReport,
-    JobEvent,
-    NodeSample,
-    RunManifest,
-    Source,
-)
-from runwatch.processor.forward import RECENT_MAX, aggregate
+from runwatch.core.codec import load_codec
+from runwatch.core.records import Alert
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
 
-SOURCE = Source(kind="processor", host="replay", runwatch_version="0")
 TICK_MS = 5_000
 """Event time between two runs of the timer's rules in a replay."""
+Message = tuple[str, bytes | str | None, bytes]
 
 
-def replay(records: Iterable[Any], cfg: runstate.RunConfig | None = None) -> list[Alert]:
-    """Fold records through the run join in event-time order, as live traffic arrives.
+def default_settings() -> ProcessorSettings:
+    """Return the processor's shipped defaults, the allow-list set to the simulator's registry."""
+    from runwatch.sim.scenarios import ALLOWED_IMAGE_PREFIX
+
+    return ProcessorSettings(save_interval_s=0, image_allow_list=[ALLOWED_IMAGE_PREFIX])
+
+
+def as_messages(records: Iterable[Any]) -> list[Message]:
+    """Return decoded records as the producers published them: (topic, key, encoded value)."""
+    from runwatch.client.publisher import default_topics, record_key
+
+    codec, topics = load_codec(), default_topics()
+    return [(topics[type(r).__name__], record_key(r), codec.encode(r)) for r in records]
+
+
+def replay(messages: Iterable[Message], settings: ProcessorSettings | None = None) -> list[Alert]:
+    """Feed published messages to an in-memory worker in event-time order; return its alerts.
 
     Producers publish from their own threads and batches (the SDK's records
     of a second may be captured after the node agent's of the next minute in
     a simulation that runs faster than real time); live, each reaches the
-    processor within moments of its event time. The fold is therefore in
-    event-time order (stable: records of one instant keep their publication
-    order), and the timer's horizon is the latest event time folded.
+    processor within moments of its event time. The feed is therefore in
+    event-time order (stable: messages of one instant keep their publication
+    order), a slice of :data:`TICK_MS` at a time, each slice followed by the
+    timer's tick.
 
     Args:
-        records: Decoded records.
-        cfg: Processor knobs (default: the processor's defaults, allow-list
-            set to the simulator's registry).
+        messages: ``(topic, key, value)`` as a CaptureTransport keeps them.
+        settings: Processor settings (default: :func:`default_settings`).
 
     Returns:
-        Every Alert the join produced.
+        Every Alert the worker published.
 
     """
-    from runwatch.sim.scenarios import ALLOWED_IMAGE_PREFIX
-
-    cfg = cfg or runstate.RunConfig(source=SOURCE, image_allow_list=(ALLOWED_IMAGE_PREFIX,))
-    states: dict[str, runstate.RunState] = {}
-    node_index: dict[str, rekey.NodeIndex] = {}
-    dataset_runs: dict[str, list[str]] = {}
-    alerts: list[Alert] = []
-
-    stored: dict[str, list[DataQualityReport]] = {}  # ref -> first report, then recent ones
-    procs_seen: set[str] = set()
-
-    def fold(run_id: str, rec: Any) -> None:
-        st = states.setdefault(run_id, runstate.new_state(run_id))
-        _, outs = join.step(st, rec, int(rec.emitted_at_ms), cfg)
-        alerts.extend(o for o in outs if isinstance(o, Alert))
-
-    def remember(ref: str, rec: DataQualityReport) -> None:
-        kept = stored.setdefault(ref, [])
-        kept.append(rec)
-        if len(kept) > RECENT_MAX + 1:
-            del kept[1]  # the first report stays: it is the dataset's reference
-
-    def node(rec: NodeSample) -> None:
-        d = rec.to_dict()
-        if any(g["processes"] for g in d["gpus"]):
-            procs_seen.add(rec.node)
-        entries = rekey.node_entries(d, node_index.get(rec.node, {}),
-                                     procs_visible=rec.node in procs_seen)
-        for agg in aggregate(list(entries.items())):
-            fold(agg.run_id, agg)
-
-    def report(rec: DataQualityReport) -> None:
-        ref = rekey.report_ref(rec)
-        if rec.run_id and rec.run_id not in rekey.runs_for_report(dataset_runs, rec):
-            for old in stored.get(ref, []):  # a report naming its run subscribes that run
-                fold(rec.run_id, old)
-            rekey.add_run(dataset_runs, ref, rec.run_id)
-        remember(ref, rec)
-        if rec.dataset_version:  # for runs that declare the dataset unversioned
-            remember(rec.dataset_uri, rec)
-        for run_id in rekey.runs_for_report(dataset_runs, rec):
-            fold(run_id, rec)
-
-    horizon, next_tick = 0, 0
-    for rec in sorted(records, key=lambda r: int(r.emitted_at_ms)):
-        horizon = max(horizon, int(rec.emitted_at_ms))
-        if horizon >= next_tick:
-            for st in states.values():
-                alerts.extend(o for o in join.tick(st, horizon, cfg)[1] if isinstance(o, Alert))
-            next_tick = horizon + TICK_MS
-        if isinstance(rec, NodeSample):
-            node(rec)
-            continue
-        if isinstance(rec, DataQualityReport):
-            report(rec)
-            continue
-        if not rec.run_id:
-            continue
-        if isinstance(rec, JobEvent):
-            rekey.apply_job_event(node_index, rec)
-        elif isinstance(rec, RunManifest):
-            rekey.apply_manifest(dataset_runs, rec)
-        fold(rec.run_id, rec)
-        if isinstance(rec, RunManifest):  # the dataset's stored reports reach the new run
-            for ref in rekey.manifest_refs(rec.datasets):
-                for old in stored.get(ref, []):
-                    fold(rec.run_id, old)
-    return alerts
+    codec = load_codec()
+    timed: list[tuple[int, Message]] = []
+    for msg in messages:
+        try:
+            at = int(codec.decode(msg[2]).emitted_at_ms)
+        except Exception:  # noqa: BLE001 - undecodable: the worker dead-letters it, in place
+            at = timed[-1][0] if timed else 0
+        timed.append((at, msg))
+    timed.sort(key=lambda x: x[0])
+    reached = [timed[0][0] if timed else 0]
+    worker = MemoryProcessor(settings or default_settings(), clock=lambda: reached[0])
+    chunk: list[Message] = []
+    next_tick = reached[0]
+    for at, msg in timed:
+        if at >= next_tick:
+            if chunk:
+                worker.feed(chunk)
+                chunk = []
+            reached[0] = max(reached[0], at)
+            worker.tick(reached[0])
+            next_tick = at + TICK_MS
+        reached[0] = max(reached[0], at)
+        chunk.append(msg)
+    if chunk:
+        worker.feed(chunk)
+    worker.tick(reached[0])
+    return worker.alerts

@@ -27,15 +27,13 @@ def print_progress(p: Progress) -> None:
 
 
 def simulate_offline(cfg: SimConfig) -> SimResult:
-    """Simulate without Kafka, folding the records through the processor's pure join."""
+    """Simulate without Kafka: the published messages through the processor's agents in memory."""
     from runwatch.client.publisher import CaptureTransport
-    from runwatch.core.codec import load_codec
     from runwatch.sim.replay import replay
 
     transport = CaptureTransport()
     res = run_simulation(cfg, transport=transport)
-    codec = load_codec()
-    alerts = replay(codec.decode(v) for _, _, v in transport.messages)
+    alerts = replay(transport.messages)
     res.alerts = [AlertSeen.from_alert(a) for a in alerts]
     return res
 

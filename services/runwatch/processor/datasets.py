@@ -1,0 +1,125 @@
+"""Dataset routing: data reports forwarded to the runs that read the dataset (the ``data`` agent).
+
+Data reports are joined to runs as a co-partitioned stream join: the runs
+agent sends one ``{"v":1,"run","uri","ref"}`` record per manifest dataset to
+``rw.internal.manifest-by-dataset``, keyed and partitioned like ``rw.data``
+(dataset uri). The ``data`` agent reads both topics, so the dataset → runs
+index (``dataset-index``, keyed by uri: JSON ``{ref: [run ids]}``) and the
+reports kept per reference (``dataset-reports``: JSON ``{"first", "recent"}``,
+base64 Avro) are local tables of one worker: no cross-worker race.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+from runwatch.core import rekey
+from runwatch.core.records import DataQualityReport
+from runwatch.processor.outbox import DATA_BY_RUN, MANIFEST_BY_DATASET, Outbox
+
+RECENT_MAX = 16  # latest reports kept per dataset reference (besides the first one)
+Table = Any  # a faust table of bytes → bytes, or a dict in memory
+TableFactory = Callable[..., Table]
+
+
+class DatasetRouter:
+    """The ``data`` agent: owns the dataset → runs index and each dataset's kept reports."""
+
+    def __init__(self, out: Outbox, table: TableFactory) -> None:
+        """Create the router and its tables.
+
+        Args:
+            out: The worker's outbox.
+            table: Makes a table by name (``dataset-index``, ``dataset-reports``).
+        """
+        self.out = out
+        self.dataset_index: Table = table("dataset-index")  # uri -> {ref: [run ids]}, local
+        self.dataset_reports: Table = table("dataset-reports")  # ref -> first/recent, local
+
+    async def event(self, event: Any) -> None:
+        """Handle one event of rw.data or rw.internal.manifest-by-dataset.
+
+        Both topics are keyed by dataset uri with the producers' partitioner and
+        read by this one agent, so a dataset's reports and the manifests naming it
+        meet in one worker, in partition order, with the index in local tables.
+        """
+        if self.out.deployed(event.message.topic) == MANIFEST_BY_DATASET:
+            await self._manifest_ref(event)
+        else:
+            await self._report(event)
+
+    def _index(self, uri: str) -> dict[str, list[str]]:
+        raw = self.dataset_index.get(uri.encode())
+        return json.loads(raw) if raw else {}
+
+    async def _manifest_ref(self, event: Any) -> None:
+        """Index a run under a dataset and send it the dataset's first and recent reports.
+
+        They are sent even when the run is indexed already (a repeated manifest,
+        or a report that named the run): the run may not have been able to fold
+        them then (held while it was unseen, and dead-lettered), and it folds a
+        report it has folded before only once (its event id).
+        """
+        try:
+            value = bytes(event.value) if isinstance(event.value, bytes | bytearray) else b""
+            run_id, uri, ref = rekey.parse_manifest_ref(value)
+        except ValueError as exc:
+            await self.out.dead(event.message, str(exc), event.value, event.key)
+            return
+        index = self._index(uri)
+        if rekey.add_run(index, ref, run_id):
+            self.dataset_index[uri.encode()] = json.dumps(index).encode()
+        for report in self.recent_reports(ref):
+            await self.out.send(DATA_BY_RUN, run_id.encode(), report)
+
+    async def _report(self, event: Any) -> None:
+        """Remember a data report per dataset and forward it to the runs consuming it.
+
+        Each copy is keyed by the run it goes to (the runs agent folds it into
+        that run whatever the report's own ``run_id``): every run whose manifest
+        names the dataset gets it once, and so does the run the report names.
+        """
+        out = self.out
+        rec = out.decode(event.message.topic, event.value)
+        if isinstance(rec, str) or not isinstance(rec, DataQualityReport):
+            reason = rec if isinstance(rec, str) else "not a DataQualityReport"
+            await out.dead(event.message, reason, event.value, event.key)
+            return
+        value = bytes(event.value)
+        ref = rekey.report_ref(rec)
+        index = self._index(rec.dataset_uri)
+        if rec.run_id and rec.run_id not in rekey.runs_for_report(index, rec):
+            # a report naming its run subscribes that run to the dataset, as its manifest
+            # would: it first gets the stored reports (older ones before this one)
+            for report in self.recent_reports(ref):
+                await out.send(DATA_BY_RUN, rec.run_id.encode(), report)
+            rekey.add_run(index, ref, rec.run_id)
+            self.dataset_index[rec.dataset_uri.encode()] = json.dumps(index).encode()
+        b64 = base64.b64encode(value).decode()
+        self.remember(ref, b64)
+        if rec.dataset_version:  # for runs that declare the dataset unversioned (any version)
+            self.remember(rec.dataset_uri, b64)
+        for run_id in rekey.runs_for_report(index, rec):  # each run once, keyed by the run
+            await out.send(DATA_BY_RUN, run_id.encode(), value)
+
+    def remember(self, ref: str, b64: str) -> None:
+        """Keep a report (base64) as the first and among the recent ones of a dataset reference."""
+        key = ref.encode()
+        raw = self.dataset_reports.get(key)
+        doc = json.loads(raw) if raw else {}
+        doc.setdefault("first", b64)
+        doc["recent"] = [*doc.get("recent", []), b64][-RECENT_MAX:]
+        self.dataset_reports[key] = json.dumps(doc).encode()
+
+    def recent_reports(self, ref: str) -> list[bytes]:
+        """Return a dataset's first report (its reference) and its latest ones, oldest first."""
+        raw = self.dataset_reports.get(ref.encode())
+        if not raw:
+            return []
+        doc = json.loads(raw)
+        recent = doc.get("recent", [])
+        first = [doc["first"]] if doc.get("first") and doc["first"] not in recent else []
+        return [base64.b64decode(x) for x in first + recent]

@@ -1,0 +1,281 @@
+"""The run folder (the ``runs`` agent): run states, their checkpoints and acks, timers.
+
+Every run-keyed topic (lineage, job, learning, artifact, the two internal
+re-key topics and the timer's tick topic) comes here. Each record is folded
+into its run's state (:mod:`runwatch.core.join`), kept as JSON bytes in the
+``runstate`` table (changelog-backed, never pickle); alerts and rejects go
+out through the :class:`~runwatch.processor.outbox.Outbox`. Allocation changes
+and manifest datasets are sent to the node and dataset routers' internal
+topics. Workload baselines are a global table (``baselines``) learned from
+finished runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from runwatch.core import join, rekey, runstate
+from runwatch.core.baselines import merge_finished
+from runwatch.core.horizon import InputHorizon
+from runwatch.core.join_node import NodeAgg
+from runwatch.core.records import JobEvent, LearningStep, RunManifest, StepTiming
+from runwatch.processor.outbox import DATA_BY_RUN, JOB_BY_NODE, MANIFEST_BY_DATASET, Outbox
+
+logger = logging.getLogger(__name__)
+
+TELEMETRY = (StepTiming, LearningStep, NodeAgg)
+"""High-rate records whose state changes may wait for the next checkpoint (:class:`RunFolder`)."""
+Table = Any  # a faust table of bytes → bytes, or a dict in memory
+TableFactory = Callable[..., Table]
+
+
+class RunFolder:
+    """The ``runs`` agent's state: run states (cache, deferred saves, acks) and baselines.
+
+    Runs whose batch held only high-rate telemetry (:data:`TELEMETRY`) and
+    raised nothing are saved by the next checkpoint, every ``save_interval_s``,
+    instead of on every batch. Their events are acked only after that write,
+    so Kafka offsets never pass state that is not in the changelog: a crash
+    replays them (at-least-once).
+    """
+
+    def __init__(self, out: Outbox, table: TableFactory, as_current: Callable[[Any], None], *,
+                 cfg: runstate.RunConfig, tick_topic: str, save_interval_s: float,
+                 unacked_max: int, waiting_for_acks: Callable[[], bool]) -> None:
+        """Create the folder and its tables.
+
+        Args:
+            out: The worker's outbox.
+            table: Makes a table by name (``runstate``; ``baselines`` with ``glob=True``).
+            as_current: Makes an event the current one (tables write to its partition).
+            cfg: The join's configuration.
+            tick_topic: Name of the timer's tick topic (its events run the time-driven rules).
+            save_interval_s: Deferred-save interval (0: every batch saves).
+            unacked_max: Checkpoint once this many events wait for their ack.
+            waiting_for_acks: Whether the runtime waits for every started event's ack.
+        """
+        self.out = out
+        self.as_current = as_current
+        self.cfg = cfg
+        self.tick_topic = tick_topic
+        self.save_interval_s = save_interval_s
+        self.unacked_max = unacked_max
+        self.waiting_for_acks = waiting_for_acks
+        self.runstate: Table = table("runstate")
+        self.baselines: Table = table("baselines", glob=True)
+        self.cache: dict[bytes, tuple[bytes, runstate.RunState]] = {}
+        # deferred saves: run -> (live state, an event of its partition); their events' acks
+        # wait in ``unacked`` until the checkpoint has written every dirty state
+        self.dirty: dict[bytes, tuple[runstate.RunState, Any]] = {}
+        self.horizon = InputHorizon()  # event time the runs agent's input has reached
+        self.unacked: list[Any] = []
+        self.checkpoint_at = time.monotonic()
+        self.base_cache: dict[bytes, tuple[bytes, dict[str, list[float]]]] = {}
+
+    # ------------------------------------------------------------------ state
+
+    def load(self, key: bytes) -> runstate.RunState:
+        """Return a run's live state (deferred, cached, from the table, or new)."""
+        live = self.dirty.get(key)
+        if live is not None:
+            return live[0]  # changed since its last save (a checkpoint will write it)
+        raw = self.runstate.get(key)
+        hit = self.cache.get(key)
+        if raw is not None and hit is not None and hit[0] is raw:
+            return hit[1]  # live state (detectors as objects) still matches the table
+        if raw is None:
+            return runstate.new_state(key.decode())
+        return runstate.loads(raw)
+
+    def save(self, key: bytes, state: runstate.RunState) -> None:
+        """Write a run's state to its table (and the cache)."""
+        raw = runstate.dumps(state)
+        self.runstate[key] = raw
+        self.cache[key] = (raw, state)
+        self.dirty.pop(key, None)
+
+    async def checkpoint(self, *, force: bool = False) -> None:
+        """Write every deferred state, then ack the events behind them."""
+        due = time.monotonic() - self.checkpoint_at >= self.save_interval_s
+        if not self.unacked or not (force or due or len(self.unacked) >= self.unacked_max):
+            return
+        with self.out.sections.timed("runs.checkpoint", len(self.dirty)):
+            for key, (state, event) in list(self.dirty.items()):
+                self.as_current(event)  # the table writes to the partition of the run's events
+                self.save(key, state)
+            for event in self.unacked:
+                event.ack()  # the stream's own ack came first: this one is the final
+            self.unacked = []
+        self.checkpoint_at = time.monotonic()
+
+    def revoked(self, revoked: set[Any]) -> None:
+        """Forget deferred state of revoked partitions whose events were not acked.
+
+        Normally none is left: the runtime waits for every started event to be
+        acked before it revokes, and the timer checkpoints during a rebalance.
+        Should some remain, the next owner (maybe this worker again) restores the
+        saved state from the changelog and replays them from the last committed offset.
+        """
+        parts = {tp.partition for tp in revoked}
+        for key in [k for k in self.dirty if self.out.partition(k) in parts]:
+            del self.dirty[key]
+            self.cache.pop(key, None)  # the cached object carries the unsaved changes
+        self.unacked = [ev for ev in self.unacked if ev.message.tp not in revoked]
+
+    def _baseline(self, state: runstate.RunState) -> dict[str, list[float]] | None:
+        key = state.workload.encode()
+        raw = self.baselines.get(key)
+        if not raw:
+            return None
+        hit = self.base_cache.get(key)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        parsed: dict[str, list[float]] = json.loads(raw)
+        self.base_cache[key] = (raw, parsed)
+        return parsed
+
+    def _learn_baseline(self, state: runstate.RunState) -> None:
+        stats = join.finished_stats(state)
+        if not stats or state.alerts.get("fired"):
+            return
+        key = state.workload.encode()
+        raw = self.baselines.get(key)
+        merged = merge_finished(json.loads(raw) if raw else {}, stats)
+        self.baselines[key] = json.dumps(merged).encode()
+
+    # ------------------------------------------------------------------ batches
+
+    async def batch(self, events: list[Any]) -> None:
+        """Fold one batch the agent took; acks wait for the checkpoint when saves are deferred."""
+        if self.save_interval_s <= 0:
+            await self.fold(events)
+            return
+        for event in events:
+            event.message.incref()  # hold the ack until the state is in the changelog
+        try:
+            await self.fold(events)
+        finally:  # only whole batches wait for a checkpoint (the timer may run one midway)
+            self.unacked.extend(events)
+        await self.checkpoint(force=self.waiting_for_acks())
+
+    async def fold(self, events: list[Any]) -> None:
+        """Fold a batch into the run states: one load, one join pass, one table write per run."""
+        sec = self.out.sections
+        with sec.timed("runs.batch", len(events)):
+            await self._fold(events)
+        sec.maybe_log()
+
+    async def _fold(self, events: list[Any]) -> None:
+        out = self.out
+        by_run: dict[bytes, list[tuple[Any, Any, bytes]]] = {}
+        held: dict[str, list[str]] = {}  # run -> allocated nodes, as of this batch
+        wall = out.clock()
+        for event in events:
+            msg = event.message
+            self.as_current(event)
+            if msg.topic == self.tick_topic:
+                await self._flush(by_run)
+                by_run = {}
+                self.as_current(event)
+                await self.tick(msg.partition, int(event.value or 0))
+                continue
+            out.counters["events"] += 1
+            rec = out.decode(msg.topic, event.value)
+            if isinstance(rec, list):  # a bundle of node aggregates, all runs of this partition
+                for i, (agg, raw) in enumerate(rec):
+                    if isinstance(agg, str):
+                        await out.dead(msg, agg, raw, event.key, part=i)
+                    else:
+                        self.horizon.observe(msg.tp, agg.emitted_at_ms, wall)
+                        by_run.setdefault(agg.run_id.encode(), []).append((agg, event, raw))
+                continue
+            if isinstance(rec, str):
+                await out.dead(msg, rec, event.value, event.key)
+                continue
+            self.horizon.observe(msg.tp, rec.emitted_at_ms, wall)
+            run = self._run_of(msg.topic, event.key, rec)
+            if not run:
+                await out.dead(msg, "run-keyed record without run_id", event.value, event.key)
+                continue
+            if isinstance(rec, JobEvent):
+                await self._index_job(rec, held)
+            elif isinstance(rec, RunManifest):
+                await self._index_manifest(rec)
+            by_run.setdefault(run, []).append((rec, event, event.value))
+        await self._flush(by_run)
+
+    def _run_of(self, topic: str, key: bytes | None, rec: Any) -> bytes:
+        """Return the run a record of a run-keyed topic is folded into (empty: none).
+
+        A data report re-keyed by the data agent belongs to the run it was
+        forwarded to, its message key: a dataset's report goes to every run
+        that reads the dataset, and most reports name no run at all.
+        """
+        if self.out.deployed(topic) == DATA_BY_RUN:
+            return bytes(key or b"")
+        return (rec.run_id or "").encode()
+
+    async def _flush(self, by_run: dict[bytes, list[tuple[Any, Any, bytes]]]) -> None:
+        now = self.out.clock()
+        outputs: list[Any] = []
+        sec = self.out.sections
+        for key, items in by_run.items():
+            self.as_current(items[0][1])
+            state = self.load(key)
+            finished = False
+            before = len(outputs)
+            with sec.timed("runs.join", len(items)):
+                for rec, event, raw in items:
+                    state, outs = join.step(state, rec, now, self.cfg, raw=bytes(raw),
+                                            topic=event.message.topic,
+                                            baseline=self._baseline(state))
+                    outputs += outs
+                    finished = finished or isinstance(rec, JobEvent)
+            if finished:
+                self._learn_baseline(state)
+            if (self.save_interval_s > 0 and len(outputs) == before
+                    and all(isinstance(it[0], TELEMETRY) for it in items)):
+                self.dirty[key] = (state, items[-1][1])  # saved by the next checkpoint
+                continue
+            with sec.timed("runs.save"):
+                self.save(key, state)
+        with sec.timed("runs.publish", len(outputs)):
+            await self.out.publish(outputs)
+
+    async def tick(self, partition: int, at_ms: int) -> None:
+        """Run the time-driven rules (stall, missing report, hold expiry) of one partition."""
+        now = max(at_ms, self.out.clock())
+        horizon = self.horizon.at(now)  # absence rules: event time the input has reached
+        keys = list(self.runstate.keys())
+        keys += [k for k in self.dirty if k not in self.runstate]  # new runs not saved yet
+        for key in keys:
+            if self.out.partition(key) != partition:
+                continue
+            state = self.load(key)
+            before = join.tick_fingerprint(state)
+            state, outputs = join.tick(state, now, self.cfg, horizon)
+            if outputs or join.tick_fingerprint(state) != before:
+                self.save(key, state)
+            await self.out.publish(outputs)
+
+    async def _index_job(self, rec: JobEvent, held: dict[str, list[str]]) -> None:
+        """Send the run's allocation changes to the workers owning its nodes' samples."""
+        run_id = rec.run_id or ""
+        prev = held.get(run_id)
+        if prev is None:
+            prev = self.load(run_id.encode()).nodes
+        changes, held[run_id] = rekey.allocation_changes(rec, prev)
+        for change in changes:
+            await self.out.send(JOB_BY_NODE, change.node.encode(), change.to_json())
+
+    async def _index_manifest(self, rec: RunManifest) -> None:
+        """Send one record per dataset of the manifest to the worker owning that dataset."""
+        if not rec.run_id:
+            return
+        for uri, ref in rekey.manifest_keys(rec.datasets):
+            await self.out.send(MANIFEST_BY_DATASET, uri.encode(),
+                                rekey.manifest_ref_json(rec.run_id, uri, ref))
