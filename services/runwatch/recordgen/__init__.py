@@ -9,11 +9,13 @@ keyword-only dataclass per Avro record with ``AVRO_NAME``, ``to_dict`` and
 ``--check`` writes nothing and fails naming every file that differs (``make
 lint`` runs it).
 
-What is not in the schemas is declared here: which module holds which
-top-level record (:data:`MODULES`) and each module's one-line docstring. A
-named type used from two modules goes to ``common``; any other nested type goes
-to the module of the record that uses it, before it (dependency order). The
-output depends only on the schemas and this file: same input, same bytes.
+What is not in the schemas is declared in :mod:`runwatch.recordgen.layout`:
+which module holds which top-level record (:data:`MODULES`) and each module's
+one-line docstring. A named type used from two modules goes to ``common``; any
+other nested type goes to the module of the record that uses it, before it
+(dependency order). The output depends only on the schemas and the generator:
+same input, same bytes. :mod:`~runwatch.recordgen.shapes` walks the schemas
+and maps types; :mod:`~runwatch.recordgen.emit` writes the text.
 
 Supported Avro shapes: primitives, ``["null", T]`` unions, arrays, maps of
 primitives, nested records and enums; anything else is a
