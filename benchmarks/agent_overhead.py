@@ -48,10 +48,10 @@ def child(phase: str, seconds: float, interval: float, bootstrap: str, topic: st
     from runwatch.adapters.host import HostSampler
     from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
     from runwatch.adapters.nvml import Nvml
+    from runwatch.adapters.publisher import Publisher
     from runwatch.adapters.settings import KafkaSettings
-    from runwatch.agent.nvml_double import FakeNvml8
     from runwatch.agent.service import NodeAgent
-    from runwatch.client.publisher import Publisher
+    from runwatch.testing.nvml_double import FakeNvml8
 
     with tempfile.TemporaryDirectory() as d:
         transport = KafkaTransport(

@@ -43,9 +43,9 @@ from typing import Any
 import runwatch
 from runwatch.adapters.host import HostSampler
 from runwatch.adapters.nvml import Nvml
+from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.agent.service import NodeAgent, RunAttributor
 from runwatch.client.callbacks import huggingface_callback, lightning_callback
-from runwatch.client.publisher import CaptureTransport, Publisher
 from runwatch.core.codec import load_codec
 
 LOAD = r"""

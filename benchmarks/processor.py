@@ -34,7 +34,6 @@ import time
 from collections.abc import Iterable
 
 from benchkit import Checks, percentile
-from runwatch.core import join, runstate, scenarios
 from runwatch.core.codec import load_codec
 from runwatch.core.records import (
     Allocation,
@@ -45,6 +44,8 @@ from runwatch.core.records import (
     RunManifest,
     StepTiming,
 )
+from runwatch.core.stream import join, runstate
+from runwatch.testing import scenarios
 
 SRC = scenarios.SOURCE
 RUNS, NODES, GPUS = 1_000, 2_000, 8  # the issue's load (--scale multiplies runs and nodes)
@@ -181,9 +182,9 @@ def bench_core_agg(encoded_setup: list[bytes], encoded: list[bytes], seconds: in
                    batch: int = 2000) -> float:
     """The worker's current path: node samples decoded to dicts and reduced to one compact
     NodeAgg per run per batch (JSON round trip as on the internal topic), then the batched join."""
-    from runwatch.core import rekey
-    from runwatch.core.join_node import NodeAgg
     from runwatch.core.records import RECORD_TYPES
+    from runwatch.core.stream import rekey
+    from runwatch.core.stream.join_node import NodeAgg
     from runwatch.processor.nodes import aggregate
 
     codec = load_codec()
@@ -279,7 +280,7 @@ class AlertReader:
 
 def bench_broker(bootstrap: str, seconds: int, worker_env: dict[str, str],
                  runs: int = RUNS, probes: int = 200) -> dict[str, float]:
-    from runwatch.processor.harness import Harness
+    from runwatch.testing.harness import Harness
 
     if probes > runs:
         msg = f"--probes {probes} needs as many runs (each probe run alerts once): have {runs}"

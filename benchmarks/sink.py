@@ -37,12 +37,12 @@ from sinkkit import Store, expected_counts, migrate, publish, table_counts  # no
 
 from runwatch.adapters import clickhouse as ch  # noqa: E402
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings  # noqa: E402
-from runwatch.core.colbatch import TableColumns  # noqa: E402
-from runwatch.core.rows import COLUMNS, Origin, record_rows  # noqa: E402
+from runwatch.core.storage.colbatch import TableColumns  # noqa: E402
+from runwatch.core.storage.rows import COLUMNS, Origin, record_rows  # noqa: E402
 from runwatch.sink.pool import SinkPool  # noqa: E402
 from runwatch.sink.service import Sink  # noqa: E402
 from runwatch.sink.settings import SinkSettings  # noqa: E402
-from runwatch.sink.synth import TOPIC_OF, mixed_events  # noqa: E402
+from runwatch.testing.synth import TOPIC_OF, mixed_events  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import Checks  # noqa: E402

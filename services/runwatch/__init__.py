@@ -3,7 +3,9 @@
 The SDK entry point is :func:`runwatch.init` (see ``runwatch.client``).
 """
 
-__version__ = "0.1.0"
+from runwatch._version import __version__
+
+__all__ = ["__version__", "init"]
 
 
 def __getattr__(name: str) -> object:

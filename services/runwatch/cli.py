@@ -15,7 +15,8 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-from runwatch import __version__, commands
+from runwatch import commands
+from runwatch._version import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:

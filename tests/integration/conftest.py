@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sinkkit import Store, delete_topics, make_topics
 
-from runwatch.processor.harness import Harness
+from runwatch.testing.harness import Harness
 
 
 @pytest.fixture

@@ -20,11 +20,11 @@ from runwatch.adapters import clickhouse as ch
 from runwatch.adapters.settings import ClickHouseSettings
 from runwatch.adapters.topics import ensure_topics
 from runwatch.core.codec import load_codec
-from runwatch.core.retention import RetentionRules, parse_rules
-from runwatch.core.rows import Origin, record_rows
+from runwatch.core.storage.retention import RetentionRules, parse_rules
+from runwatch.core.storage.rows import Origin, record_rows
 from runwatch.core.topics import load_topics
 from runwatch.sink.settings import default_topics
-from runwatch.sink.synth import TOPIC_OF, Event
+from runwatch.testing.synth import TOPIC_OF, Event
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = ROOT / "schemas" / "clickhouse"

@@ -34,11 +34,11 @@ from sinkkit import (
 import runwatch
 from runwatch.adapters import clickhouse as ch
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+from runwatch.adapters.publisher import Publisher
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.client import data
-from runwatch.client.publisher import Publisher
 from runwatch.core.records import DatasetRef
-from runwatch.sink.synth import mixed_events
+from runwatch.testing.synth import mixed_events
 
 pytestmark = pytest.mark.integration
 DASHBOARDS = sorted((ROOT / "infra" / "grafana" / "dashboards").glob("*.json"))

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from runwatch.core import scenarios
 from runwatch.core.records import Alert, DeadLetter
-from runwatch.processor.harness import Harness
+from runwatch.testing import scenarios
+from runwatch.testing.harness import Harness
 
 pytestmark = pytest.mark.integration
 

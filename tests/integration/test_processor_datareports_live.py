@@ -13,10 +13,10 @@ import pytest
 
 import runwatch
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+from runwatch.adapters.publisher import Publisher, default_topics
 from runwatch.client import data
-from runwatch.client.publisher import Publisher, default_topics
 from runwatch.core.records import Alert, DatasetRef, DeadLetter
-from runwatch.processor.harness import Harness
+from runwatch.testing.harness import Harness
 
 pytestmark = pytest.mark.integration
 

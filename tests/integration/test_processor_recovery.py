@@ -7,9 +7,9 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from runwatch.core import scenarios
 from runwatch.core.records import Alert
-from runwatch.processor.harness import Harness
+from runwatch.testing import scenarios
+from runwatch.testing.harness import Harness
 
 pytestmark = pytest.mark.integration
 

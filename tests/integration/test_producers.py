@@ -27,13 +27,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import runwatch
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 from runwatch.adapters.nvml import Nvml
+from runwatch.adapters.publisher import Publisher
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.agent.nvml_double import FakeNvml8
 from runwatch.agent.service import NodeAgent
-from runwatch.client.publisher import Publisher
 from runwatch.core.codec import load_codec
 from runwatch.stack.manager import Stack
 from runwatch.stack.settings import StackSettings
+from runwatch.testing.nvml_double import FakeNvml8
 
 pytestmark = pytest.mark.integration
 

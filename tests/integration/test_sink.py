@@ -26,7 +26,7 @@ from sinkkit import (
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.sink.service import Sink
 from runwatch.sink.settings import SinkSettings
-from runwatch.sink.synth import Event, mixed_events
+from runwatch.testing.synth import Event, mixed_events
 
 pytestmark = pytest.mark.integration
 EVENTS = int(os.environ.get("RUNWATCH_SINK_TEST_EVENTS", "60000"))

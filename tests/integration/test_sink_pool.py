@@ -19,7 +19,7 @@ from sinkkit import (
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.sink.pool import SinkPool
 from runwatch.sink.settings import SinkSettings
-from runwatch.sink.synth import mixed_events
+from runwatch.testing.synth import mixed_events
 
 pytestmark = pytest.mark.integration
 

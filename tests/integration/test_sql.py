@@ -14,8 +14,8 @@ import pytest
 from sinkkit import ROOT, Store, migrate
 
 from runwatch.adapters import clickhouse as ch
-from runwatch.core.rows import COLUMNS, Origin, record_rows
-from runwatch.sink.synth import mixed_events
+from runwatch.core.storage.rows import COLUMNS, Origin, record_rows
+from runwatch.testing.synth import mixed_events
 
 pytestmark = pytest.mark.integration
 QUERIES = sorted((ROOT / "schemas" / "clickhouse" / "queries").glob("*.sql"))

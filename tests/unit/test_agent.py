@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from runwatch.adapters.nvml import Nvml
-from runwatch.agent.nvml_double import FakeNvml8
+from runwatch.adapters.publisher import Publisher
 from runwatch.agent.service import NodeAgent, RunAttributor, parse_allocation
-from runwatch.client.publisher import Publisher
 from runwatch.core.codec import load_codec
+from runwatch.testing.nvml_double import FakeNvml8
 
 
 class ListTransport:

@@ -1,10 +1,10 @@
 import pytest
 
-from runwatch.core import alerting
-from runwatch.core.alerting import AlertBook, AlertContext, AlertPolicy, dedup_key
-from runwatch.core.cause import classify
+from runwatch.core.paging import lifecycle as alerting
+from runwatch.core.paging.lifecycle import AlertBook, AlertContext, AlertPolicy, dedup_key
 from runwatch.core.records import Source
-from runwatch.core.rules import Finding
+from runwatch.core.signals.cause import classify
+from runwatch.core.signals.rules import Finding
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
 CTX = AlertContext("run-1", SRC, team="t", experiment_family="fam")

@@ -1,7 +1,7 @@
 import pytest
 
-from runwatch.core.cause import classify, explains, in_window, symptom_kind
-from runwatch.core.rules import Finding
+from runwatch.core.signals.cause import classify, explains, in_window, symptom_kind
+from runwatch.core.signals.rules import Finding
 
 T = 1_000_000
 

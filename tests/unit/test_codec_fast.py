@@ -16,7 +16,7 @@ from runwatch.core.codec import Codec, DecodeError, load_codec
 from runwatch.core.codec.fast import plain
 from runwatch.core.codec.ranges import widen_ints
 from runwatch.core.records import RECORD_TYPES
-from runwatch.sink.synth import mixed_events
+from runwatch.testing.synth import mixed_events
 
 FAST = load_codec()
 EVENTS = mixed_events(5, 2, 30, 1_800_000_000_000 - 3_600_000)

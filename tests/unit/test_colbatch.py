@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from runwatch.core.codec import load_codec
-from runwatch.core.colbatch import FAST_TYPES, TableColumns, append_fast, undo
-from runwatch.core.columns import COLUMNS
-from runwatch.core.rows import Origin, RowError, check_row, rows_for
+from runwatch.core.storage.colbatch import FAST_TYPES, TableColumns, append_fast, undo
+from runwatch.core.storage.columns import COLUMNS
+from runwatch.core.storage.rows import Origin, RowError, check_row, rows_for
 from runwatch.sink.batch import dedup_token
-from runwatch.sink.synth import mixed_events
+from runwatch.testing.synth import mixed_events
 
 NOW = 1_800_000_000_000
 EVENTS = mixed_events(seed=3, runs=4, ticks=30, start_ms=NOW - 60_000)

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 import runwatch
+from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.client import data
-from runwatch.client.publisher import CaptureTransport, Publisher
-from runwatch.core import datachecks
-from runwatch.core.datachecks import Band
 from runwatch.core.records import Alert, DatasetRef
+from runwatch.core.signals import datachecks
+from runwatch.core.signals.datachecks import Band
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings
 

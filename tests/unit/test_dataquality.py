@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runwatch.adapters.publisher import Publisher
 from runwatch.client.data import load_baseline, report, to_columns
-from runwatch.client.publisher import Publisher
-from runwatch.core import dataquality as dq
 from runwatch.core.codec import load_codec
+from runwatch.core.signals import dataquality as dq
 
 
 class ListTransport:

@@ -5,8 +5,8 @@ from pathlib import Path
 import chdb.session
 import pytest
 
-from runwatch.core import ddl
-from runwatch.core.retention import parse_rules, render_retention
+from runwatch.core.storage import ddl
+from runwatch.core.storage.retention import parse_rules, render_retention
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runwatch.core.delivery import (
+from runwatch.core.paging.delivery import (
     BreakerPolicy,
     BreakerState,
     Notification,
@@ -25,8 +25,8 @@ from runwatch.core.delivery import (
     parse_matcher,
     parse_retry_after,
 )
+from runwatch.core.paging.signing import sign, verify
 from runwatch.pager.deliver import Deliverer, Interrupted
-from runwatch.pager.signing import sign, verify
 from runwatch.pager.state import NotificationLog, SilenceStore
 
 H = 3_600_000

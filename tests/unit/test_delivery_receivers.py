@@ -26,11 +26,11 @@ from runwatch.adapters.receivers import (
     build_receivers,
     resolve_settings,
 )
-from runwatch.core.delivery import BreakerPolicy, RetryPolicy
+from runwatch.core.paging.delivery import BreakerPolicy, RetryPolicy
+from runwatch.core.paging.routes import parse_rules
+from runwatch.core.paging.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from runwatch.core.records import Alert, Evidence, Source
-from runwatch.core.routing import parse_rules
 from runwatch.pager.deliver import Deliverer
-from runwatch.pager.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from runwatch.pager.state import NotificationLog
 
 NOW = 1_700_000_000_000

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from runwatch.adapters.publisher import Publisher
 from runwatch.client.emit import emit_lines, emit_records
-from runwatch.client.publisher import Publisher
 from runwatch.core.codec import load_codec
 
 

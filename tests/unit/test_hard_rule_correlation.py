@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from runwatch.core import rules, runstate
 from runwatch.core.records import Alert, Source
+from runwatch.core.signals import rules
+from runwatch.core.stream import runstate
 
 T = 1_700_000_000_000
 SRC = Source(kind="processor", host="t", runwatch_version="0")

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from runwatch.core import indicators as ind
+from runwatch.core.signals import indicators as ind
 
 NAN = float("nan")
 

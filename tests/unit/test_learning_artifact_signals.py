@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import runwatch
-from runwatch.client.publisher import CaptureTransport
-from runwatch.core import rules
+from runwatch.adapters.publisher import CaptureTransport
 from runwatch.core.records import Alert
+from runwatch.core.signals import rules
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings
 

@@ -19,12 +19,12 @@ import pytest
 
 import runwatch
 from runwatch.adapters.nvml import Nvml
-from runwatch.agent.nvml_double import GIB, FakeNvml8
+from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.agent.service import NodeAgent, RunAttributor
-from runwatch.client.publisher import CaptureTransport, Publisher
-from runwatch.core import rules
 from runwatch.core.records import Alert
+from runwatch.core.signals import rules
 from runwatch.processor.memory import MemoryProcessor
+from runwatch.testing.nvml_double import GIB, FakeNvml8
 
 RUN = "run-node"
 T0 = 1_800_000_000_000

@@ -280,7 +280,7 @@ def test_stack_without_jars_or_maven_says_what_to_do(
 def test_wrong_topics_file_is_one_clear_error_at_init(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from runwatch.client.publisher import default_topics
+    from runwatch.adapters.publisher import default_topics
     from runwatch.core.topics import TopicMapError
 
     missing = tmp_path / "topics.yaml"

@@ -13,12 +13,12 @@ from datetime import datetime
 
 import pytest
 
-from runwatch.core import alerting
-from runwatch.core.alerting import AlertBook, AlertContext, AlertPolicy
-from runwatch.core.cause import Verdict
+from runwatch.core.paging import lifecycle as alerting
+from runwatch.core.paging.lifecycle import AlertBook, AlertContext, AlertPolicy
+from runwatch.core.paging.payloads import alertmanager_alert, alertmanager_window
 from runwatch.core.records import Alert, Source
-from runwatch.core.rules import Finding
-from runwatch.pager.payloads import alertmanager_alert, alertmanager_window
+from runwatch.core.signals.cause import Verdict
+from runwatch.core.signals.rules import Finding
 
 NOW = 1_700_000_000_000
 TTL = 4 * 3_600_000

@@ -7,11 +7,12 @@ import pytest
 from faust.types import TP
 
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.core import runstate, scenarios
 from runwatch.core.records import JobEvent, StepTiming
+from runwatch.core.stream import runstate
 from runwatch.processor.app import Processor
 from runwatch.processor.runs import RunFolder
 from runwatch.processor.settings import ProcessorSettings
+from runwatch.testing import scenarios
 
 T0 = 1_700_000_000_000
 

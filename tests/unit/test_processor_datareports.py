@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 
 import runwatch
+from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.client import data
 from runwatch.client.emit import emit_records
-from runwatch.client.publisher import CaptureTransport, Publisher
 from runwatch.core.records import Alert, DatasetRef
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings

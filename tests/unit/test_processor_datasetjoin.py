@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from runwatch.core import rekey
 from runwatch.core.codec import load_codec
 from runwatch.core.records import DataQualityReport, DatasetRef, Source
+from runwatch.core.stream import rekey
 from runwatch.processor.datasets import RECENT_MAX
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.outbox import DATA_BY_RUN, MANIFEST_BY_DATASET

@@ -3,14 +3,15 @@ import random
 
 import pytest
 
-from runwatch.core import join, runstate, scenarios
-from runwatch.core.baselines import WatchSpec
-from runwatch.core.indwatch import IndicatorWatch, default_specs
-from runwatch.core.join_node import occupancy_cause
 from runwatch.core.records import Alert, JobEvent, Source
-from runwatch.core.rules import Finding
+from runwatch.core.signals.indwatch import IndicatorWatch, default_specs
+from runwatch.core.signals.rules import Finding
+from runwatch.core.signals.workload import WatchSpec
+from runwatch.core.stream import join, runstate
+from runwatch.core.stream.join_node import occupancy_cause
 from runwatch.processor.__main__ import worker_web_args
 from runwatch.processor.settings import ProcessorSettings
+from runwatch.testing import scenarios
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
 CFG = runstate.RunConfig(source=SRC)

@@ -7,13 +7,14 @@ import random
 
 import pytest
 
-from runwatch.core import indicators as ind
-from runwatch.core import join, join_node, rekey, runstate, scenarios
 from runwatch.core.codec import load_codec
-from runwatch.core.indwatch import HEAVY_EVERY
-from runwatch.core.join_node import NodeAgg, NodeEntry, pct_mean
 from runwatch.core.records import Alert, GpuProcess, GpuSample, NodeSample, Source
+from runwatch.core.signals import indicators as ind
+from runwatch.core.signals.indwatch import HEAVY_EVERY
+from runwatch.core.stream import join, join_node, rekey, runstate
+from runwatch.core.stream.join_node import NodeAgg, NodeEntry, pct_mean
 from runwatch.processor.nodes import aggregate
+from runwatch.testing import scenarios
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
 CFG = runstate.RunConfig(source=SRC)

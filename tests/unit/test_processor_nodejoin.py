@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from runwatch.core import rekey
 from runwatch.core.codec import load_codec
-from runwatch.core.join_node import AllocChange, NodeAgg
 from runwatch.core.records import Allocation, GpuProcess, GpuSample, JobEvent, NodeSample, Source
+from runwatch.core.stream import rekey
+from runwatch.core.stream.join_node import AllocChange, NodeAgg
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.outbox import JOB_BY_NODE, NODE_BY_RUN
 from runwatch.processor.provision import COPARTITIONED, check_copartitioned

@@ -17,8 +17,8 @@ import pytest
 from sdk_kit import Clock
 
 import runwatch
+from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.client import data
-from runwatch.client.publisher import CaptureTransport, Publisher
 from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert, DatasetRef
 from runwatch.processor.memory import MemoryProcessor

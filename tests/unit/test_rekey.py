@@ -1,6 +1,5 @@
 import pytest
 
-from runwatch.core import rekey
 from runwatch.core.codec import load_codec
 from runwatch.core.records import (
     Allocation,
@@ -13,6 +12,7 @@ from runwatch.core.records import (
     RunManifest,
     Source,
 )
+from runwatch.core.stream import rekey
 
 SRC = Source(kind="t", host="h", runwatch_version="0")
 C = {"event_id": "e", "emitted_at_ms": 1, "source": SRC, "seq": 1}

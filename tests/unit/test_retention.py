@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from runwatch.core.retention import (
+from runwatch.core.storage.retention import (
     RetentionError,
     describe_rules,
     parse_duration,

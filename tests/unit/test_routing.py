@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from runwatch.core.routing import (
+from runwatch.core.paging.routes import (
     RulesError,
     alert_attributes,
     parse_duration_ms,

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from runwatch.core.codec import load_codec
-from runwatch.core.rows import COLUMNS, Origin, RowError, check_row, record_rows, rows_for
-from runwatch.sink.synth import mixed_events
+from runwatch.core.storage.rows import COLUMNS, Origin, RowError, check_row, record_rows, rows_for
+from runwatch.testing.synth import mixed_events
 
 NOW = 1_800_000_000_000
 EVENTS = mixed_events(seed=1, runs=8, ticks=60, start_ms=NOW - 60_000)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from runwatch.core import rules
+from runwatch.core.signals import rules
 
 T = 1_700_000_000_000
 

@@ -2,9 +2,16 @@ import json
 
 import pytest
 
-from runwatch.core import join, runstate, scenarios
-from runwatch.core.baselines import RunningStats, Watch, WatchSpec, merge_finished, seeded_watch
 from runwatch.core.records import Alert, DeadLetter, Source, StepTiming
+from runwatch.core.signals.workload import (
+    RunningStats,
+    Watch,
+    WatchSpec,
+    merge_finished,
+    seeded_watch,
+)
+from runwatch.core.stream import join, runstate
+from runwatch.testing import scenarios
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
 CFG = runstate.RunConfig(source=SRC)

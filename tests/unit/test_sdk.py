@@ -247,7 +247,7 @@ def test_checkpoint_artifact_validation_gate(tmp_path: Path) -> None:
 
 
 def test_init_failure_returns_null_run(monkeypatch) -> None:
-    import runwatch.client.publisher as pubmod
+    import runwatch.adapters.publisher as pubmod
 
     def boom(*a, **k):
         raise RuntimeError("no codec")

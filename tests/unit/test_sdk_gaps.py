@@ -13,10 +13,10 @@ import pytest
 from sdk_kit import ListTransport
 
 import runwatch
+from runwatch.adapters.publisher import Publisher
 from runwatch.client import data
-from runwatch.client.publisher import Publisher
-from runwatch.core import join, runstate
 from runwatch.core.records import Source
+from runwatch.core.stream import join, runstate
 
 T = 1_800_000_000_000
 SRC = Source(kind="processor", host="t", runwatch_version="0")
@@ -187,8 +187,8 @@ def fold(records: list, now: int) -> runstate.RunState:
 ])
 def test_unversioned_dataset_joins_versioned_reports(declared, reported_version, joins,
                                                      tmp_path: Path) -> None:
-    from runwatch.core import rekey
     from runwatch.core.records import DatasetRef
+    from runwatch.core.stream import rekey
 
     uri, _, ver = declared.partition("@")
     ds = DatasetRef(uri=uri, version=ver) if ver else uri

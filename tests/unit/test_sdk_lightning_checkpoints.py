@@ -21,8 +21,8 @@ import pytest
 
 import runwatch
 import runwatch.client.callbacks as cbmod
+from runwatch.adapters.publisher import CaptureTransport
 from runwatch.client.callbacks import lightning_callback
-from runwatch.client.publisher import CaptureTransport
 from runwatch.core.codec import load_codec
 
 REMOTE = ["s3://bucket/ckpts", "gs://bucket/run/ckpts", "hdfs://nn:8020/ckpts", "az://c/ckpts"]

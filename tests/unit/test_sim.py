@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from runwatch.client.publisher import CaptureTransport
+from runwatch.adapters.publisher import CaptureTransport
 from runwatch.core.codec import load_codec
 from runwatch.sim import scenarios as sc
 from runwatch.sim.clock import VirtualClock

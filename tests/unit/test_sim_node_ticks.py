@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from runwatch.client.publisher import CaptureTransport
+from runwatch.adapters.publisher import CaptureTransport
 from runwatch.core.codec import load_codec
 from runwatch.sim.runner import SimConfig, run_simulation
 

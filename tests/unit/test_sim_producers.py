@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from runwatch.client.publisher import CaptureTransport
+from runwatch.adapters.publisher import CaptureTransport
 from runwatch.core.codec import load_codec
 from runwatch.sim import drivers
 from runwatch.sim import scenarios as sc

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from runwatch.client.publisher import CaptureTransport
+from runwatch.adapters.publisher import CaptureTransport
 from runwatch.core.codec import load_codec
 from runwatch.sim import drivers
 from runwatch.sim import scenarios as sc
@@ -252,8 +252,8 @@ def test_a_persistent_faults_alert_resolving_while_the_run_goes_on_is_a_flap() -
 
 def test_offline_replay_hands_stored_reports_to_a_run_that_starts_later() -> None:
     """As the processor's data agent does: a run gets its dataset's earlier reports."""
+    from runwatch.adapters.publisher import Publisher
     from runwatch.client import data, init
-    from runwatch.client.publisher import Publisher
     from runwatch.core.records import DatasetRef
     from runwatch.sim.replay import replay
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from runwatch.core.rows import Origin
+from runwatch.core.storage.rows import Origin
 from runwatch.sink.batch import FlushBatch, SeenEvents, dedup_token, should_skip
 
 

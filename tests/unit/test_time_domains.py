@@ -18,12 +18,12 @@ import pytest
 from sdk_kit import Clock
 
 import runwatch
-from runwatch.client.publisher import CaptureTransport, Publisher
-from runwatch.core import indicators as ind
-from runwatch.core import join, runstate
+from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.core.codec import load_codec
-from runwatch.core.horizon import InputHorizon
 from runwatch.core.records import Alert, Source
+from runwatch.core.signals import indicators as ind
+from runwatch.core.stream import join, runstate
+from runwatch.core.stream.horizon import InputHorizon
 from runwatch.processor.settings import ProcessorSettings
 from runwatch.sim import replay as offline
 from runwatch.sim.drivers import make_node

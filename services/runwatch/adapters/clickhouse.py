@@ -24,7 +24,7 @@ from clickhouse_connect.driver.exceptions import (
 )
 
 from runwatch.adapters.settings import ClickHouseSettings
-from runwatch.core import ddl, retention
+from runwatch.core.storage import ddl, retention
 
 logger = logging.getLogger(__name__)
 

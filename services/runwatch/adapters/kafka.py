@@ -1,5 +1,9 @@
 """Kafka transport shared by every producer, and a small manual-commit consumer.
 
+Size: the one module around confluent_kafka: the producer transport, the
+manual-commit consumer and the admin helpers share its settings, TLS/SASL
+wiring and error mapping.
+
 Producer side (:class:`KafkaTransport`): confluent-kafka with compression, a
 small linger, ``acks=all`` and idempotence. :meth:`KafkaTransport.produce`
 never blocks and never raises.

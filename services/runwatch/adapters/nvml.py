@@ -3,7 +3,7 @@
 Every figure a GPU does not support comes back as None instead of an error.
 :meth:`Nvml.open` returns None (after one clear log line) where there is no
 driver, so callers keep publishing host figures. Tests pass a module-like test
-double (``runwatch.agent.nvml_double``) instead of ``pynvml``.
+double (``runwatch.testing.nvml_double``) instead of ``pynvml``.
 
 SM occupancy and SM activity come from NVML GPM (GPU Performance Monitoring,
 Hopper and later): one GPM sample per GPU per read, the metrics computed over

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from runwatch import __version__
+from runwatch._version import __version__
 from runwatch.core.records import Source
 from runwatch.core.topics import load_topics, record_topics
 

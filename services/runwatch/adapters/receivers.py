@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from runwatch.core.routing import ReceiverSpec
-from runwatch.pager import payloads
-from runwatch.pager.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from runwatch.core.paging import payloads
+from runwatch.core.paging.routes import ReceiverSpec
+from runwatch.core.paging.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,8 @@
 """Durable local spool: an append-only FIFO of Kafka records on disk.
 
+Size: one on-disk contract (segment format, rotation, fsync policy, ordered
+replay); split, its invariants would span files.
+
 The spool holds records the transport could not hand to Kafka (broker down,
 local queue full) until they can be replayed, in the order they were spooled.
 

@@ -26,7 +26,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch.adapters.host import HostSampler
 from runwatch.adapters.nvml import GpuReading, Nvml
-from runwatch.client.publisher import Publisher
+from runwatch.adapters.publisher import Publisher
 from runwatch.core.records import GpuProcess, GpuSample, NodeSample
 
 logger = logging.getLogger(__name__)

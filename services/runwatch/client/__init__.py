@@ -62,7 +62,7 @@ def _check_schemas(codec: Any) -> None:
         TopicMapError: The topic map cannot be read.
 
     """
-    from runwatch.client.publisher import default_topics
+    from runwatch.adapters.publisher import default_topics
     from runwatch.core.codec import SchemaLoadError
     from runwatch.core.records import RECORD_TYPES
 
@@ -146,8 +146,8 @@ def init(
     own_transport = None
     try:
         from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+        from runwatch.adapters.publisher import Publisher
         from runwatch.adapters.settings import KafkaSettings
-        from runwatch.client.publisher import Publisher
         from runwatch.client.run import Run
 
         rid = os.environ.get("RUNWATCH_RUN_ID") or run_id or new_run_id()

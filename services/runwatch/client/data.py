@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runwatch.core import dataquality as dq
 from runwatch.core.records import DataQualityReport, DriftSummary, FeatureStats
+from runwatch.core.signals import dataquality as dq
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def save_baseline(
     Args:
         dataset: Dataset id.
         name: Baseline name.
-        baseline: From :func:`runwatch.core.dataquality.make_baseline`.
+        baseline: From :func:`runwatch.core.signals.dataquality.make_baseline`.
         directory: Baseline directory.
 
     Returns:
@@ -185,7 +185,7 @@ def report(
         version: Dataset version.
         partition: Partition (e.g. ``date=2026-11-29``).
         table_or_stats: The batch (see :func:`to_columns`) or precomputed
-            :class:`runwatch.core.dataquality.QualityStats`.
+            :class:`runwatch.core.signals.dataquality.QualityStats`.
         baseline: Baseline name (stored under the baseline directory; created
             from this batch when absent) or a baseline mapping.
         label: Label column for label balance.
@@ -246,7 +246,7 @@ def report(
     own = publisher is None
     if own:
         from runwatch.adapters.kafka import KafkaTransport
-        from runwatch.client.publisher import Publisher
+        from runwatch.adapters.publisher import Publisher
 
         publisher = Publisher(
             KafkaTransport(name=f"data-{_safe(dataset)}"), kind="sdk", topics=topics

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runwatch.client.publisher import Publisher, default_topics, record_key
+from runwatch.adapters.publisher import Publisher, default_topics, record_key
 from runwatch.core.records import RECORD_TYPES
 
 logger = logging.getLogger(__name__)

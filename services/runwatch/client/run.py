@@ -1,5 +1,7 @@
 """The training-job SDK: :class:`Run`, created by :func:`runwatch.init`.
 
+Size: the SDK's public Run class; its methods are the SDK's surface, each short.
+
 The hot path (:meth:`Run.step`) checks types, reads a monotonic clock and
 appends one small tuple to a bounded deque; a background thread builds the
 records, encodes them in batches and hands them to the transport. No call
@@ -27,10 +29,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from runwatch.adapters.publisher import Publisher
 from runwatch.client import lineage
 from runwatch.client.exithooks import ExitHooks
 from runwatch.client.files import file_digest, file_size, normalize_sha256
-from runwatch.client.publisher import Publisher
 from runwatch.core.records import (
     ArtifactEvent,
     CheckpointEvent,

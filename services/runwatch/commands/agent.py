@@ -48,16 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from runwatch.adapters.host import HostSampler
     from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
     from runwatch.adapters.nvml import Nvml
+    from runwatch.adapters.publisher import Publisher
     from runwatch.adapters.settings import KafkaSettings
     from runwatch.agent.service import AgentSettings, NodeAgent, RunAttributor, default_node
-    from runwatch.client.publisher import Publisher
 
     settings = AgentSettings()
     interval = args.interval if args.interval is not None else settings.interval_s
     node = args.node or settings.node or default_node()
     module: Any = None
     if args.nvml_double or settings.nvml_double:
-        from runwatch.agent.nvml_double import FakeNvml8
+        from runwatch.testing.nvml_double import FakeNvml8
 
         module = FakeNvml8()
         logger.warning("using the FakeNvml8 TEST DOUBLE: GPU figures are not real")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _rules(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from runwatch.core.retention import parse_rules
+    from runwatch.core.storage.retention import parse_rules
     from runwatch.resources import retention_file
 
     path = Path(args.rules) if args.rules else retention_file()
@@ -32,15 +32,15 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _retention(args: argparse.Namespace) -> int:
-    from runwatch.core.retention import describe_rules
+    from runwatch.core.storage.retention import describe_rules
 
     print(describe_rules(_rules(args)))
     return 0
 
 
 def _render(args: argparse.Namespace) -> int:
-    from runwatch.core import ddl
-    from runwatch.core.retention import render_retention
+    from runwatch.core.storage import ddl
+    from runwatch.core.storage.retention import render_retention
 
     migrations = ddl.load_migrations(_schema_dir(args))
     statements = [s for m in migrations for s in m.statements] + render_retention(_rules(args))

@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _publisher(args: argparse.Namespace) -> Any:
     from runwatch.adapters.kafka import KafkaTransport
-    from runwatch.client.publisher import Publisher, default_topics
+    from runwatch.adapters.publisher import Publisher, default_topics
 
     topics = (
         {t: args.topic_prefix + t for t in set(default_topics().values())}

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from runwatch.adapters.receivers import ReceiverConfigError
-from runwatch.core.routing import RulesError
+from runwatch.core.paging.routes import RulesError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -49,8 +49,8 @@ def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _add(args: argparse.Namespace) -> int:
-    from runwatch.core.delivery import parse_matcher
-    from runwatch.core.routing import parse_duration_ms
+    from runwatch.core.paging.delivery import parse_matcher
+    from runwatch.core.paging.routes import parse_duration_ms
 
     try:
         matchers = tuple(parse_matcher(m) for m in args.match)
@@ -68,7 +68,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from runwatch.pager.payloads import iso_ms
+    from runwatch.core.paging.payloads import iso_ms
 
     now = _now_ms()
     silences = [s for s in _store(args).load() if args.all or s.ends_at_ms > now]

@@ -1,6 +1,6 @@
 """Deliver one alert to one receiver: dedup, retries with backoff, circuit breaker.
 
-The decisions come from :mod:`runwatch.core.delivery`; this module runs the
+The decisions come from :mod:`runwatch.core.paging.delivery`; this module runs the
 loop with a real clock and sleeps, and records every accepted notification in
 the durable :class:`~runwatch.pager.state.NotificationLog` before returning.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from runwatch.core.delivery import (
+from runwatch.core.paging.delivery import (
     BreakerPolicy,
     BreakerState,
     Notification,

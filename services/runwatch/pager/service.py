@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runwatch import __version__
+from runwatch._version import __version__
 from runwatch.adapters.kafka import BatchConsumer, KafkaTransport, ProducerSettings
 from runwatch.adapters.receivers import (
     HttpReceiver,
@@ -29,8 +29,8 @@ from runwatch.adapters.receivers import (
     build_receivers,
 )
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.core.delivery import BreakerPolicy, RetryPolicy, find_silence
-from runwatch.core.routing import Rules, alert_attributes, parse_rules, receivers_for
+from runwatch.core.paging.delivery import BreakerPolicy, RetryPolicy, find_silence
+from runwatch.core.paging.routes import Rules, alert_attributes, parse_rules, receivers_for
 from runwatch.pager.deliver import Deliverer, Interrupted
 from runwatch.pager.state import NotificationLog, SilenceStore, default_state_dir
 from runwatch.resources import pager_routes_file

@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from runwatch.core.delivery import Matcher, Notification, Silence, parse_matcher
+from runwatch.core.paging.delivery import Matcher, Notification, Silence, parse_matcher
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from runwatch.adapters.kafka import BatchConsumer
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.pager.payloads import alert_dict, iso_ms
+from runwatch.core.paging.payloads import alert_dict, iso_ms
 
 log = logging.getLogger(__name__)
 

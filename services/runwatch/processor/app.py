@@ -32,12 +32,12 @@ from typing import Any
 import faust
 from faust.streams import _current_event
 
-from runwatch import __version__
+from runwatch._version import __version__
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.core import runstate
-from runwatch.core.alerting import AlertPolicy
 from runwatch.core.codec import load_codec
+from runwatch.core.paging.lifecycle import AlertPolicy
 from runwatch.core.records import Source
+from runwatch.core.stream import runstate
 from runwatch.core.topics import load_topics
 from runwatch.processor.datasets import DatasetRouter
 from runwatch.processor.fastdrain import FastDrainConsumer, RawSchema

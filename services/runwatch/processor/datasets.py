@@ -16,8 +16,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from runwatch.core import rekey
 from runwatch.core.records import DataQualityReport
+from runwatch.core.stream import rekey
 from runwatch.processor.outbox import DATA_BY_RUN, MANIFEST_BY_DATASET, Outbox
 
 RECENT_MAX = 16  # latest reports kept per dataset reference (besides the first one)

@@ -2,7 +2,7 @@
 
 Like Kafka Streams' ``TopologyTestDriver``: what producers publish (the SDK,
 ``data.report``, ``emit`` or the agent, through a
-:class:`~runwatch.client.publisher.CaptureTransport`) is handed, in order, to
+:class:`~runwatch.adapters.publisher.CaptureTransport`) is handed, in order, to
 the agent that reads its topic (``runs``, ``nodes`` or ``data``) of a real
 :class:`~runwatch.processor.app.Processor`; what the agents send to internal
 topics (``rw.internal.*``) is handed back to the agent that reads those, in
@@ -112,7 +112,7 @@ class MemoryProcessor:
         """Hand published ``(topic, key, value)`` messages to the agents, then drain.
 
         Args:
-            messages: As a :class:`~runwatch.client.publisher.CaptureTransport`
+            messages: As a :class:`~runwatch.adapters.publisher.CaptureTransport`
                 keeps them (topic names without prefix).
         """
         for topic, key, value in messages:

@@ -2,13 +2,13 @@
 
 Node samples are decoded to dicts (no record objects), nodes that no run owns
 are skipped at once, and what a run's join needs becomes one compact
-:class:`~runwatch.core.join_node.NodeAgg` per run per batch; the aggregates go
+:class:`~runwatch.core.stream.join_node.NodeAgg` per run per batch; the aggregates go
 out on ``rw.internal.node-by-run`` (JSON, internal topic) bundled: one message
 per destination partition per batch (:func:`bundles`), since every message
 costs the producer and the runs agent far more than its bytes.
 
 The runs agent sends each allocation change of a run as one
-:class:`~runwatch.core.join_node.AllocChange` record per node to
+:class:`~runwatch.core.stream.join_node.AllocChange` record per node to
 ``rw.internal.job-by-node``, keyed and partitioned like ``rw.exec.node``
 (node). The ``nodes`` agent reads both topics, so the node → runs index
 (``node-runs``, keyed by node: JSON ``{run: [gpu indices]}``) is a local table
@@ -27,10 +27,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from runwatch.core import rekey
 from runwatch.core.codec import DecodeError
-from runwatch.core.join_node import AllocChange, NodeAgg, NodeEntry
 from runwatch.core.records import NodeSample
+from runwatch.core.stream import rekey
+from runwatch.core.stream.join_node import AllocChange, NodeAgg, NodeEntry
 from runwatch.processor.outbox import JOB_BY_NODE, NODE_BY_RUN, Outbox
 
 AGG_MS = 1_000  # entries of one node for one run within this span collapse to the newest
@@ -186,7 +186,7 @@ class NodeRouter:
 
         Returns:
             (run, entry) pairs of the node's recent samples that a newly added run
-            missed (:func:`~runwatch.core.rekey.replay_entries`).
+            missed (:func:`~runwatch.core.stream.rekey.replay_entries`).
 
         """
         try:

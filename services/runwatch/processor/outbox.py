@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from runwatch.core.codec import Codec, DecodeError
-from runwatch.core.join_node import NodeAgg
 from runwatch.core.records import Alert, DeadLetter, Source
+from runwatch.core.stream.join_node import NodeAgg
 from runwatch.processor.partitioning import partition_for
 from runwatch.processor.timing import Sections
 

@@ -2,7 +2,7 @@
 
 Every run-keyed topic (lineage, job, learning, artifact, the two internal
 re-key topics and the timer's tick topic) comes here. Each record is folded
-into its run's state (:mod:`runwatch.core.join`), kept as JSON bytes in the
+into its run's state (:mod:`runwatch.core.stream.join`), kept as JSON bytes in the
 ``runstate`` table (changelog-backed, never pickle); alerts and rejects go
 out through the :class:`~runwatch.processor.outbox.Outbox`. Allocation changes
 and manifest datasets are sent to the node and dataset routers' internal
@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runwatch.core import join, rekey, runstate
-from runwatch.core.baselines import merge_finished
-from runwatch.core.horizon import InputHorizon
-from runwatch.core.join_node import NodeAgg
 from runwatch.core.records import JobEvent, LearningStep, RunManifest, StepTiming
+from runwatch.core.signals.workload import merge_finished
+from runwatch.core.stream import join, rekey, runstate
+from runwatch.core.stream.horizon import InputHorizon
+from runwatch.core.stream.join_node import NodeAgg
 from runwatch.processor.outbox import DATA_BY_RUN, JOB_BY_NODE, MANIFEST_BY_DATASET, Outbox
 
 logger = logging.getLogger(__name__)

@@ -25,14 +25,14 @@ import numpy as np
 
 from runwatch.adapters.host import HostReading
 from runwatch.adapters.nvml import Nvml
-from runwatch.agent.nvml_double import FakeNvml8
+from runwatch.adapters.publisher import Publisher
 from runwatch.agent.service import NodeAgent, RunAttributor
 from runwatch.client import data as sdk_data
 from runwatch.client.emit import emit_records
-from runwatch.client.publisher import Publisher
 from runwatch.core.records import DatasetRef, Hardware
 from runwatch.sim.clock import VirtualClock
 from runwatch.sim.model import GPUS_PER_NODE, LABELS, Action, RunModel, RunPlan
+from runwatch.testing.nvml_double import FakeNvml8
 
 logger = logging.getLogger(__name__)
 GIB = 1 << 30

@@ -1,5 +1,7 @@
 """The cluster model: what each simulated run does, as planned actions (pure).
 
+Size: the seeded run model's planned actions, one short planner per workload kind.
+
 A :class:`RunModel` is a seeded, deterministic description of one training
 run — scheduler queueing, a model-loading phase, step timings, loss and
 validation curves, checkpoints, release gate — and of the data pipelines of

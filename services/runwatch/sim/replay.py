@@ -2,7 +2,7 @@
 
 The messages the simulator's producers publish (the SDK, ``data.report``,
 ``emit``, the node agent, captured by a
-:class:`~runwatch.client.publisher.CaptureTransport`) are handed to a
+:class:`~runwatch.adapters.publisher.CaptureTransport`) are handed to a
 :class:`~runwatch.processor.memory.MemoryProcessor`: the live worker's
 ``runs``, ``nodes`` and ``data`` agents, its keys, partitions, tables, re-keying
 through the internal topics, join, rules and alert lifecycle. Nothing is
@@ -37,7 +37,7 @@ def default_settings() -> ProcessorSettings:
 
 def as_messages(records: Iterable[Any]) -> list[Message]:
     """Return decoded records as the producers published them: (topic, key, encoded value)."""
-    from runwatch.client.publisher import default_topics, record_key
+    from runwatch.adapters.publisher import default_topics, record_key
 
     codec, topics = load_codec(), default_topics()
     return [(topics[type(r).__name__], record_key(r), codec.encode(r)) for r in records]

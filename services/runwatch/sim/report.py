@@ -28,7 +28,7 @@ def print_progress(p: Progress) -> None:
 
 def simulate_offline(cfg: SimConfig) -> SimResult:
     """Simulate without Kafka: the published messages through the processor's agents in memory."""
-    from runwatch.client.publisher import CaptureTransport
+    from runwatch.adapters.publisher import CaptureTransport
     from runwatch.sim.replay import replay
 
     transport = CaptureTransport()

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runwatch.adapters.publisher import default_topics
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.client.publisher import default_topics
 from runwatch.sim.clock import VirtualClock
 from runwatch.sim.drivers import (
     Producers,

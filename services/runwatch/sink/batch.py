@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runwatch.core.colbatch import TableColumns, offsets_token
-from runwatch.core.columns import COLUMNS
-from runwatch.core.rows import Origin
+from runwatch.core.storage.colbatch import TableColumns, offsets_token
+from runwatch.core.storage.columns import COLUMNS
+from runwatch.core.storage.rows import Origin
 
 Row = tuple[Any, ...]
 

@@ -3,7 +3,7 @@
 Two threads. The consuming thread polls (:class:`BatchConsumer`), decodes (dict
 path, one message at a time; the codec reads current-schema bodies with cavro),
 maps records into per-table columns
-(:mod:`runwatch.core.colbatch` for the hot types, ``rows_for`` for the rest)
+(:mod:`runwatch.core.storage.colbatch` for the hot types, ``rows_for`` for the rest)
 and, by size or time, hands the rows consumed since the last flush to the
 :class:`~runwatch.sink.writer.Writer` thread, which inserts them while the next
 batch is consumed. Offsets are committed (from the consuming thread) only after
@@ -28,8 +28,15 @@ from runwatch.adapters import clickhouse as ch
 from runwatch.adapters.kafka import BatchConsumer, Message, TopicPartition
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.core.codec import DecodeError, load_codec
-from runwatch.core.colbatch import append_fast, undo
-from runwatch.core.rows import COLUMNS, Origin, RowError, check_row, dead_letter_row, rows_for
+from runwatch.core.storage.colbatch import append_fast, undo
+from runwatch.core.storage.rows import (
+    COLUMNS,
+    Origin,
+    RowError,
+    check_row,
+    dead_letter_row,
+    rows_for,
+)
 from runwatch.resources import summary_sql_file
 from runwatch.sink.batch import FlushBatch, SeenEvents
 from runwatch.sink.settings import SinkSettings

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from runwatch.adapters import clickhouse as ch
-from runwatch.core.colbatch import TableColumns
-from runwatch.core.rows import COLUMNS, Origin, dead_letter_row
+from runwatch.core.storage.colbatch import TableColumns
+from runwatch.core.storage.rows import COLUMNS, Origin, dead_letter_row
 from runwatch.sink.batch import FlushBatch
 from runwatch.sink.settings import SinkSettings
 

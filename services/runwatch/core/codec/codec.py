@@ -1,5 +1,7 @@
 """Avro single-object encoding of runwatch records.
 
+Size: the encoder and the decoder of one wire format, kept together so they cannot drift apart.
+
 Wire format (Avro spec, "Single-object encoding"): ``0xC3 0x01``, the 8-byte
 little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical
 Form, then the schemaless Avro body. The decoder looks the writer schema up by

@@ -237,7 +237,7 @@ class Matcher:
         """Say whether the attributes satisfy this matcher.
 
         Args:
-            attrs: Alert attributes (see ``runwatch.core.routing.alert_attributes``).
+            attrs: Alert attributes (see ``runwatch.core.paging.routes.alert_attributes``).
 
         Returns:
             True when satisfied.

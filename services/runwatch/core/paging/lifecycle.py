@@ -31,9 +31,9 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from runwatch.core.cause import Verdict
 from runwatch.core.records import Alert, Evidence, Source
-from runwatch.core.rules import Finding
+from runwatch.core.signals.cause import Verdict
+from runwatch.core.signals.rules import Finding
 
 _NS = uuid.UUID("6d1b1f0e-2a8e-4c55-9f43-8f0f0a2c9a11")
 

@@ -1,5 +1,7 @@
 """Routing rules: which receivers get an alert, with Alertmanager-like route trees.
 
+Size: one rules format: its parsing, its validation with file/line/key errors, and its matching.
+
 A rules file (YAML) holds ``receivers`` and one root ``route``. Each route has
 optional ``match`` (equality) and ``match_re`` (anchored regular expression)
 matchers on alert attributes (``severity``, ``probable_cause``, ``team``,

@@ -57,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from runwatch.core.rules import Finding
+from runwatch.core.signals.rules import Finding
 
 Cause = Literal["data", "execution", "learning", "artifact", "infrastructure", "unknown"]
 

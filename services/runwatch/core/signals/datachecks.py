@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runwatch.core.records import DataQualityReport
-from runwatch.core.rules import Finding
+from runwatch.core.signals.rules import Finding
 
 K = 4.0
 """Band half-width in σ: the level gates of the indicator watches use the same

@@ -1,5 +1,7 @@
 """Data-quality statistics in plain Python: pure functions, no I/O, no clock.
 
+Size: the statistics of one data-quality report; each is a short pure function.
+
 Columns come in as a mapping ``name -> sequence`` (lists, tuples, numpy arrays,
 pandas series: anything with ``tolist()`` is converted once). A *baseline* is
 the JSON-able summary of a reference batch (:func:`make_baseline`): per numeric

@@ -2,7 +2,7 @@
 
 Each watched indicator of a run has an :class:`IndicatorWatch` that combines
 
-* a level gate (:class:`~runwatch.core.baselines.Watch`): the recent EW level
+* a level gate (:class:`~runwatch.core.signals.workload.Watch`): the recent EW level
   against a baseline frozen after warm-up, with an effect-size bound and
   persistence — this decides how big a move must be before anyone is paged;
 * :class:`~runwatch.core.detect.EWZScore`: the spike score of each value;
@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from runwatch.core.baselines import RunningStats, Watch, WatchSpec, seeded_watch
 from runwatch.core.detect import AdwinDetector, BaselineStats, EWZScore, TrendDetector, warm_start
+from runwatch.core.signals.workload import RunningStats, Watch, WatchSpec, seeded_watch
 
 Baseline = dict[str, list[float]]
 

@@ -1,5 +1,7 @@
 """Hard rules: conditions that are wrong whatever the statistics say.
 
+Size: the catalogue of hard rules; each is a short pure function returning a Finding.
+
 Each rule is a pure function of plain values that returns a :class:`Finding`
 when it fires and ``None`` otherwise. Findings are the common currency of the
 processor: rules and detectors produce them, the cause classifier reads them
@@ -108,7 +110,7 @@ def missing_data_reports(
         datasets: Dataset refs (``id@version``) the run's manifest declares.
         reported: Dataset refs that have a data-quality report.
         manifest_at_ms: Event time of the run's manifest.
-        now_ms: The processor's event-time horizon (see :mod:`runwatch.core.horizon`).
+        now_ms: The processor's event-time horizon (see :mod:`runwatch.core.stream.horizon`).
         wait_ms: How long (event time) a report may take to arrive.
 
     Returns:
@@ -308,7 +310,7 @@ def stalled(
         last_step_ms: Event time of the last step (0 = none yet).
         median_step_ms: The run's median step duration.
         now_ms: The processor's event-time horizon at the timer tick (see
-            :mod:`runwatch.core.horizon`): a backlog being read does not count as silence.
+            :mod:`runwatch.core.stream.horizon`): a backlog being read does not count as silence.
         k: Multiple of the median that counts as a stall.
         min_stall_ms: Floor on the stall bound.
 

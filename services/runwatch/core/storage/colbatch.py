@@ -8,7 +8,7 @@ partition and offset of the row's message.
 
 :func:`append_fast` maps the high-volume records (``NodeSample``,
 ``StepTiming``, ``LearningStep``) straight into columns. It must give exactly
-what :func:`runwatch.core.rows.rows_for` plus :func:`~runwatch.core.rows.check_row`
+what :func:`runwatch.core.storage.rows.rows_for` plus :func:`~runwatch.core.storage.rows.check_row`
 give; whenever that is not certain (a field is missing or of the wrong shape, a
 row would fail ``check_row``) it appends nothing and returns None, and the
 caller takes the general row path, which produces the dead letters.
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
-from runwatch.core.rows import Origin, RowError, gpu_attribution, rows_for
+from runwatch.core.storage.rows import Origin, RowError, gpu_attribution, rows_for
 
 __all__ = [
     "FAST_TYPES",

@@ -1,4 +1,4 @@
-"""ClickHouse column order of every table the sink writes (see :mod:`runwatch.core.rows`)."""
+"""ClickHouse column order of every table the sink writes (:mod:`~runwatch.core.storage.rows`)."""
 
 from __future__ import annotations
 

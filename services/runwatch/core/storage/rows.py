@@ -1,5 +1,7 @@
 """Map decoded telemetry records to ClickHouse rows, table by table.
 
+Size: the catalogue of the sink's tables, one short mapping function per table.
+
 Input is the codec's fast path: the Avro full name and the record as a plain
 dict (``Codec.decode_dict``); a dataclass record works through
 :func:`record_rows`. Every row ends with the Kafka coordinates of the message it
@@ -15,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runwatch.core.columns import COLUMNS, TABLE_OF
+from runwatch.core.storage.columns import COLUMNS, TABLE_OF
 
 __all__ = [
     "COLUMNS",

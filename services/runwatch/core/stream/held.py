@@ -12,9 +12,9 @@ import base64
 import json
 from typing import Any
 
-from runwatch.core.join_node import NODE_AGG, NodeAgg
 from runwatch.core.records import RECORD_TYPES
-from runwatch.core.runstate import Output, RunConfig, RunState, dead_letter
+from runwatch.core.stream.join_node import NODE_AGG, NodeAgg
+from runwatch.core.stream.runstate import Output, RunConfig, RunState, dead_letter
 
 
 def hold(state: RunState, cfg: RunConfig, event: Any, now_ms: int) -> list[Output]:

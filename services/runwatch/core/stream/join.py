@@ -1,7 +1,10 @@
 """The run join: ``step(state, event, now_ms, cfg)`` and ``tick(state, now_ms, cfg)``.
 
+Size: the dispatcher and the handlers of job, learning, lineage and data
+records (node and artifact handlers are split out).
+
 Dispatches each record type to a handler that updates the
-:class:`~runwatch.core.runstate.RunState`, computes leading indicators, applies
+:class:`~runwatch.core.stream.runstate.RunState`, computes leading indicators, applies
 the hard rules and feeds the watches. Pure: the processor passes the clock in.
 """
 
@@ -10,18 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from runwatch.core import alerting, datachecks, join_artifact, rules
-from runwatch.core import indicators as ind
-from runwatch.core.alerting import AlertBook
-from runwatch.core.held import expire_pending, hold, take_pending
-from runwatch.core.join_node import (
-    NodeAgg,
-    hst_evidence,
-    node_agg,
-    node_sample,
-    stepped,
-    throughput_cause,
-)
+from runwatch.core.paging import lifecycle as alerting
+from runwatch.core.paging.lifecycle import AlertBook
 from runwatch.core.records import (
     ArtifactEvent,
     CheckpointEvent,
@@ -34,9 +27,21 @@ from runwatch.core.records import (
     StepTiming,
     ValidationResult,
 )
-from runwatch.core.rekey import covered_refs, manifest_refs, report_ref
-from runwatch.core.rules import Finding
-from runwatch.core.runstate import (
+from runwatch.core.signals import datachecks, rules
+from runwatch.core.signals import indicators as ind
+from runwatch.core.signals.rules import Finding
+from runwatch.core.stream import join_artifact
+from runwatch.core.stream.held import expire_pending, hold, take_pending
+from runwatch.core.stream.join_node import (
+    NodeAgg,
+    hst_evidence,
+    node_agg,
+    node_sample,
+    stepped,
+    throughput_cause,
+)
+from runwatch.core.stream.rekey import covered_refs, manifest_refs, report_ref
+from runwatch.core.stream.runstate import (
     Output,
     RunConfig,
     RunState,
@@ -419,7 +424,7 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
     Two clocks. The absence rules (stall, missing data reports, a job still
     queued past its deadline) and the quiet-time resolution of one-shot
     alerts compare the run's event times with ``horizon_ms``, the event time
-    the processor's input has reached (:mod:`runwatch.core.horizon`), so a
+    the processor's input has reached (:mod:`runwatch.core.stream.horizon`), so a
     processor catching up on a backlog judges absence by the data that did
     arrive. Held-event expiry and the correlation wait are the processor's
     own waits and use ``now_ms``, the wall clock.

@@ -1,6 +1,6 @@
 """Run-join handlers for artifacts and release gates.
 
-Split from :mod:`runwatch.core.join`: an artifact's serialization, an empty
+Split from :mod:`runwatch.core.stream.join`: an artifact's serialization, an empty
 artifact, the model registry's verdict, and required gates (safety tests,
 evaluations) that must have passed before a model is registered or promoted.
 Gate decisions are remembered per run (``signals["gates"]``: gate → decision).
@@ -8,9 +8,9 @@ Gate decisions are remembered per run (``signals["gates"]``: gate → decision).
 
 from __future__ import annotations
 
-from runwatch.core import rules
 from runwatch.core.records import ArtifactEvent, GateDecision
-from runwatch.core.runstate import Output, RunConfig, RunState, emit
+from runwatch.core.signals import rules
+from runwatch.core.stream.runstate import Output, RunConfig, RunState, emit
 
 
 def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -> list[Output]:

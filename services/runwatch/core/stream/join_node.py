@@ -1,6 +1,9 @@
 """Run-join handlers for node samples and the per-run HalfSpaceTrees signal.
 
-Split from :mod:`runwatch.core.join`: GPU errors, throttling, utilization and
+Size: the node-sample handlers and the per-run HalfSpaceTrees signal, which
+reads the same aggregates.
+
+Split from :mod:`runwatch.core.stream.join`: GPU errors, throttling, utilization and
 SM occupancy of the run's own GPUs, the cause of an occupancy decline, and
 the HST anomaly score over the run's normalized indicator vector. The
 occupancy indicator uses SM occupancy where the agent measured it and GPU
@@ -14,13 +17,19 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from runwatch.core import rules
-from runwatch.core.indicators import occupancy_or_utilization
-from runwatch.core.indwatch import HST_LEVEL, HST_MIN_Z, HST_WARMUP, WATCH_SIGNAL, most_deviating
-from runwatch.core.indwatch import normalized_vector as hst_vector
 from runwatch.core.records import NodeSample
-from runwatch.core.rules import Finding
-from runwatch.core.runstate import (
+from runwatch.core.signals import rules
+from runwatch.core.signals.indicators import occupancy_or_utilization
+from runwatch.core.signals.indwatch import (
+    HST_LEVEL,
+    HST_MIN_Z,
+    HST_WARMUP,
+    WATCH_SIGNAL,
+    most_deviating,
+)
+from runwatch.core.signals.indwatch import normalized_vector as hst_vector
+from runwatch.core.signals.rules import Finding
+from runwatch.core.stream.runstate import (
     Output,
     RunConfig,
     RunState,
@@ -278,7 +287,7 @@ def node_agg(s: RunState, e: NodeAgg, now: int, cfg: RunConfig,
 
 
 def pct_mean(pct: list[float]) -> float:
-    """Return :func:`~runwatch.core.indicators.gpu_utilization` without numpy (8 values).
+    """Return :func:`~runwatch.core.signals.indicators.gpu_utilization` without numpy (8 values).
 
     The mean of the finite percentages as a fraction clipped to [0, 1]; nan for none.
     """
@@ -447,7 +456,8 @@ def throttling(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig) -> 
     """Throttle reasons of the run's GPUs on one node: evidence, and sustained slowdowns.
 
     Any reason in :data:`THROTTLE_EVIDENCE` is evidence for the cause of a symptom
-    (occupancy or throughput falling); a reason in :data:`~runwatch.core.rules.SLOWDOWN_MASK`
+    (occupancy or throughput falling); a reason in
+    :data:`~runwatch.core.signals.rules.SLOWDOWN_MASK`
     held for :data:`SLOWDOWN_FOR_MS` of event time alerts (``rule:gpu_slowdown``,
     infrastructure, one finding per node).
     """
@@ -480,7 +490,7 @@ def memory_pressure(s: RunState, node: str, frac: float, at: int, now: int,
                     cfg: RunConfig) -> list[Output]:
     """Keep the run's peak GPU memory fraction per minute on a node; check it once a minute.
 
-    See :func:`~runwatch.core.rules.gpu_memory_pressure` (the buckets are its input).
+    See :func:`~runwatch.core.signals.rules.gpu_memory_pressure` (the buckets are its input).
     """
     per_node: dict[str, list[list[float]]] = s.signals.setdefault("mem", {})
     buckets = per_node.setdefault(node, [])
@@ -504,7 +514,7 @@ def throughput_cause(s: RunState, at: int, cfg: RunConfig) -> tuple[str, bool]:
     effective batch size sits past its baseline by the effect bound, those
     explain it and page for it themselves: evidence only (one problem, one
     page). Otherwise it pages as an execution finding; the cause classifier
-    (:func:`~runwatch.core.cause.classify`) then names infrastructure when the
+    (:func:`~runwatch.core.signals.cause.classify`) then names infrastructure when the
     window holds evidence that can slow a run (throttling or a hardware
     slowdown, an interconnect carrying half its usual traffic, XID/ECC
     errors), waiting ``correlation_delay_ms`` for such evidence from the node

@@ -1,10 +1,12 @@
 """Re-keying to runs: which runs a node sample or a data-quality report concerns.
 
+Size: the pure halves of both routers (node → runs, dataset → runs) and their internal formats.
+
 Node samples are keyed by node and data reports by dataset; the run state is
 keyed by run. These pure functions maintain the two indices (node → runs with
 their GPUs, dataset → runs) as JSON-able dicts and answer the routing question;
 the processor forwards the records to internal topics keyed by run id. The
-node index is fed by :class:`~runwatch.core.join_node.AllocChange` records
+node index is fed by :class:`~runwatch.core.stream.join_node.AllocChange` records
 (:func:`allocation_changes`) re-keyed by node, so it is joined with the node's
 samples in one worker.
 """
@@ -16,8 +18,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
 from typing import Any, TypeVar
 
-from runwatch.core.join_node import AllocChange, NodeEntry, gpu_of
 from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, NodeSample, RunManifest
+from runwatch.core.stream.join_node import AllocChange, NodeEntry, gpu_of
 
 T = TypeVar("T")
 
@@ -348,7 +350,7 @@ def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
 _ENTRY_FIELDS = itemgetter("index", "util_pct", "sm_active_pct", "throttle_reasons", "xid",
                            "ecc_uncorrected", "mem_used_bytes", "mem_total_bytes", "temp_c",
                            "sm_clock_mhz", "nvlink_rx_bps", "nvlink_tx_bps")
-"""A GPU's fields in :func:`~runwatch.core.join_node.gpu_of` argument order."""
+"""A GPU's fields in :func:`~runwatch.core.stream.join_node.gpu_of` argument order."""
 
 
 def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
@@ -357,7 +359,8 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
 
     Each entry keeps only that run's GPUs (see :func:`route_gpus`) and the
     fields the run join reads (utilization, SM activity, throttling, XID, ECC,
-    memory used/total, temperature, SM clock, NVLink rate: :data:`~runwatch.core.join_node.Gpu`).
+    memory used/total, temperature, SM clock, NVLink rate:
+    :data:`~runwatch.core.stream.join_node.Gpu`).
 
     Args:
         sample: A NodeSample as a decoded dict.

@@ -1,5 +1,7 @@
 """Per-run state and the join: ``step(state, event, now_ms) -> (state, outputs)``.
 
+Size: the run state's fields and their JSON round trip: one contract with the changelog.
+
 One :class:`RunState` holds everything the processor knows about a run: job
 state and attempts, allocation, recent step timings, indicator watches, last
 checkpoint, validation history, dataset refs and data-quality snapshot,
@@ -18,20 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from runwatch.core import alerting
-from runwatch.core.alerting import AlertBook, AlertContext, AlertPolicy
-from runwatch.core.baselines import RunningStats, WatchSpec, workload_key
-from runwatch.core.cause import THROUGHPUT_SYMPTOMS, classify
 from runwatch.core.detect import HalfSpaceTreesDetector
-from runwatch.core.indwatch import (
+from runwatch.core.paging import lifecycle as alerting
+from runwatch.core.paging.lifecycle import AlertBook, AlertContext, AlertPolicy
+from runwatch.core.records import Alert, DeadLetter, Source
+from runwatch.core.signals.cause import THROUGHPUT_SYMPTOMS, classify
+from runwatch.core.signals.indwatch import (
     ALERTING_WATCHES,
     WATCH_SIGNAL,
     IndicatorWatch,
     Reading,
     default_specs,
 )
-from runwatch.core.records import Alert, DeadLetter, Source
-from runwatch.core.rules import SCHEMA_FAIL_SHARE, Finding, ImageMissing
+from runwatch.core.signals.rules import SCHEMA_FAIL_SHARE, Finding, ImageMissing
+from runwatch.core.signals.workload import RunningStats, WatchSpec, workload_key
 
 Output = Alert | DeadLetter
 _NS = uuid.UUID("0b7f6a52-51c3-4c1e-a0a4-3d1f7e2b9c10")
@@ -445,7 +447,7 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
         signal: Signal class of a firing finding (default: the indicator's own).
         cause: Called only when the watch fires (evidence lookups are not free):
             (signal class, whether the finding alerts); overrides ``signal`` and
-            :data:`~runwatch.core.indwatch.ALERTING_WATCHES`.
+            :data:`~runwatch.core.signals.indwatch.ALERTING_WATCHES`.
 
     Returns:
         Alerts to publish.

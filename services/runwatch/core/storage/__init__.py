@@ -1,0 +1,1 @@
+"""ClickHouse storage: versioned DDL, retention rules, record-to-row mapping, column batches."""
