@@ -25,6 +25,7 @@ primitives, nested records and enums; anything else is a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,17 @@ def render(schemas: Mapping[str, dict[str, Any]]) -> dict[str, str]:
 
 
 def default_out_dir() -> Path:
-    """Return the folder of the records package (where the generated modules live)."""
-    return Path(__file__).resolve().parents[1] / "core" / "records"
+    """Return the folder of the records package (where the generated modules live).
+
+    Raises:
+        GenerateError: The package is not installed as plain files.
+
+    """
+    root = resources.files("runwatch.core.records")
+    if not isinstance(root, Path):
+        msg = f"runwatch.core.records is not on the file system ({root!r})"
+        raise GenerateError(msg)
+    return root
 
 
 def _rendered(schema_dir: Path | None) -> dict[str, str]:
