@@ -137,6 +137,17 @@ class Harness:
         self.producer.flush(30)
         return n
 
+    def publish(self, messages: Iterable[tuple[str, bytes | str | None, bytes]]) -> int:
+        """Publish producers' messages ``(topic, key, value)``, as a CaptureTransport keeps them."""
+        n = 0
+        for topic, key, value in messages:
+            self.producer.produce(self.topic(topic), key=key, value=value)
+            n += 1
+            if n % 1000 == 0:
+                self.producer.poll(0)
+        self.producer.flush(30)
+        return n
+
     def collect(self, name: str, until: Any, timeout_s: float, settle_s: float = 0.0) -> list[Any]:
         """Read decoded records from a topic until ``until(records)`` holds, then ``settle_s``."""
         consumer = BatchConsumer(self.kafka, f"reader-{uuid.uuid4().hex[:8]}", [self.topic(name)])
