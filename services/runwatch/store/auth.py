@@ -14,21 +14,34 @@ import hashlib
 import hmac
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from runwatch.store.errors import StoreError
+from runwatch.store.policy import (
+    BUILTIN_PROFILES,
+    DEFAULT_PROFILE,
+    Grants,
+    Profile,
+    parse_grants,
+    parse_profile,
+    parse_profiles,
+)
+
+_WRITER = BUILTIN_PROFILES["writer"]
 
 
 @dataclass(frozen=True, slots=True)
 class User:
-    """A store user: its name, sha256 of its password, and its readonly level."""
+    """A store user: its name, sha256 of its password, readonly level, profile and grants."""
 
     name: str
     password_sha256: str
     readonly: int = 0
+    profile: Profile = field(default_factory=lambda: parse_profile("writer", _WRITER))
+    grants: Grants = field(default_factory=Grants)
 
     def check(self, password: str) -> bool:
         """Return whether ``password`` is this user's password (constant time).
@@ -52,7 +65,9 @@ class Credentials:
     password: str
 
 
-def _user_from_entry(name: str, entry: Mapping[str, object], env: Mapping[str, str]) -> User:
+def _user_from_entry(
+    name: str, entry: Mapping[str, object], env: Mapping[str, str], profiles: Mapping[str, Profile]
+) -> User:
     env_name = entry.get("password_env")
     digest: str | None = None
     if isinstance(env_name, str) and env_name in env:
@@ -71,14 +86,25 @@ def _user_from_entry(name: str, entry: Mapping[str, object], env: Mapping[str, s
     if readonly not in (0, 1, 2):
         msg = f"user {name!r}: readonly must be 0, 1 or 2, not {readonly}"
         raise ValueError(msg)
-    return User(name=name, password_sha256=digest, readonly=readonly)
+    profile_name = str(entry.get("profile") or DEFAULT_PROFILE[readonly])
+    if profile_name not in profiles:
+        msg = f"user {name!r}: unknown profile {profile_name!r} (known: {sorted(profiles)})"
+        raise ValueError(msg)
+    return User(
+        name=name,
+        password_sha256=digest,
+        readonly=readonly,
+        profile=profiles[profile_name],
+        grants=parse_grants(name, entry.get("grants")),
+    )
 
 
 def parse_users(document: object, env: Mapping[str, str]) -> dict[str, User]:
     """Build the user table from a parsed users document.
 
     Args:
-        document: The parsed YAML: ``{"users": {name: {password...: ..., readonly: 0|1}}}``.
+        document: The parsed YAML: ``{"users": {name: {password...: ..., readonly: 0|1,
+            profile: NAME, grants: [...]}}, "profiles": {NAME: {...}}}``.
         env: Environment variables, for ``password_env`` entries.
 
     Returns:
@@ -91,12 +117,13 @@ def parse_users(document: object, env: Mapping[str, str]) -> dict[str, User]:
     if not isinstance(document, Mapping) or not isinstance(document.get("users"), Mapping):
         msg = "users file must hold a mapping 'users: {name: {...}}'"
         raise ValueError(msg)
+    profiles = parse_profiles(document)
     users: dict[str, User] = {}
     for name, entry in document["users"].items():
         if not isinstance(entry, Mapping):
             msg = f"user {name!r}: expected a mapping"
             raise ValueError(msg)
-        users[str(name)] = _user_from_entry(str(name), entry, env)
+        users[str(name)] = _user_from_entry(str(name), entry, env, profiles)
     return users
 
 

@@ -14,10 +14,11 @@ import contextlib
 import logging
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from typing import Any
 import chdb
 
 from runwatch.store.errors import StoreError, from_engine
+from runwatch.store.guard import SAFE_ENGINES, SAFE_TABLE_FUNCTIONS
+from runwatch.store.policy import Profile, users_xml
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +91,9 @@ def _quote(value: str) -> str:
 class Handle:
     """One chDB connection handle; not for concurrent use by several threads."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, tag: str = "") -> None:
         self._conn = conn
+        self.tag = tag  # the connection's log_comment, by which the store can kill its queries
 
     def run(
         self, sql: str, fmt: str = "TabSeparated", params: Mapping[str, str] | None = None
@@ -180,8 +184,8 @@ class Handle:
             settings: Setting names (validated identifiers) and values.
 
         """
-        for name, value in settings.items():
-            self.run(f"SET {name} = {_quote(value)}")
+        if settings:
+            self.run("SET " + ", ".join(f"{n} = {_quote(v)}" for n, v in settings.items()))
 
     @contextmanager
     def scoped(self, database: str | None, settings: Mapping[str, str]) -> Iterator[None]:
@@ -231,6 +235,19 @@ class Handle:
             logger.debug("closing a chDB handle failed", exc_info=True)
 
 
+def _engine_config(profiles: Iterable[Profile], floors: Mapping[str, int]) -> Path:
+    """Write the engine's config.xml and users.xml to a private directory; return the config."""
+    folder = Path(tempfile.mkdtemp(prefix="rw-store-engine-"))
+    unique = {p.name: p for p in profiles}
+    (folder / "users.xml").write_text(users_xml(unique, floors), encoding="utf-8")
+    config = folder / "config.xml"
+    config.write_text(
+        f"<clickhouse><users_config>{folder / 'users.xml'}</users_config></clickhouse>\n",
+        encoding="utf-8",
+    )
+    return config
+
+
 @dataclass(slots=True)
 class _Session:
     handle: Handle
@@ -242,12 +259,32 @@ class _Session:
 class Engine:
     """The process's chDB engine on one data directory, with its HTTP sessions."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, profiles: Iterable[Profile] = (), floors: Mapping[str, int] | None = None
+    ) -> None:
+        """Open the data directory with the users' profiles rendered into the engine's config.
+
+        Args:
+            path: The data directory.
+            profiles: The profiles of the store's users (their constraints go to the engine).
+            floors: The lowest readonly level of each profile's users.
+
+        """
         path.mkdir(parents=True, exist_ok=True)
-        self._path = str(path.resolve())
+        self._config = _engine_config(profiles, floors or {})
+        self._path = f"{path.resolve()}?config-file={self._config}"
         self._root = Handle(chdb.connect(self._path))
         self.version = self._root.value("SELECT version()")
         self.timezone = self._root.value("SELECT timezone()")
+        names = self._root.value(
+            "SELECT arrayStringConcat(groupUniqArray(lower(name)), ' ') FROM (SELECT name FROM "
+            "system.table_functions UNION ALL SELECT name FROM system.table_engines "
+            "UNION ALL SELECT name FROM system.database_engines)"
+        ).split()
+        #: Every table function and engine the engine knows that is not on a safe list.
+        self.dangerous = frozenset(names) - SAFE_TABLE_FUNCTIONS - SAFE_ENGINES
+        self._watch = Handle(chdb.connect(self._path))
+        self._watch_lock = threading.Lock()
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._sessions_lock = threading.Lock()
         self._closed = False
@@ -270,16 +307,83 @@ class Engine:
             handle.apply({"readonly": str(readonly)})
         return handle
 
+    def open_client(self, profile: Profile, tag: str) -> Handle:
+        """Open a handle for a client: its profile's settings and constraints, and a tag.
+
+        The settings and the tag (``log_comment``) are set first, then ``SET profile``
+        switches on the profile's constraints: from then on the engine refuses any
+        change beyond them, and the tag cannot change.
+
+        Args:
+            profile: The user's profile.
+            tag: The connection's tag (see :func:`runwatch.store.limits.new_tag`).
+
+        Returns:
+            The handle; close it when done.
+
+        """
+        if self._closed:
+            err = StoreError.named("CANNOT_SCHEDULE_TASK", "The store is shutting down")
+            raise err
+        handle = Handle(chdb.connect(self._path), tag)
+        try:
+            handle.apply({**profile.settings, "log_comment": tag})
+            handle.run(f"SET profile = {_quote(profile.engine_name)}")
+        except BaseException:
+            handle.close()
+            raise
+        return handle
+
+    def running(self) -> dict[str, int]:
+        """Return the memory use (bytes) of each running client query, by its connection's tag.
+
+        Returns:
+            Bytes by tag.
+
+        """
+        with self._watch_lock:
+            rows = self._watch.value(
+                "SELECT arrayStringConcat(groupArray(concat(Settings['log_comment'], ' ', "
+                "toString(memory_usage))), '\n') FROM system.processes "
+                "WHERE startsWith(Settings['log_comment'], 'rw-')"
+            )
+        out: dict[str, int] = {}
+        for line in rows.split("\n"):
+            tag, _, used = line.partition(" ")
+            if tag:
+                out[tag] = out.get(tag, 0) + int(used or 0)
+        return out
+
+    def kill(self, tag: str) -> None:
+        """Cancel the running queries of the connection tagged ``tag`` (without waiting).
+
+        Args:
+            tag: The connection's tag.
+
+        """
+        with self._watch_lock:
+            self._watch.run(
+                "KILL QUERY WHERE Settings['log_comment'] = {tag:String} ASYNC FORMAT Null",
+                params={"tag": tag},
+            )
+
     @contextmanager
     def session(
-        self, user: str, session_id: str, *, readonly: int, timeout_s: float, check: bool
+        self,
+        user: str,
+        session_id: str,
+        *,
+        opener: Callable[[], Handle],
+        timeout_s: float,
+        check: bool,
     ) -> Iterator[Handle]:
         """Hold the handle of an HTTP session for one request.
 
         Args:
             user: The authenticated user (sessions are per user).
             session_id: The client's session id.
-            readonly: The user's readonly level, applied when the session is created.
+            opener: Opens the session's handle (profile and readonly level applied)
+                when the session is created.
             timeout_s: Idle seconds after which the session is dropped.
             check: Refuse with ``SESSION_NOT_FOUND`` instead of creating a session.
 
@@ -299,7 +403,7 @@ class Engine:
                 if check:
                     err = StoreError.named("SESSION_NOT_FOUND", f"Session {session_id} not found")
                     raise err
-                session = _Session(self.open(readonly), threading.Lock(), timeout_s, now)
+                session = _Session(opener(), threading.Lock(), timeout_s, now)
                 self._sessions[key] = session
             if not session.lock.acquire(blocking=False):
                 err = StoreError.named(
@@ -327,4 +431,6 @@ class Engine:
             for session in self._sessions.values():
                 session.handle.close()
             self._sessions.clear()
+        self._watch.close()
         self._root.close()
+        shutil.rmtree(self._config.parent, ignore_errors=True)

@@ -49,10 +49,12 @@ CODES: Final[dict[str, int]] = {
     "UNKNOWN_USER": 192,
     "WRONG_PASSWORD": 193,
     "REQUIRED_PASSWORD": 194,
+    "TOO_MANY_SIMULTANEOUS_QUERIES": 202,
     "SOCKET_TIMEOUT": 209,
     "UNEXPECTED_AST_STRUCTURE": 223,
     "QUERY_IS_TOO_LARGE": 229,
     "CANNOT_DECOMPRESS": 271,
+    "MEMORY_LIMIT_EXCEEDED": 241,
     "VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE": 321,
     "UNKNOWN_DATABASE_ENGINE": 336,
     "ZLIB_INFLATE_FAILED": 354,
@@ -60,9 +62,12 @@ CODES: Final[dict[str, int]] = {
     "SESSION_IS_LOCKED": 373,
     "CANNOT_PARSE_UUID": 376,
     "HTTP_LENGTH_REQUIRED": 381,
+    "QUERY_WAS_CANCELLED": 394,
+    "TOO_MANY_ROWS_OR_BYTES": 396,
     "CANNOT_COMPILE_REGEXP": 427,
     "CANNOT_SCHEDULE_TASK": 439,
     "CANNOT_PARSE_DOMAIN_VALUE_FROM_STRING": 441,
+    "SETTING_CONSTRAINT_VIOLATION": 452,
     "UNKNOWN_QUERY_PARAMETER": 456,
     "VIOLATED_CONSTRAINT": 469,
     "ACCESS_DENIED": 497,
@@ -144,6 +149,8 @@ _BY_STATUS: Final[tuple[tuple[frozenset[str], int], ...]] = (
     (frozenset({"HTTP_LENGTH_REQUIRED"}), 411),
     (frozenset({"TIMEOUT_EXCEEDED"}), 408),
     (frozenset({"UNSUPPORTED_MEDIA_TYPE"}), 415),
+    # The store's choice (ClickHouse answers these with 500): the client may retry later.
+    (frozenset({"TOO_MANY_SIMULTANEOUS_QUERIES"}), 429),
 )
 _STATUS_BY_CODE: Final[dict[int, int]] = {
     CODES[name]: status for names, status in _BY_STATUS for name in names

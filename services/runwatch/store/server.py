@@ -24,7 +24,8 @@ from runwatch.store.auth import User, authenticate, credentials_from_request
 from runwatch.store.codec import decode_body, encode_body, iter_chunked, iter_sized
 from runwatch.store.engine import Engine, Outcome
 from runwatch.store.errors import StoreError
-from runwatch.store.executor import execute
+from runwatch.store.executor import Call, execute
+from runwatch.store.limits import Limits
 from runwatch.store.request import choose_encoding, content_type, parse_options
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class StoreServer(ThreadingHTTPServer):
         display_name: str | None = None,
     ) -> None:
         self.engine = engine
+        self.limits = Limits(engine)
         self.users = dict(users)
         self.keep_alive_timeout_s = keep_alive_timeout_s
         self.display_name = display_name or socket.gethostname()
@@ -99,6 +101,7 @@ class StoreServer(ThreadingHTTPServer):
             time.sleep(0.05)
             self.close_idle()
         self.server_close()  # joins every connection thread (block_on_close)
+        self.limits.stop()
         self.engine.close()
 
 
@@ -171,7 +174,9 @@ class _Handler(BaseHTTPRequestHandler):
                 err = StoreError.named("BAD_ARGUMENTS", str(exc))
                 raise err from exc
             body = decode_body(raw, self.headers.get("Content-Encoding"))
-            outcome, fmt = execute(self.server.engine, user, opts, body, http_get=http_get)
+            server = self.server
+            call = Call(server.engine, server.limits, user, opts, http_get, self.connection)
+            outcome, fmt = execute(call, body)
         except StoreError as err:
             self._drain(raw)
             self._send_error(err, query_id)

@@ -25,7 +25,10 @@ def run_store(settings: StoreSettings) -> int:
 
     """
     users = settings.users()
-    engine = Engine(settings.path)
+    floors: dict[str, int] = {}
+    for user in users.values():
+        floors[user.profile.name] = min(floors.get(user.profile.name, 2), user.readonly)
+    engine = Engine(settings.path, [u.profile for u in users.values()], floors)
     try:
         server = StoreServer(
             (settings.host, settings.port),
