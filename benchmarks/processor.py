@@ -5,9 +5,10 @@ step events (StepTiming) from 1,000 runs, each run owning two nodes.
 
 Figures, all measured in this run:
   1. ceiling   — codec.decode_many over the same events (bare batch decode);
-  2. core      — decode + run join (core.join.step) + JSON state, in process: per event,
-                 batched per run, and as the worker now does it (node samples decoded
-                 to dicts, one compact aggregate per run per batch);
+  2. core      — in process: node samples decoded to dicts and reduced to one compact
+                 aggregate per run per batch, then the batched run join and JSON state
+                 (core.stream.join.step); and the worker's own parts driven in memory
+                 (MemoryProcessor: routing, internal topics, run folder, no broker);
   3. broker    — (with --broker) one real worker on the local Kafka, run with the
                  processor's shipped defaults (correlation delay, timer interval,
                  read from ProcessorSettings and printed): events/s sustained at the
@@ -135,47 +136,27 @@ def bench_decode(encoded: list[bytes], repeat: int) -> float:
     return repeat * len(encoded) / (time.perf_counter() - t0)
 
 
-def bench_core(encoded_setup: list[bytes], encoded: list[bytes], seconds: int) -> float:
-    codec = load_codec()
-    cfg = runstate.RunConfig(source=SRC)
-    states: dict[str, bytes] = {}
-    node_runs = {f"n{n}": f"bench-{n // 2}" for n in range(NODES)}
+def bench_memory(encoded_setup: list[bytes], encoded: list[bytes], seconds: int) -> float:
+    """The worker's own parts in memory (MemoryProcessor): node routing, the internal
+    re-key topics, the run folder with its JSON state saves; no broker."""
+    from runwatch.adapters.publisher import default_topics, record_key
+    from runwatch.processor.memory import MemoryProcessor
+    from runwatch.processor.settings import ProcessorSettings
 
-    def run(batch: list[bytes], now: int) -> None:
-        for rec in codec.decode_many(batch):
-            run_id = rec.run_id or node_runs[rec.node]
-            raw = states.get(run_id)
-            st = runstate.loads(raw) if raw else runstate.new_state(run_id)
-            st, _ = join.step(st, rec, now, cfg)
-            states[run_id] = runstate.dumps(st)
+    codec, topics = load_codec(), default_topics()
 
-    now = int(time.time() * 1000)
-    run(encoded_setup, now)
+    def messages(encoded_batch: list[bytes]) -> list[tuple[str, str | None, bytes]]:
+        return [(topics[type(r).__name__], record_key(r), v)
+                for r, v in zip(codec.decode_many(encoded_batch), encoded_batch, strict=True)]
+
+    worker = MemoryProcessor(ProcessorSettings(save_interval_s=0))
+    worker.feed(messages(encoded_setup))
+    load = messages(encoded)
+    worker.feed(load)  # untimed: the first second builds the detectors of new runs
     t0 = time.perf_counter()
-    n = 0
     for _ in range(seconds):
-        run(encoded, now)
-        n += len(encoded)
-    return n / (time.perf_counter() - t0)
-
-
-def bench_core_batched(encoded_setup: list[bytes], encoded: list[bytes], seconds: int,
-                       batch: int = 500) -> float:
-    """As the worker does it: per batch, group by run, one join pass and one JSON write per run."""
-    codec = load_codec()
-    cfg = runstate.RunConfig(source=SRC)
-    states: dict[str, tuple[bytes, runstate.RunState]] = {}
-    node_runs = {f"n{n}": f"bench-{n // 2}" for n in range(NODES)}
-
-    def run(chunk: list[bytes], now: int) -> None:
-        by_run: dict[str, list] = {}
-        for rec in codec.decode_many(chunk):
-            by_run.setdefault(rec.run_id or node_runs[rec.node], []).append(rec)
-        fold(states, by_run, now, cfg)
-
-    now = int(time.time() * 1000)
-    run(encoded_setup, now)
-    return batched_rate(run, encoded, seconds, batch, now)
+        worker.feed(load)
+    return seconds * len(load) / (time.perf_counter() - t0)
 
 
 def bench_core_agg(encoded_setup: list[bytes], encoded: list[bytes], seconds: int,
@@ -457,26 +438,20 @@ def main() -> None:
     enc_setup = codec.encode_many(setup_events(t))
     enc = codec.encode_many(second_of_load(t, 0))
     ceiling = bench_decode(enc, 3)
-    core = bench_core(enc_setup, enc, max(1, args.seconds // 5))
     print(
         f"load: {NODES} NodeSamples/s ({NODES * GPUS} GPUs) + {RUNS} step events/s "
         f"= {len(enc)} events/s offered"
     )
     print(f"ceiling  bare batch decode      : {ceiling:12,.0f} events/s")
-    print(
-        f"core     decode+join+JSON state : {core:12,.0f} events/s  "
-        f"({core / ceiling:.2f} x ceiling, {core / len(enc):.2f} x load)"
-    )
-    batched = bench_core_batched(enc_setup, enc, max(2, args.seconds // 4))
-    print(
-        f"core     batched per run        : {batched:12,.0f} events/s  "
-        f"({batched / ceiling:.2f} x ceiling, {batched / core:.2f} x per-event core)"
-    )
     agg = bench_core_agg(enc_setup, enc, max(2, args.seconds // 4))
     print(
         f"core     per-run node aggregates: {agg:12,.0f} events/s  "
-        f"({agg / ceiling:.2f} x ceiling, {agg / batched:.2f} x batched, "
-        f"{agg / len(enc):.2f} x load)"
+        f"({agg / ceiling:.2f} x ceiling, {agg / len(enc):.2f} x load)"
+    )
+    mem = bench_memory(enc_setup, enc, max(2, args.seconds // 4))
+    print(
+        f"memory   the worker's parts     : {mem:12,.0f} events/s  "
+        f"({mem / ceiling:.2f} x ceiling, {mem / agg:.2f} x core, {mem / len(enc):.2f} x load)"
     )
     if args.broker:
         worker_env = dict(kv.split("=", 1) for kv in args.env)

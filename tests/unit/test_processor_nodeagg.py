@@ -11,9 +11,11 @@ from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert, GpuProcess, GpuSample, NodeSample, Source
 from runwatch.core.signals import indicators as ind
 from runwatch.core.signals.indwatch import HEAVY_EVERY
-from runwatch.core.stream import join, join_node, rekey, runstate
+from runwatch.core.stream import join_node, rekey, runstate
 from runwatch.core.stream.join_node import NodeAgg, NodeEntry, pct_mean
 from runwatch.processor.nodes import aggregate
+from runwatch.processor.settings import ProcessorSettings
+from runwatch.sim.replay import as_messages, replay
 from runwatch.testing import scenarios
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
@@ -41,13 +43,11 @@ def sample(gpus, node="n0", at=T0):
     ([gpu(i, run="x") for i in range(4)], {}),
     ([gpu(0), gpu(1)], {"a": [1], "b": []}),
 ])
-def test_dict_routing_equals_record_routing(gpus, index) -> None:
+def test_node_entries_hold_exactly_the_routed_gpus(gpus, index) -> None:
     codec = load_codec()
-    rec = sample(gpus)
-    _, d = codec.decode_dict(codec.encode(rec))
-    assert rekey.route_gpus(d["gpus"], index) == rekey.route_node_sample(rec, index)
+    _, d = codec.decode_dict(codec.encode(sample(gpus)))
     entries = rekey.node_entries(d, index)
-    routes = rekey.route_node_sample(rec, index)
+    routes = rekey.route_gpus(d["gpus"], index)
     assert {r: [g[0] for g in e.gpus] for r, e in entries.items()} == {
         r: g for r, g in routes.items() if g}
 
@@ -135,33 +135,6 @@ def test_aggregate_keeps_newest_per_slot_and_every_error() -> None:
                    "s": [("n0", T0 + 1500)]}
 
 
-@pytest.mark.parametrize("kind", ["gpu_occupancy", "healthy"])
-def test_scenario_alerts_are_the_same_through_node_aggregates(kind) -> None:
-    """The join gives the same alerts for full node samples and their compact aggregates."""
-    codec = load_codec()
-    events = scenarios.build(kind, "run-x", T0)
-
-    def play(convert):
-        st, outs, index = runstate.new_state("run-x"), [], {}
-        for e in events:
-            if isinstance(e, NodeSample) and convert:
-                _, d = codec.decode_dict(codec.encode(e))
-                ent = rekey.node_entries(d, index.get(e.node, {}))
-                if "run-x" not in ent:
-                    continue
-                e = NodeAgg("run-x", e.emitted_at_ms, (ent["run-x"],))  # noqa: PLW2901
-            elif not isinstance(e, NodeSample) and e.AVRO_NAME.endswith("JobEvent"):
-                rekey.apply_job_event(index, e)
-            st, o = join.step(st, e, e.emitted_at_ms, CFG)
-            outs += o
-        return [(a.detector, a.probable_cause, a.status) for a in outs if isinstance(a, Alert)]
-
-    exp = scenarios.EXPECTED[kind]
-    want = [] if exp.detector is None else [(exp.detector, exp.probable_cause, "firing")]
-    assert play(False) == want
-    assert play(True) == want
-
-
 @pytest.mark.parametrize("updates", [1, HEAVY_EVERY - 1, HEAVY_EVERY, 3 * HEAVY_EVERY + 2])
 def test_detector_snapshot_lags_at_most_heavy_every_and_gates_are_exact(updates) -> None:
     """Gates are written on every save; detector snapshots only every HEAVY_EVERY updates."""
@@ -204,22 +177,11 @@ def without_sm(e, util_from_sm):
     # no SM occupancy and steady utilization: nothing to see
     ("gpu_occupancy", False, False, [], "gpu_utilization"),
 ])
-@pytest.mark.parametrize("convert", [False, True])
-def test_occupancy_falls_back_to_utilization(kind, gpm, util_declines, alerts, source,
-                                             convert) -> None:
-    codec = load_codec()
+def test_occupancy_falls_back_to_utilization(kind, gpm, util_declines, alerts, source) -> None:
+    """Through the worker's node routing and run join (published as a node agent would)."""
     events = [e if gpm else without_sm(e, util_declines)
               for e in scenarios.build(kind, "run-x", T0)]
-    st, outs, index = runstate.new_state("run-x"), [], {}
-    for e in events:
-        if isinstance(e, NodeSample) and convert:
-            _, d = codec.decode_dict(codec.encode(e))
-            e = NodeAgg("run-x", e.emitted_at_ms,  # noqa: PLW2901
-                        (rekey.node_entries(d, index.get(e.node, {}))["run-x"],))
-        elif not isinstance(e, NodeSample) and e.AVRO_NAME.endswith("JobEvent"):
-            rekey.apply_job_event(index, e)
-        st, o = join.step(st, e, e.emitted_at_ms, CFG)
-        outs += o
+    outs = replay(as_messages(events), ProcessorSettings(save_interval_s=0))
     fired = [a for a in outs if isinstance(a, Alert) and a.status == "firing"]
     assert [(a.detector, a.probable_cause) for a in fired] == alerts
     for a in fired:

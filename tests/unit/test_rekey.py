@@ -70,9 +70,8 @@ def sample(*gpus: GpuSample) -> NodeSample:
         ((gpu(0, "B"), gpu(1), gpu(2)), {"A": [1, 2], "B": [0]}, {"A": [], "B": [0]}),
     ],
 )
-def test_route_node_sample(gpus, alloc, expected) -> None:
-    assert rekey.route_node_sample(sample(*gpus), alloc) == expected
-    codec = load_codec()  # the dict path routes the same
+def test_route_gpus(gpus, alloc, expected) -> None:
+    codec = load_codec()  # as the node router reads a sample: decoded to dicts
     _, d = codec.decode_dict(codec.encode(sample(*gpus)))
     assert rekey.route_gpus(d["gpus"], alloc) == expected
 
@@ -88,16 +87,22 @@ def test_a_node_known_to_show_processes_idle_gpus_are_nobodys(visible, expected)
 
 
 def test_job_events_build_and_release_node_index() -> None:
+    """As the run folder sends allocation changes and the node router applies them."""
     idx: dict = {}
+
+    def apply(event: JobEvent, held: list[str]) -> tuple[list[str], list[str]]:
+        changes, now_held = rekey.allocation_changes(event, held)
+        changed = [c.node for c in changes
+                   if rekey.apply_alloc_change(idx.setdefault(c.node, {}), c)]
+        return changed, now_held
+
     alloc = Allocation(nodes=("n1", "n2"), gpu_indices=(3, 1))
-    assert rekey.apply_job_event(
-        idx, JobEvent(**C, run_id="R", state="running", attempt=1, allocation=alloc)
-    ) == ["n1", "n2"]
+    changed, held = apply(JobEvent(**C, run_id="R", state="running", attempt=1,
+                                   allocation=alloc), [])
+    assert sorted(changed) == ["n1", "n2"]
     assert idx == {"n1": {"R": [1, 3]}, "n2": {"R": [1, 3]}}
-    assert rekey.apply_job_event(idx, JobEvent(**C, run_id="R", state="succeeded", attempt=1)) == [
-        "n1",
-        "n2",
-    ]
+    changed, held = apply(JobEvent(**C, run_id="R", state="succeeded", attempt=1), held)
+    assert sorted(changed) == ["n1", "n2"] and held == []
     assert idx == {"n1": {}, "n2": {}}
 
 
@@ -108,15 +113,11 @@ def test_job_events_build_and_release_node_index() -> None:
 def test_dataset_routing(version, expected) -> None:
     idx: dict = {}
     for run, ver in (("R1", "v1"), ("R2", "v2"), ("R3", None)):
-        rekey.apply_manifest(
-            idx,
-            RunManifest(
-                **{**C, "run_id": run},
-                datasets=(DatasetRef(uri="s3://d", version=ver),),
-                transforms=(),
-                code_dirty=False,
-            ),
-        )
+        manifest = RunManifest(**{**C, "run_id": run},
+                               datasets=(DatasetRef(uri="s3://d", version=ver),),
+                               transforms=(), code_dirty=False)
+        for _uri, ref in rekey.manifest_keys(manifest.datasets):  # as the dataset router
+            rekey.add_run(idx, ref, run)
     rep = DataQualityReport(
         **C,
         dataset_uri="s3://d",

@@ -11,6 +11,9 @@ from runwatch.core.signals.workload import (
     seeded_watch,
 )
 from runwatch.core.stream import join, runstate
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
+from runwatch.sim.replay import as_messages, replay_worker
 from runwatch.testing import scenarios
 
 SRC = Source(kind="processor", host="h", runwatch_version="0")
@@ -18,15 +21,15 @@ CFG = runstate.RunConfig(source=SRC)
 T0 = 1_700_000_000_000
 
 
-def play(events, cfg=CFG, state=None, roundtrip=False):
-    st = state or runstate.new_state(events[0].run_id)
-    outs = []
-    for e in events:
-        st, o = join.step(st, e, e.emitted_at_ms, cfg)
-        outs += o
-        if roundtrip:
-            st = runstate.loads(runstate.dumps(st))
-    return st, outs
+def play(events, settings=None, roundtrip=False):
+    """Publish the scripted records and fold them through a worker in memory (the live path).
+
+    Returns the run's state and the worker's alerts and dead letters, in order.
+    ``roundtrip`` restores every run state from its saved JSON before each batch.
+    """
+    worker = replay_worker(as_messages(events), settings or ProcessorSettings(save_interval_s=0),
+                           restore_each_batch=roundtrip)
+    return worker.p.runs.load(events[0].run_id.encode()), list(worker.outputs)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -135,8 +138,8 @@ def test_missing_data_report_after_bounded_wait() -> None:
 
 
 def test_image_outside_allow_list() -> None:
-    cfg = runstate.RunConfig(source=SRC, image_allow_list=("registry.prod/",))
-    _, outs = play(scenarios.build("healthy", "run-i", T0, steps=3), cfg=cfg)
+    settings = ProcessorSettings(save_interval_s=0, image_allow_list=["registry.prod/"])
+    _, outs = play(scenarios.build("healthy", "run-i", T0, steps=3), settings)
     assert [(a.detector, a.probable_cause) for a in outs] == [("rule:image_allow_list", "artifact")]
 
 
@@ -196,15 +199,12 @@ def _by_topic(events):
     ],
 )
 def test_learning_symptoms_wait_for_evidence_from_other_topics(kind, delay, cause) -> None:
-    cfg = runstate.RunConfig(source=SRC, correlation_delay_ms=delay, lateness_ms=10**9)
-    events = _by_topic(scenarios.build(kind, "run-w", T0))
-    st = runstate.new_state("run-w")
-    outs = []
-    for e in events:  # all processed within the same second
-        st, o = join.step(st, e, T0, cfg)
-        outs += o
-    st, o = join.tick(st, T0 + delay, cfg)
-    outs += o
+    worker = MemoryProcessor(ProcessorSettings(save_interval_s=0, correlation_delay_ms=delay,
+                                               lateness_ms=10**9), clock=lambda: T0)
+    for msg in as_messages(_by_topic(scenarios.build(kind, "run-w", T0))):
+        worker.feed([msg])  # one message at a time, all processed within the same second
+    worker.tick(T0 + delay)
+    outs = worker.outputs
     assert [(a.detector, a.probable_cause) for a in outs] == [
         (scenarios.EXPECTED[kind].detector, cause)
     ]
@@ -233,14 +233,12 @@ STREAM = {
     ],
 )
 def test_cause_does_not_depend_on_which_topic_is_consumed_first(kind, order) -> None:
-    cfg = runstate.RunConfig(source=SRC, correlation_delay_ms=15_000)
+    worker = MemoryProcessor(ProcessorSettings(save_interval_s=0, correlation_delay_ms=15_000),
+                             clock=lambda: T0)
     events = scenarios.build(kind, "run-o", T0)
-    st, outs = runstate.new_state("run-o"), []
-    for stream in order:
-        for e in (e for e in events if STREAM[type(e).__name__] == stream):
-            st, o = join.step(st, e, T0, cfg)
-            outs += o
-    st, o = join.tick(st, T0 + 15_000, cfg)
-    outs += o
+    for stream in order:  # each topic drained before the next is read
+        worker.feed(as_messages([e for e in events if STREAM[type(e).__name__] == stream]))
+    worker.tick(T0 + 15_000)
+    outs = worker.outputs
     exp = scenarios.EXPECTED[kind]
     assert [(a.detector, a.probable_cause) for a in outs] == [(exp.detector, exp.probable_cause)]

@@ -188,7 +188,8 @@ def fold(records: list, now: int) -> runstate.RunState:
 def test_unversioned_dataset_joins_versioned_reports(declared, reported_version, joins,
                                                      tmp_path: Path) -> None:
     from runwatch.core.records import DatasetRef
-    from runwatch.core.stream import rekey
+    from runwatch.processor.memory import MemoryProcessor
+    from runwatch.processor.settings import ProcessorSettings
 
     uri, _, ver = declared.partition("@")
     ds = DatasetRef(uri=uri, version=ver) if ver else uri
@@ -196,15 +197,13 @@ def test_unversioned_dataset_joins_versioned_reports(declared, reported_version,
     run.finish(now_ms=T + 1)
     data.report("s3://d", reported_version, "p", batch(), now_ms=T + 2,
                 publisher=Publisher(t, kind="sdk"), baseline_directory=tmp_path)
-    recs = t.records()
-    manifest = next(r for r in recs if type(r).__name__ == "RunManifest")
-    report = next(r for r in recs if type(r).__name__ == "DataQualityReport")
-    index: dict = {}
-    rekey.apply_manifest(index, manifest)
-    routed = rekey.runs_for_report(index, report)
+    worker = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=lambda: T + 2)
+    worker.feed(t.out)  # the processor's own routing: manifest refs, then the report
+    routed = sorted({k.decode() for topic, k, _v, _p in worker.internal
+                     if topic == "rw.internal.data-by-run"})
     assert routed == ([run.run_id] if joins else [])
     # the run's missing-report rule sees the report as the declared dataset's
-    st = fold([manifest, *([report] if routed else [])], T)  # as the processor routes it
+    st = worker.p.runs.load(run.run_id.encode())
     cfg = runstate.RunConfig(source=SRC, data_wait_ms=60_000)
     _, outs = join.tick(st, T + 61_000, cfg)
     missing = [o for o in outs if getattr(o, "detector", "") == "rule:missing_data_report"]

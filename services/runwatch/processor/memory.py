@@ -76,7 +76,8 @@ class MemoryProcessor:
     """One processor worker fed from memory (see the module docstring)."""
 
     def __init__(self, settings: ProcessorSettings | None = None,
-                 data_dir: str | Path | None = None, clock: Clock = wall_ms) -> None:
+                 data_dir: str | Path | None = None, clock: Clock = wall_ms, *,
+                 restore_each_batch: bool = False) -> None:
         """Build the worker (no broker is contacted).
 
         Args:
@@ -84,6 +85,8 @@ class MemoryProcessor:
                 every run state saved on every batch).
             data_dir: faust's data directory (default: a fresh temporary one).
             clock: The processor's clock (default: the wall clock, as live).
+            restore_each_batch: Restore every run's state from its table (JSON)
+                before each batch, as a worker restarted after every batch would.
         """
         base = settings or ProcessorSettings(save_interval_s=0)
         data = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="rwmem-"))
@@ -97,13 +100,17 @@ class MemoryProcessor:
         self.alerts: list[Alert] = []
         self.dead: list[DeadLetter] = []
         self.internal: list[tuple[str, bytes | None, bytes, int | None]] = []
+        self.outputs: list[Alert | DeadLetter] = []  # alerts and dead letters, in order
+        self.restore_each_batch = restore_each_batch
 
     def sent(self, topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
         """Take what an agent sent: outputs are kept, internal topics go back on the queue."""
         if topic == ALERTS:
             self.alerts.append(self.codec.decode(value))
+            self.outputs.append(self.alerts[-1])
         elif topic == DLQ:
             self.dead.append(self.codec.decode(value))
+            self.outputs.append(self.dead[-1])
         else:
             self.internal.append((topic, key, value, partition))
             self.queue.append((topic, key, value, partition))
@@ -144,6 +151,8 @@ class MemoryProcessor:
                 if _agent(self.queue[0][0]) != agent:
                     break
                 batch.append(self._event(*self.queue.popleft()))
+            if self.restore_each_batch:
+                p.runs.cache.clear()  # the next load parses the saved JSON
             if agent == "nodes":
                 await p.nodes.batch(batch)
             elif agent == "data":

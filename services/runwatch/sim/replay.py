@@ -44,7 +44,13 @@ def as_messages(records: Iterable[Any]) -> list[Message]:
 
 
 def replay(messages: Iterable[Message], settings: ProcessorSettings | None = None) -> list[Alert]:
-    """Feed published messages to an in-memory worker in event-time order; return its alerts.
+    """Return the alerts of :func:`replay_worker`."""
+    return replay_worker(messages, settings).alerts
+
+
+def replay_worker(messages: Iterable[Message], settings: ProcessorSettings | None = None, *,
+                  restore_each_batch: bool = False) -> MemoryProcessor:
+    """Feed published messages to an in-memory worker in event-time order; return the worker.
 
     Producers publish from their own threads and batches (the SDK's records
     of a second may be captured after the node agent's of the next minute in
@@ -57,9 +63,12 @@ def replay(messages: Iterable[Message], settings: ProcessorSettings | None = Non
     Args:
         messages: ``(topic, key, value)`` as a CaptureTransport keeps them.
         settings: Processor settings (default: :func:`default_settings`).
+        restore_each_batch: Restore run states from their JSON before every
+            batch (see :class:`~runwatch.processor.memory.MemoryProcessor`).
 
     Returns:
-        Every Alert the worker published.
+        The worker: its ``alerts``, ``dead`` letters, ``outputs`` (both, in
+        order) and its parts' state.
 
     """
     codec = load_codec()
@@ -72,7 +81,8 @@ def replay(messages: Iterable[Message], settings: ProcessorSettings | None = Non
         timed.append((at, msg))
     timed.sort(key=lambda x: x[0])
     reached = [timed[0][0] if timed else 0]
-    worker = MemoryProcessor(settings or default_settings(), clock=lambda: reached[0])
+    worker = MemoryProcessor(settings or default_settings(), clock=lambda: reached[0],
+                             restore_each_batch=restore_each_batch)
     chunk: list[Message] = []
     next_tick = reached[0]
     for at, msg in timed:
@@ -88,4 +98,4 @@ def replay(messages: Iterable[Message], settings: ProcessorSettings | None = Non
     if chunk:
         worker.feed(chunk)
     worker.tick(reached[0])
-    return worker.alerts
+    return worker

@@ -22,7 +22,6 @@ from runwatch.core.records import (
     GateDecision,
     JobEvent,
     LearningStep,
-    NodeSample,
     RunManifest,
     StepTiming,
     ValidationResult,
@@ -36,7 +35,6 @@ from runwatch.core.stream.join_node import (
     NodeAgg,
     hst_evidence,
     node_agg,
-    node_sample,
     stepped,
     throughput_cause,
 )
@@ -135,8 +133,6 @@ def _dispatch(state: RunState, e: Any, at: int, now: int, cfg: RunConfig,
         return _step_timing(state, e, at, now, cfg, bl)
     if isinstance(e, NodeAgg):
         return node_agg(state, e, now, cfg, bl)
-    if isinstance(e, NodeSample):
-        return node_sample(state, e, at, now, cfg, bl)
     if isinstance(e, LearningStep):
         return _learning(state, e, at, now, cfg, bl)
     if isinstance(e, ValidationResult):

@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from runwatch.core.records import NodeSample
 from runwatch.core.signals import rules
 from runwatch.core.signals.indicators import occupancy_or_utilization
 from runwatch.core.signals.indwatch import (
@@ -230,20 +229,6 @@ def gpu_of(index: int, util: float, sm: float | None, throttle: int, xid: int | 
             round(used / total, 4) if total > 0 else None, temp, clock, link)
 
 
-def entry_of(s: RunState, e: NodeSample) -> NodeEntry:
-    """Reduce a full node sample to the run's own GPUs.
-
-    Those running its processes, else its allocation (all GPUs when it has none).
-    """
-    mine = set(s.gpu_indices)
-    return NodeEntry(e.node, int(e.emitted_at_ms), tuple(
-        gpu_of(g.index, g.util_pct, g.sm_active_pct, g.throttle_reasons, g.xid,
-               g.ecc_uncorrected, g.mem_used_bytes, g.mem_total_bytes, g.temp_c,
-               g.sm_clock_mhz, g.nvlink_rx_bps, g.nvlink_tx_bps)
-        for g in e.gpus
-        if any(p.run_id == s.run_id for p in g.processes) or not mine or g.index in mine))
-
-
 def hst_evidence(s: RunState, cfg: RunConfig, at: int, now: int) -> list[Output]:
     """Score the run's normalized indicator vector with its HalfSpaceTrees (evidence only).
 
@@ -266,15 +251,6 @@ def hst_evidence(s: RunState, cfg: RunConfig, at: int, now: int) -> list[Output]
                 f"Indicator vector anomalous (HST {score:.2f}); {name} {z:.1f} sigma out",
                 alert=False)
     return emit(s, cfg, f, now, one_shot=True)
-
-
-def node_sample(s: RunState, e: NodeSample, at: int, now: int, cfg: RunConfig,
-                bl: Baseline | None) -> list[Output]:
-    """Fold a full node sample (already re-keyed to this run) into the run state.
-
-    Only the run's own GPUs count: those running its processes, else its allocation.
-    """
-    return node_entry(s, entry_of(s, e), at, now, cfg, bl)
 
 
 def node_agg(s: RunState, e: NodeAgg, now: int, cfg: RunConfig,

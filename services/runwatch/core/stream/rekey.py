@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
 from typing import Any, TypeVar
 
-from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, NodeSample, RunManifest
+from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent
 from runwatch.core.stream.join_node import AllocChange, NodeEntry, gpu_of
 
 T = TypeVar("T")
@@ -186,65 +186,6 @@ def report_ref(report: DataQualityReport) -> str:
     return dataset_ref(report.dataset_uri, report.dataset_version)
 
 
-def apply_job_event(index: dict[str, NodeIndex], event: JobEvent) -> list[str]:
-    """Update the node index from a job event's allocation or end.
-
-    Args:
-        index: Node → (run id → GPU indices); updated in place.
-        event: The job event (run_id must be set).
-
-    Returns:
-        The nodes whose entry changed.
-
-    """
-    run_id = event.run_id
-    if not run_id:
-        return []
-    changed: list[str] = []
-    if event.state in ENDED:
-        for node, runs in index.items():
-            if run_id in runs:
-                del runs[run_id]
-                changed.append(node)
-        return changed
-    alloc = event.allocation
-    if alloc is None:
-        return []
-    for node in alloc.nodes:
-        runs = index.setdefault(node, {})
-        gpus = sorted(set(alloc.gpu_indices))
-        if runs.get(run_id) != gpus:
-            runs[run_id] = gpus
-            changed.append(node)
-    return changed
-
-
-def route_node_sample(sample: NodeSample, runs_on_node: NodeIndex) -> dict[str, list[int]]:
-    """Return the runs a node sample concerns and the GPU indices of each.
-
-    Process attribution in the sample wins (a GPU running a process of run R
-    belongs to R); allocation from job events fills in GPUs without attributed
-    processes. A run allocated with no GPU list owns every unattributed GPU,
-    unless the sample attributes processes to it: then those GPUs are its own
-    (an idle GPU next to it, or one a finished run left, is not). Where the
-    node shows GPU processes at all, an allocated GPU running none is left
-    out: the run has not started there yet or has already finished (its
-    processes exit before the scheduler's end event arrives), and its idle
-    GPUs must not read as falling occupancy.
-
-    Args:
-        sample: The node sample.
-        runs_on_node: Run id → allocated GPU indices on this node.
-
-    Returns:
-        Run id → sorted GPU indices; empty when no run is known on the node.
-
-    """
-    pairs = [(g.index, p.run_id) for g in sample.gpus for p in g.processes if p.run_id]
-    busy = {g.index for g in sample.gpus if g.processes}
-    return _route(pairs, {g.index for g in sample.gpus}, busy, runs_on_node, bool(busy))
-
-
 def _route(attributed_pairs: list[tuple[int, str]], all_gpus: set[int], busy: set[int],
            runs_on_node: NodeIndex, procs_visible: bool) -> dict[str, list[int]]:
     out: dict[str, set[int]] = {}
@@ -264,29 +205,6 @@ def _route(attributed_pairs: list[tuple[int, str]], all_gpus: set[int], busy: se
         if owned or run_id not in out:
             out.setdefault(run_id, set()).update(owned)
     return {r: sorted(g) for r, g in out.items()}
-
-
-def apply_manifest(index: dict[str, list[str]], manifest: RunManifest) -> list[str]:
-    """Record which datasets a run consumes.
-
-    Args:
-        index: Dataset reference → run ids; updated in place.
-        manifest: The run manifest (run_id must be set).
-
-    Returns:
-        The dataset references the run was newly added to.
-
-    """
-    run_id = manifest.run_id
-    if not run_id:
-        return []
-    added = []
-    for ref in manifest_refs(manifest.datasets):
-        runs = index.setdefault(ref, [])
-        if run_id not in runs:
-            runs.append(run_id)
-            added.append(ref)
-    return added
 
 
 def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> list[str]:
@@ -316,17 +234,19 @@ def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> l
     return sorted(runs)
 
 
-def has_gpu_errors(sample: NodeSample) -> bool:
-    """Return whether any GPU of a node sample reports an XID or uncorrected ECC errors.
-
-    Such samples are never dropped when node samples are aggregated per batch.
-    """
-    return any((g.xid or 0) or g.ecc_uncorrected > 0 for g in sample.gpus)
-
-
 def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
                procs_visible: bool = False) -> dict[str, list[int]]:
-    """:func:`route_node_sample` on the decoded dict of a node sample's ``gpus``.
+    """Return the runs a node sample concerns and the GPU indices of each.
+
+    Process attribution in the sample wins (a GPU running a process of run R
+    belongs to R); allocation from job events fills in GPUs without attributed
+    processes. A run allocated with no GPU list owns every unattributed GPU,
+    unless the sample attributes processes to it: then those GPUs are its own
+    (an idle GPU next to it, or one a finished run left, is not). Where the
+    node shows GPU processes at all, an allocated GPU running none is left
+    out: the run has not started there yet or has already finished (its
+    processes exit before the scheduler's end event arrives), and its idle
+    GPUs must not read as falling occupancy.
 
     Args:
         gpus: The sample's GPUs as decoded dicts (``Codec.decode_dict``).
