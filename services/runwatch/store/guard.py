@@ -78,6 +78,7 @@ STATEMENTS: dict[str, tuple[str, str]] = {
 _TABLE_PARENTS = frozenset(
     {"TableExpression", "InsertQuery", "CreateQuery", "AttachQuery", "BackupQuery", "Storage"}
 )
+_WALK_LIMIT = 10_000  # folders a glob's directory may hold before the glob is refused
 _SUFFIX_RE = re.compile(r"(?: \(alias [^()]*\))?(?: \(children \d+\))?$")
 _TSV_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "0": "\0", "b": "\b", "f": "\f"}
 
@@ -183,6 +184,9 @@ def refuse(user: str, what: str, why: str, grant: str) -> StoreError:
 def within(path: str, directory: str) -> bool:
     """Return whether ``path`` (absolute, globs allowed) stays inside ``directory``.
 
+    A glob is allowed only when no symbolic link under its fixed part leads
+    outside the directory (the engine follows links when it expands a glob).
+
     Args:
         path: The path a query names.
         directory: The granted directory.
@@ -197,7 +201,18 @@ def within(path: str, directory: str) -> bool:
     head = re.split(r"[*?{\[]", path, maxsplit=1)[0]
     fixed = head if head.endswith("/") or head == path else os.path.dirname(head)
     resolved = os.path.realpath(fixed)
-    return resolved == base or resolved.startswith(base.rstrip("/") + "/")
+    if resolved != base and not resolved.startswith(base.rstrip("/") + "/"):
+        return False
+    if head == path:
+        return True
+    for seen, (folder, dirs, names) in enumerate(os.walk(resolved)):
+        if seen > _WALK_LIMIT:
+            return False
+        for name in (*dirs, *names):
+            full = os.path.join(folder, name)
+            if os.path.islink(full) and not within(os.path.realpath(full), base):
+                return False
+    return True
 
 
 def _check_file(user: str, grants: Grants, node: Node, position: int) -> None:
@@ -212,7 +227,8 @@ def _check_file(user: str, grants: Grants, node: Node, position: int) -> None:
     if grants.file_dir is None or not within(path, grants.file_dir):
         msg = (
             f"{user}: {node.name}({path!r}) is refused: the file grant allows only "
-            f"absolute paths under {grants.file_dir}, without '..'"
+            f"absolute paths under {grants.file_dir}, without '..' (and globs only where no "
+            "symbolic link leads outside)"
         )
         err = StoreError.named("ACCESS_DENIED", msg)
         raise err

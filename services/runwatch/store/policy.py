@@ -41,6 +41,8 @@ CONST_SETTINGS = (
     "timeout_overflow_mode",
     "read_overflow_mode",
 )
+#: Settings every client profile applies (chDB turns introspection functions on).
+FORCED_SETTINGS = {"allow_introspection_functions": "0"}
 #: Limits where 0 means "no limit": a constraint with only a max gets ``min: 1`` too.
 ZERO_IS_UNLIMITED = frozenset(
     {
@@ -199,7 +201,8 @@ def parse_profile(name: str, entry: object) -> Profile:
     if not isinstance(raw_settings, Mapping) or not isinstance(raw_constraints, Mapping):
         msg = f"{where}: settings and constraints must be mappings"
         raise ValueError(msg)
-    settings = {str(k): _scalar(v, f"{where}.settings.{k}") for k, v in raw_settings.items()}
+    settings = dict(FORCED_SETTINGS)
+    settings.update({str(k): _scalar(v, f"{where}.settings.{k}") for k, v in raw_settings.items()})
     constraints = {
         str(k): _constraint(str(k), v, f"{where}.constraints") for k, v in raw_constraints.items()
     }
