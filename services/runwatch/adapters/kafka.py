@@ -57,6 +57,15 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runwatch.adapters.kafka_security import (
+    AUTHORIZATION_ERRORS,
+    KafkaAuthError,
+    KafkaAuthorizationError,
+    auth_failure_message,
+    authorization_message,
+    check_credentials,
+    is_auth_error,
+)
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.adapters.spool import FsyncPolicy, Spool, SpoolRecord
 
@@ -175,6 +184,7 @@ class KafkaTransport:
         self._suspects: dict[str, float] = {}  # topic -> when a metadata answer first lacked it
         self._stop = threading.Event()
         self._closed = False
+        self._auth_error: str | None = None
         self._producer = self._new_producer()
         self._thread = threading.Thread(target=self._loop, name=f"runwatch-{name}", daemon=True)
         if start:
@@ -225,6 +235,15 @@ class KafkaTransport:
         """``direct`` or ``spool``."""
         return self._mode
 
+    @property
+    def auth_error(self) -> str | None:
+        """Why the broker refused this transport's login or any write (None: it did not).
+
+        While it is set, records are kept in the spool and :meth:`flush`
+        returns at once: no retry fixes wrong credentials.
+        """
+        return self._auth_error
+
     def counters(self) -> TransportCounters:
         """Return a snapshot of the counters."""
         with self._lock:
@@ -246,7 +265,7 @@ class KafkaTransport:
         while True:
             with self._lock:
                 pending = len(self._unacked) + len(self._spool)
-            if pending == 0 or time.monotonic() >= deadline:
+            if pending == 0 or time.monotonic() >= deadline or self._auth_error:
                 return pending
             if not self._thread.is_alive():
                 self._serve(0.05)
@@ -381,6 +400,7 @@ class KafkaTransport:
         with self._lock:
             rec = self._unacked.pop(seq, None)
             if err is None:
+                self._auth_error = None
                 if rec is None:
                     self._c.duplicates += 1
                 else:
@@ -396,7 +416,17 @@ class KafkaTransport:
             self._trip(f"delivery failed: {err}")
 
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
+        refused = err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED  # no write ACL at all
+        if is_auth_error(err) or refused:
+            with self._lock:
+                if self._auth_error is None:
+                    conf = self.kafka.client_config()
+                    self._auth_error = (authorization_message(conf, err.str()) if refused
+                                        else auth_failure_message(conf, err.str()))
+                    logger.error("transport %s: %s; records are kept in the spool",
+                                 self.name, self._auth_error)
+                self._trip("the broker refused this client")
+        elif err.fatal():
             logger.error("transport %s fatal producer error: %s", self.name, err)
             with self._lock:
                 self._trip(f"fatal producer error: {err}")
@@ -408,7 +438,10 @@ class KafkaTransport:
             logger.debug("transport %s: %s", self.name, err)
 
     def _serve(self, timeout: float) -> None:
-        self._producer.poll(timeout)
+        try:
+            self._producer.poll(timeout)
+        except KafkaException as exc:  # a fatal error raised from poll itself
+            self._on_error(exc.args[0])
         if self._purge_pending:
             self._purge_pending = False
             with contextlib.suppress(KafkaException, NotImplementedError):
@@ -586,6 +619,9 @@ class BatchConsumer:
             on_revoke: Called with the partitions revoked (or lost) by a
                 rebalance, before they go to another member.
 
+        Raises:
+            KafkaAuthError: A SASL/TLS client whose login the broker refuses.
+
         """
         conf: dict[str, Any] = dict(kafka.client_config())
         conf.update(
@@ -597,6 +633,9 @@ class BatchConsumer:
             }
         )
         conf.update(extra or {})
+        check_credentials(conf)  # librdkafka would retry a refused login forever
+        self._conf = {k: conf.get(k) for k in ("bootstrap.servers", "sasl.username",
+                                               "security.protocol", "sasl.mechanism")}
         self._consumer = Consumer(conf)
         self._paused = False
         self._user_assign = on_assign
@@ -637,12 +676,21 @@ class BatchConsumer:
         Returns:
             The messages, possibly none.
 
+        Raises:
+            KafkaAuthError: The broker refused the login.
+            KafkaAuthorizationError: Its ACLs refuse a topic or the group.
+            KafkaException: A fatal consumer error.
+
         """
         msgs = self._consumer.consume(num_messages=max_records, timeout=timeout)
         out = []
         for m in msgs:
             err = m.error()
             if err is not None:
+                if is_auth_error(err):
+                    raise KafkaAuthError(auth_failure_message(self._conf, err.str()))
+                if err.code() in AUTHORIZATION_ERRORS:
+                    raise KafkaAuthorizationError(authorization_message(self._conf, err.str()))
                 if err.fatal():
                     msg = f"fatal consumer error: {err}"
                     raise KafkaException(err) from RuntimeError(msg)

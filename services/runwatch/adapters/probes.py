@@ -20,12 +20,14 @@ def _tcp_open(host: str, port: int) -> bool:
         return False
 
 
-def kafka_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
+def kafka_ready(bootstrap: str, timeout_s: float = 3.0,
+                conf: dict[str, str] | None = None) -> bool:
     """Return whether the broker answers a metadata request with a live broker.
 
     Args:
         bootstrap: ``host:port`` of the broker.
         timeout_s: Metadata request timeout.
+        conf: The client config to ask with (a secured broker's TLS and SASL settings).
 
     Returns:
         True when metadata lists at least one broker.
@@ -36,12 +38,13 @@ def kafka_ready(bootstrap: str, timeout_s: float = 3.0) -> bool:
         return False
     from confluent_kafka.admin import AdminClient
 
-    conf: dict[str, Any] = {
+    client: dict[str, Any] = {
+        **(conf or {}),
         "bootstrap.servers": bootstrap,
         "log_level": 0,
         "error_cb": lambda _err: None,
     }
-    admin = AdminClient(conf)
+    admin = AdminClient(client)
     try:
         meta = admin.list_topics(timeout=timeout_s)
     except Exception:  # noqa: BLE001 - any failure means not ready

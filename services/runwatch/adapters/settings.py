@@ -8,6 +8,7 @@ or from files named by ``*_FILE`` variables, never from code.
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Literal
 
@@ -49,6 +50,25 @@ class KafkaSettings(BaseSettings):
     ssl_key_location: Path | None = None
     schema_registry_url: str | None = None
 
+    def password(self) -> str | None:
+        """Return the SASL password (``KAFKA_SASL_PASSWORD_FILE`` wins)."""
+        return read_secret(self.sasl_password, self.sasl_password_file)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """Return a TLS context for Python clients (faust/aiokafka), None without TLS.
+
+        It trusts ``KAFKA_SSL_CA_LOCATION`` (else the system's CAs), checks the
+        broker's hostname, and presents ``KAFKA_SSL_CERTIFICATE_LOCATION`` /
+        ``KAFKA_SSL_KEY_LOCATION`` when both are set.
+        """
+        if self.security_protocol not in ("SSL", "SASL_SSL"):
+            return None
+        cafile = str(self.ssl_ca_location) if self.ssl_ca_location else None
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+        if self.ssl_certificate_location and self.ssl_key_location:
+            context.load_cert_chain(self.ssl_certificate_location, self.ssl_key_location)
+        return context
+
     def client_config(self) -> dict[str, str]:
         """Return the librdkafka configuration for these settings.
 
@@ -63,7 +83,7 @@ class KafkaSettings(BaseSettings):
             conf["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:
             conf["sasl.username"] = self.sasl_username
-        password = read_secret(self.sasl_password, self.sasl_password_file)
+        password = self.password()
         if password:
             conf["sasl.password"] = password
         for key, path in (

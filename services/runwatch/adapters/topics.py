@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
+from runwatch.adapters.kafka_security import KafkaAuthError, check_credentials
 from runwatch.core.topics import TopicSpec, load_topics
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def ensure_topics(
         TopicProvisionError: The broker did not answer or refused a topic.
     """
     chosen = list(specs) if specs is not None else list(load_topics().values())
-    admin = AdminClient(dict(kafka_config))
+    admin = _admin(kafka_config, timeout_s)
     meta = _metadata(admin, kafka_config, timeout_s)
     have = set(meta.topics)
     replication = 1 if len(meta.brokers) <= 1 else -1  # -1: the broker's default
@@ -154,7 +155,7 @@ def create_named_topics(
         TopicProvisionError: The broker did not answer, refused a topic, or a topic
             did not show in the metadata in time.
     """
-    admin = AdminClient(dict(kafka_config))
+    admin = _admin(kafka_config, timeout_s)
     meta = _metadata(admin, kafka_config, timeout_s)
     have = set(meta.topics)
     replication = 1 if len(meta.brokers) <= 1 else -1
@@ -192,6 +193,19 @@ def partition_counts(
     meta = _metadata(AdminClient(dict(kafka_config)), kafka_config, timeout_s).topics
     return {name: len(meta[name].partitions) for name in names
             if name in meta and not meta[name].error}
+
+
+def _admin(kafka_config: Mapping[str, str], timeout_s: float) -> AdminClient:
+    """Return an admin client, once its login succeeded (a SASL/TLS client).
+
+    Raises:
+        TopicProvisionError: The broker refused the login (librdkafka would retry forever).
+    """
+    try:
+        check_credentials(kafka_config, timeout_s=min(timeout_s, 10.0))
+    except KafkaAuthError as exc:
+        raise TopicProvisionError(str(exc)) from exc
+    return AdminClient(dict(kafka_config))
 
 
 def _metadata(admin: AdminClient, kafka_config: Mapping[str, str],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 from dataclasses import asdict
 
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runwatch.stack.manager import Stack
+from runwatch.stack.secure import ROLES
 from runwatch.stack.services import ALL_SERVICES, OPTIONAL_SERVICES, SERVICES, StackError
 from runwatch.stack.settings import StackSettings
 
@@ -34,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="do not create the topics of schemas/topics.yaml")
     up.add_argument("--with-services", action="store_true",
                     help=f"also start {', '.join(OPTIONAL_SERVICES)}")
+    up.add_argument("--secure", action="store_true",
+                    help="SASL_SSL (SCRAM) listener, TLS and ACLs per role; CA, certificate "
+                    "and passwords generated under <state>/secure (docs/security.md)")
     up.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
                     help=f"services to start (default: {', '.join(SERVICES)}; optional: "
                     f"{', '.join(OPTIONAL_SERVICES)})")
@@ -43,6 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     down.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
                       help="services to stop (default: everything recorded)")
     down.set_defaults(func=_down)
+
+    env = actions.add_parser("env", help="print the KAFKA_* settings of a role of the "
+                             "secured broker (`eval $(runwatch stack env --role sink)`)")
+    env.add_argument("--role", required=True, choices=ROLES)
+    env.set_defaults(func=_env)
+
+    rotate = actions.add_parser("rotate", help="give a role of the secured broker a new "
+                                "password (restart that role's clients afterwards)")
+    rotate.add_argument("role", choices=ROLES)
+    rotate.set_defaults(func=_rotate)
 
     status = actions.add_parser("status", help="report each service")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -58,8 +73,49 @@ def _service(value: str) -> str:
 
 def _stack(args: argparse.Namespace) -> Stack:
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    overrides = {"state_dir": args.state_dir} if args.state_dir else {}
-    return Stack(StackSettings(**overrides))
+    overrides: dict[str, object] = {"state_dir": args.state_dir} if args.state_dir else {}
+    settings = StackSettings(**overrides)  # type: ignore[arg-type]
+    if getattr(args, "secure", False) or (settings.state / "kafka" / "secure.marker").is_file():
+        settings = settings.model_copy(update={"secure": True})  # a secured broker stays so
+    return Stack(settings)
+
+
+def _env(args: argparse.Namespace) -> int:
+    stack = _stack(args)
+    if not stack.settings.secure:
+        print(f"runwatch stack env: the broker in {stack.settings.state} is not secured "
+              "(start it with `runwatch stack up --secure`)", file=sys.stderr)
+        return 2
+    from runwatch.stack.secure import SecureFiles, role_env
+
+    files = SecureFiles(stack.settings.secure_dir)
+    for key, value in role_env(files, stack.settings.bootstrap_servers, args.role).items():
+        sys.stdout.write(f"export {key}={shlex.quote(value)}\n")
+    return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    console = Console(stderr=True, highlight=False)
+    stack = _stack(args)
+    if not stack.settings.secure or args.role == "admin":
+        console.print("[red]error:[/red] only the roles of a secured broker rotate here "
+                      "(the admin password is the broker's own login: see docs/security.md)")
+        return 2
+    from runwatch.stack.prepare import PrepareError, secure_broker
+    from runwatch.stack.secure import SecureFiles
+
+    files = SecureFiles(stack.settings.secure_dir)
+    old = files.password_file(args.role).read_bytes()
+    files.rotate(args.role)
+    try:
+        secure_broker(stack.settings, console.print)
+    except PrepareError as exc:
+        files.password_file(args.role).write_bytes(old)  # the broker still has the old one
+        console.print(f"[red]error:[/red] {exc}")
+        return 1
+    console.print(f"{args.role}: new password in {files.password_file(args.role)}; "
+                  "restart that role's clients")
+    return 0
 
 
 def _up(args: argparse.Namespace) -> int:

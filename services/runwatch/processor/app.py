@@ -196,9 +196,17 @@ class Processor:
     @staticmethod
     def _app(settings: ProcessorSettings, kafka: KafkaSettings) -> App:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        credentials: Any = None  # KAFKA_SECURITY_PROTOCOL & co., as every other client
+        if kafka.security_protocol.startswith("SASL"):
+            credentials = faust.SASLCredentials(
+                username=kafka.sasl_username, password=kafka.password(),
+                ssl_context=kafka.ssl_context(), mechanism=kafka.sasl_mechanism)
+        elif kafka.security_protocol == "SSL":
+            credentials = faust.SSLCredentials(kafka.ssl_context())
         app = App(
             settings.app_id,
             broker=f"kafka://{kafka.bootstrap_servers}",
+            broker_credentials=credentials,
             datadir=str(settings.data_dir / settings.app_id),
             store="memory://",
             value_serializer="raw",

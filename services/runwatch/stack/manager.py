@@ -207,11 +207,23 @@ class Stack:
                         failed[name] = str(exc)
                         report(f"{name}: FAILED to start: {exc}")
                 started += self._await_healthy(pending, failed, report, t0)
+                if phase is SERVICES and self.settings.secure and "kafka" in started:
+                    self._secure_kafka(failed, report)
             self._remember_failures(wanted, failed)
         result = UpResult(tuple(started), tuple(already), failed, time.monotonic() - t0)
         if result.ok:
             report(f"stack up in {result.seconds:.1f}s")
         return result
+
+    def _secure_kafka(self, failed: dict[str, str], report: Report) -> None:
+        """Apply the secured broker's users and ACLs once it is healthy."""
+        from runwatch.stack.prepare import PrepareError, secure_broker
+
+        try:
+            secure_broker(self.settings, report)
+        except PrepareError as exc:
+            failed["kafka"] = str(exc)
+            report(f"kafka: FAILED to secure: {exc}")
 
     def _remember_failures(self, names: Iterable[str], failed: dict[str, str]) -> None:
         path = self.settings.state / "failures.json"

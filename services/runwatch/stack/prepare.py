@@ -31,7 +31,7 @@ def ensure_topics(settings: StackSettings, prefix: str = "") -> list[str]:
     from runwatch.adapters.topics import ensure_topics as create
 
     try:
-        return create({"bootstrap.servers": settings.bootstrap_servers}, prefix=prefix)
+        return create(settings.kafka_client_config("admin"), prefix=prefix)
     except TopicProvisionError as exc:
         msg = f"topics: {exc}"
         raise PrepareError(msg) from exc
@@ -114,7 +114,7 @@ def check_partitions(settings: StackSettings, prefix: str = "",
     """
     from runwatch.adapters.topics import TopicProvisionError, topic_states
 
-    conf = {"bootstrap.servers": settings.bootstrap_servers}
+    conf = settings.kafka_client_config("admin")
     try:
         states = topic_states(conf, prefix=prefix, timeout_s=timeout_s)
     except TopicProvisionError as exc:
@@ -127,3 +127,41 @@ def check_partitions(settings: StackSettings, prefix: str = "",
         msg = (f"topics: partition counts differ from schemas/topics.yaml: {names}; "
                "delete and recreate them (`runwatch topics ensure`) or fix the map")
         raise PrepareError(msg)
+
+
+def secure_broker(settings: StackSettings, report: Callable[[str], None]) -> None:
+    """Give every role of the secured broker its SCRAM password and ACLs (idempotent).
+
+    The passwords are those under ``<state>/secure/passwords`` (a rotated one
+    replaces the broker's); the ACLs are :func:`runwatch.stack.secure.acl_table`.
+
+    Args:
+        settings: The stack settings (``secure`` set).
+        report: Progress callback.
+
+    Raises:
+        PrepareError: The broker refused the admin or a change.
+
+    """
+    from runwatch.adapters.kafka_security import (
+        KafkaAuthError,
+        KafkaSecurityError,
+        apply_acls,
+        check_credentials,
+        upsert_scram_users,
+    )
+    from runwatch.stack.secure import MECHANISM, ROLES, SecureFiles, acl_table
+
+    files = SecureFiles(settings.secure_dir)
+    conf = settings.kafka_client_config("admin")
+    rules = acl_table()
+    try:
+        check_credentials(conf)
+        upsert_scram_users(conf, {role: files.password(role) for role in ROLES}, MECHANISM)
+        apply_acls(conf, [(r.resource, r.name, r.pattern, r.principal, r.operation)
+                          for r in rules])
+    except (KafkaAuthError, KafkaSecurityError) as exc:
+        msg = f"securing the broker: {exc}"
+        raise PrepareError(msg) from exc
+    report(f"kafka: SASL_SSL ({MECHANISM}) with {len(rules)} ACLs for "
+           f"{', '.join(r for r in ROLES if r != 'admin')}; credentials in {files.root}")

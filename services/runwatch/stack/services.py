@@ -23,6 +23,7 @@ from typing import Literal
 from runwatch.adapters.probes import http_ready, kafka_ready
 from runwatch.resources import kafka_pom, pager_routes_file
 from runwatch.stack import process
+from runwatch.stack.pki import write_private
 from runwatch.stack.settings import StackSettings
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,12 @@ def kafka_properties(settings: StackSettings) -> str:
         "delete.topic.enable": "true",
         "log.retention.hours": "168",
     }
+    if settings.secure:
+        from runwatch.stack.secure import SecureFiles, secure_properties
+
+        files = SecureFiles(settings.secure_dir)
+        lines.update(secure_properties(host, settings.kafka_port, settings.controller_port,
+                                       files.tls, files.password("admin")))
     head = "# Written by `runwatch stack up`; regenerated on every start.\n"
     return head + "".join(f"{k}={v}\n" for k, v in lines.items())
 
@@ -207,9 +214,20 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
     kdir = settings.state / "kafka"
     (kdir / "data").mkdir(parents=True, exist_ok=True)
     (settings.logs / "kafka").mkdir(parents=True, exist_ok=True)
+    scram: list[str] = []
+    if settings.secure:
+        from runwatch.stack.secure import SecureFiles, scram_args
+
+        scram = scram_args(SecureFiles(settings.secure_dir).ensure(settings.host))
     props = kdir / "server.properties"
-    props.write_text(kafka_properties(settings), encoding="utf-8")
+    write_private(props, kafka_properties(settings).encode())  # holds the broker's password
+    marker = kdir / "secure.marker"
     if (kdir / "data" / "meta.properties").is_file():
+        if settings.secure != marker.is_file():
+            was, now = ("secured", "plaintext") if marker.is_file() else ("plaintext", "secured")
+            msg = (f"the broker's storage in {kdir} was formatted for a {was} broker; a {now} "
+                   "one needs its own state directory (--state-dir or RUNWATCH_STACK_STATE_DIR)")
+            raise StackError(msg)
         return props
     id_file = kdir / "cluster.id"
     cluster_id = id_file.read_text().strip() if id_file.is_file() else new_cluster_id()
@@ -224,6 +242,7 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
         cluster_id,
         "-c",
         str(props),
+        *scram,
     )
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     with (settings.logs / "kafka-format.log").open("a") as log:
@@ -231,6 +250,8 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
     if result.returncode != 0:
         msg = f"KRaft storage format failed ({result.returncode}): {result.stderr[-2000:]}"
         raise StackError(msg)
+    if settings.secure:
+        marker.write_text("formatted for runwatch stack up --secure\n", encoding="utf-8")
     return props
 
 
@@ -255,7 +276,7 @@ def _alive(settings: StackSettings, name: str, marker: str = "") -> Callable[[],
     return probe
 
 
-def service_env(settings: StackSettings) -> dict[str, str]:
+def service_env(settings: StackSettings, role: str | None = None) -> dict[str, str]:
     """Environment of the optional services: this stack's addresses and state paths.
 
     Variables already set in the caller's environment win (e.g. an image
@@ -264,6 +285,8 @@ def service_env(settings: StackSettings) -> dict[str, str]:
 
     Args:
         settings: The stack settings.
+        role: On a secured stack, the role whose ``KAFKA_*`` credentials the
+            service gets (:mod:`runwatch.stack.secure`).
 
     Returns:
         Extra environment variables.
@@ -284,16 +307,18 @@ def service_env(settings: StackSettings) -> dict[str, str]:
         "CLICKHOUSE_URL": settings.clickhouse_url,
         "RUNWATCH_ALERTMANAGER_URL": settings.alertmanager_url,
     })
+    if settings.secure and role is not None:  # the role's credentials, never the caller's
+        env.update({f"KAFKA_{k.upper()}": v for k, v in settings.kafka_env(role).items()})
     return env
 
 
 def _optional_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
     logs = settings.logs
-    env = service_env(settings)
     rw = (settings.python, "-m", "runwatch")
 
     def spec(name: ServiceName, argv: tuple[str, ...], needs: tuple[ServiceName, ...],
              marker: str = "") -> ServiceSpec:
+        env = service_env(settings, name)  # each service runs as the role of its name
         return ServiceSpec(name=name, argv=(*rw, *argv), ports=(), log=logs / f"{name}.log",
                            extra_logs=(), env=env, probe=_alive(settings, name, marker),
                            needs=needs, cwd=settings.root)
@@ -327,7 +352,8 @@ def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
         log=logs / "kafka.out",
         extra_logs=(logs / "kafka" / "server.log",),
         env={},
-        probe=lambda: kafka_ready(settings.bootstrap_servers),
+        probe=lambda: kafka_ready(settings.bootstrap_servers,
+                                  conf=settings.kafka_client_config("admin")),
     )
     store = ServiceSpec(
         name="store",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import cast
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -66,6 +67,7 @@ class StackSettings(BaseSettings):
     python: str = sys.executable
     alertmanager_bin: str = "prometheus-alertmanager"
     alertmanager_config: Path | None = None
+    secure: bool = False
     start_timeout_s: float = Field(default=120.0, gt=0)
     stop_timeout_s: float = Field(default=30.0, gt=0)
 
@@ -112,6 +114,43 @@ class StackSettings(BaseSettings):
     def bootstrap_servers(self) -> str:
         """Kafka bootstrap servers of this stack."""
         return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def secure_dir(self) -> Path:
+        """The secured broker's CA, certificate and passwords (``--secure``)."""
+        return self.state / "secure"
+
+    def kafka_client_config(self, role: str = "admin") -> dict[str, str]:
+        """Return the librdkafka config of a client of this broker (as ``role`` when secured).
+
+        Args:
+            role: The secured broker's role to log in as (ignored when not secured).
+
+        Returns:
+            The config (the password is read from its file).
+        """
+        from runwatch.adapters.settings import KafkaSettings
+
+        return KafkaSettings.model_validate(self.kafka_env(role)).client_config()
+
+    def kafka_env(self, role: str = "admin") -> dict[str, str]:
+        """The ``KAFKA_*`` settings of a client of this stack's broker, as env-style keys.
+
+        Args:
+            role: The secured broker's role (ignored when not secured).
+
+        Returns:
+            Lower-case ``KafkaSettings`` field names → values.
+        """
+        if not self.secure:
+            return {"bootstrap_servers": self.bootstrap_servers}
+        from runwatch.stack.secure import ROLES, Role, SecureFiles, role_env
+
+        if role not in ROLES:
+            msg = f"unknown role {role!r} (choose from {', '.join(ROLES)})"
+            raise ValueError(msg)
+        env = role_env(SecureFiles(self.secure_dir), self.bootstrap_servers, cast("Role", role))
+        return {k.removeprefix("KAFKA_").lower(): v for k, v in env.items()}
 
     @property
     def clickhouse_url(self) -> str:
