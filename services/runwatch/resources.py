@@ -97,6 +97,16 @@ def avro_schema_dir() -> Path:
     return data_root() / "schemas" / "avro"
 
 
+def internal_formats_dir() -> Path:
+    """Return the folder of the internal JSON formats (``schemas/internal/*.json``).
+
+    Returns:
+        The folder.
+
+    """
+    return resource("schemas", "internal")
+
+
 def topics_file() -> Path:
     """Return the topic map: ``$RUNWATCH_TOPICS_FILE`` or the packaged ``topics.yaml``.
 

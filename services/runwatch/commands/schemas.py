@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     group = parser.add_subparsers(dest="schemas_command", metavar="SUBCOMMAND", required=True)
     for name, func, text in (
-        ("check", _check, "verify FULL_TRANSITIVE compatibility of every schema version"),
+        ("check", _check, "verify FULL_TRANSITIVE compatibility of every schema version and "
+                            "the internal JSON formats"),
         ("list", _list, "list records, versions and fingerprints"),
         ("generate", _generate, "write runwatch.core.records from the current schemas"),
     ):
@@ -63,6 +64,29 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{len(violations)} compatibility violation(s)", file=sys.stderr)
         return 1
     print(f"ok: {len(schemas.current)} records, {versions} versions, FULL_TRANSITIVE")
+    return _check_internal()
+
+
+def _check_internal() -> int:
+    """Check the internal JSON formats and the topic map's references to them."""
+    from runwatch.core.formats import FormatError, check_formats, load_formats
+    from runwatch.core.topics import TopicMapError, load_tables, load_topics
+
+    try:
+        formats = load_formats()
+        topics, tables = load_topics(), load_tables()
+    except (FormatError, TopicMapError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    problems = check_formats(formats, topics, tables)
+    for problem in problems:
+        print(f"INTERNAL {problem}", file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} internal format problem(s)", file=sys.stderr)
+        return 1
+    internal = sum(1 for t in topics.values() if t.format)
+    print(f"ok: {len(formats)} internal formats ({internal} internal topics, "
+          f"{len(tables)} tables), every example conforms")
     return 0
 
 

@@ -30,6 +30,8 @@ class TopicSpec:
         readers: Components that read it.
         internal: True for processor-internal re-key topics.
         description: What the topic holds.
+        format: Name of the internal JSON format it carries instead of Avro
+            records (``schemas/internal/<format>.json``), if any.
 
     """
 
@@ -43,6 +45,7 @@ class TopicSpec:
     readers: tuple[str, ...]
     internal: bool = False
     description: str = ""
+    format: str | None = None
 
     def topic_config(self) -> dict[str, str]:
         """Return Kafka topic configs for creating the topic.
@@ -111,6 +114,7 @@ def parse_topics(doc: Any) -> dict[str, TopicSpec]:
                 readers=tuple(str(r) for r in raw.get("readers", ())),
                 internal=bool(raw.get("internal", False)),
                 description=str(raw.get("description", "")),
+                format=None if raw.get("format") is None else str(raw["format"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"topic {name}: bad entry: {exc!r}"
@@ -166,3 +170,62 @@ def record_topics(
         for fullname in spec.records:
             out.setdefault(fullname.rsplit(".", 1)[-1], spec.name)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """One of the processor's tables (the ``tables`` section of the topic map).
+
+    Attributes:
+        name: Table name (its changelog topic is ``<app id>-<name>-changelog``).
+        owner: The processor part that owns it (``runs``, ``nodes``, ``datasets``).
+        scope: ``local`` (partitioned like its input) or ``global``.
+        key: What its keys are.
+        format: The internal JSON format of its values.
+
+    """
+
+    name: str
+    owner: str
+    scope: str
+    key: str
+    format: str
+
+
+def parse_tables(doc: Any) -> dict[str, TableSpec]:
+    """Return the ``tables`` section of a parsed topic map (empty when there is none).
+
+    Raises:
+        TopicMapError: An entry lacks a field or has an unknown scope.
+
+    """
+    raw_tables = doc.get("tables") if isinstance(doc, dict) else None
+    if raw_tables is None:
+        return {}
+    if not isinstance(raw_tables, dict):
+        msg = "topic map: 'tables' must be a mapping"
+        raise TopicMapError(msg)
+    out: dict[str, TableSpec] = {}
+    for name, raw in raw_tables.items():
+        try:
+            spec = TableSpec(name=str(name), owner=str(raw["owner"]), scope=str(raw["scope"]),
+                             key=str(raw["key"]), format=str(raw["format"]))
+        except (KeyError, TypeError) as exc:
+            msg = f"table {name}: bad entry: {exc!r}"
+            raise TopicMapError(msg) from exc
+        if spec.scope not in ("local", "global"):
+            msg = f"table {name}: scope must be local or global, got {spec.scope!r}"
+            raise TopicMapError(msg)
+        out[spec.name] = spec
+    return out
+
+
+def load_tables(path: Path | None = None) -> dict[str, TableSpec]:
+    """Read the ``tables`` section of the topic map (see :func:`load_topics`)."""
+    target = path if path is not None else default_topics_path()
+    try:
+        doc = yaml.safe_load(target.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        msg = f"cannot read topic map {target}: {exc}"
+        raise TopicMapError(msg) from exc
+    return parse_tables(doc)
