@@ -47,7 +47,7 @@ def test_node_entries_hold_exactly_the_routed_gpus(gpus, index) -> None:
     codec = load_codec()
     _, d = codec.decode_dict(codec.encode(sample(gpus)))
     entries = rekey.node_entries(d, index)
-    routes = rekey.route_gpus(d["gpus"], index)
+    routes = rekey.assign_gpus(d["gpus"], index)
     assert {r: [g[0] for g in e.gpus] for r, e in entries.items()} == {
         r: g for r, g in routes.items() if g}
 
@@ -178,7 +178,7 @@ def without_sm(e, util_from_sm):
     ("gpu_occupancy", False, False, [], "gpu_utilization"),
 ])
 def test_occupancy_falls_back_to_utilization(kind, gpm, util_declines, alerts, source) -> None:
-    """Through the worker's node routing and run join (published as a node agent would)."""
+    """Through the worker's node re-keying and run join (published as a node agent would)."""
     events = [e if gpm else without_sm(e, util_declines)
               for e in scenarios.build(kind, "run-x", T0)]
     outs = replay(as_messages(events), ProcessorSettings(save_interval_s=0))

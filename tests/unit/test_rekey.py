@@ -70,10 +70,10 @@ def sample(*gpus: GpuSample) -> NodeSample:
         ((gpu(0, "B"), gpu(1), gpu(2)), {"A": [1, 2], "B": [0]}, {"A": [], "B": [0]}),
     ],
 )
-def test_route_gpus(gpus, alloc, expected) -> None:
-    codec = load_codec()  # as the node router reads a sample: decoded to dicts
+def test_assign_gpus(gpus, alloc, expected) -> None:
+    codec = load_codec()  # as the node re-keyer reads a sample: decoded to dicts
     _, d = codec.decode_dict(codec.encode(sample(*gpus)))
-    assert rekey.route_gpus(d["gpus"], alloc) == expected
+    assert rekey.assign_gpus(d["gpus"], alloc) == expected
 
 
 @pytest.mark.parametrize(("visible", "expected"), [
@@ -83,11 +83,11 @@ def test_route_gpus(gpus, alloc, expected) -> None:
 def test_a_node_known_to_show_processes_idle_gpus_are_nobodys(visible, expected) -> None:
     codec = load_codec()
     _, d = codec.decode_dict(codec.encode(sample(gpu(0), gpu(1))))
-    assert rekey.route_gpus(d["gpus"], {"A": [0, 1]}, procs_visible=visible) == expected
+    assert rekey.assign_gpus(d["gpus"], {"A": [0, 1]}, procs_visible=visible) == expected
 
 
 def test_job_events_build_and_release_node_index() -> None:
-    """As the run folder sends allocation changes and the node router applies them."""
+    """As the run folder sends allocation changes and the node re-keyer applies them."""
     idx: dict = {}
 
     def apply(event: JobEvent, held: list[str]) -> tuple[list[str], list[str]]:
@@ -116,7 +116,7 @@ def test_dataset_routing(version, expected) -> None:
         manifest = RunManifest(**{**C, "run_id": run},
                                datasets=(DatasetRef(uri="s3://d", version=ver),),
                                transforms=(), code_dirty=False)
-        for _uri, ref in rekey.manifest_keys(manifest.datasets):  # as the dataset router
+        for _uri, ref in rekey.manifest_keys(manifest.datasets):  # as the dataset re-keyer
             rekey.add_run(idx, ref, run)
     rep = DataQualityReport(
         **C,

@@ -8,11 +8,11 @@ them sending through one :class:`~runwatch.processor.outbox.Outbox`:
   the timer's tick topic): run states in the ``runstate`` table
   (changelog-backed JSON, never pickle), checkpoints and acks, workload
   baselines (a global table), the time-driven rules.
-* ``nodes`` (:class:`~runwatch.processor.nodes.NodeRouter`) — rw.exec.node and
+* ``nodes`` (:class:`~runwatch.processor.nodes.NodeRekeyer`) — rw.exec.node and
   rw.internal.job-by-node (both keyed by node, co-partitioned): the node → runs
   index in a local table; one compact aggregate per run per batch, forwarded
   through rw.internal.node-by-run.
-* ``data`` (:class:`~runwatch.processor.datasets.DatasetRouter`) — rw.data and
+* ``data`` (:class:`~runwatch.processor.datasets.DatasetRekeyer`) — rw.data and
   rw.internal.manifest-by-dataset (both keyed by dataset uri, co-partitioned):
   a co-partitioned stream join of reports and the runs whose manifests name
   the dataset; each report forwarded to those runs through rw.internal.data-by-run.
@@ -39,9 +39,9 @@ from runwatch.core.paging.lifecycle import AlertPolicy
 from runwatch.core.records import Source
 from runwatch.core.stream import runstate
 from runwatch.core.topics import load_topics
-from runwatch.processor.datasets import DatasetRouter
+from runwatch.processor.datasets import DatasetRekeyer
 from runwatch.processor.fastdrain import FastDrainConsumer, RawSchema
-from runwatch.processor.nodes import NodeRouter
+from runwatch.processor.nodes import NodeRekeyer
 from runwatch.processor.outbox import (
     DATA_BY_RUN,
     JOB_BY_NODE,
@@ -178,8 +178,8 @@ class Processor:
                               save_interval_s=settings.save_interval_s,
                               unacked_max=settings.unacked_max,
                               waiting_for_acks=self._waiting_for_acks)
-        self.nodes = NodeRouter(self.out, make, as_current)
-        self.datasets = DatasetRouter(self.out, make)
+        self.nodes = NodeRekeyer(self.out, make, as_current)
+        self.datasets = DatasetRekeyer(self.out, make)
 
         app.agent(self.runs_in, name="runs")(self._runs)
         app.agent(self.node_in, name="nodes")(self._nodes)

@@ -1,4 +1,4 @@
-"""Dataset routing: data reports forwarded to the runs that read the dataset (the ``data`` agent).
+"""Dataset re-keying: data reports forwarded to the runs that read the dataset (the ``data`` agent).
 
 Data reports are joined to runs as a co-partitioned stream join: the runs
 agent sends one ``{"v":1,"run","uri","ref"}`` record per manifest dataset to
@@ -25,11 +25,11 @@ Table = Any  # a faust table of bytes → bytes, or a dict in memory
 TableFactory = Callable[..., Table]
 
 
-class DatasetRouter:
+class DatasetRekeyer:
     """The ``data`` agent: owns the dataset → runs index and each dataset's kept reports."""
 
     def __init__(self, out: Outbox, table: TableFactory) -> None:
-        """Create the router and its tables.
+        """Create the re-keyer and its tables.
 
         Args:
             out: The worker's outbox.

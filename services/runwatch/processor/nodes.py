@@ -1,4 +1,4 @@
-"""Node routing: node samples forwarded to the runs that own their GPUs (the ``nodes`` agent).
+"""Node re-keying: node samples forwarded to the runs that own their GPUs (the ``nodes`` agent).
 
 Node samples are decoded to dicts (no record objects), nodes that no run owns
 are skipped at once, and what a run's join needs becomes one compact
@@ -104,12 +104,12 @@ def bundles(aggs: list[NodeAgg], partition_of: Callable[[bytes], int],
             for part, chunks in groups.items() for chunk in chunks]
 
 
-class NodeRouter:
+class NodeRekeyer:
     """The ``nodes`` agent: owns the node → runs index and the nodes' recent samples."""
 
     def __init__(self, out: Outbox, table: TableFactory,
                  as_current: Callable[[Any], None]) -> None:
-        """Create the router and its table.
+        """Create the re-keyer and its table.
 
         Args:
             out: The worker's outbox.

@@ -5,7 +5,7 @@ re-key topics and the timer's tick topic) comes here. Each record is folded
 into its run's state (:mod:`runwatch.core.stream.join`), kept as JSON bytes in the
 ``runstate`` table (changelog-backed, never pickle); alerts and rejects go
 out through the :class:`~runwatch.processor.outbox.Outbox`. Allocation changes
-and manifest datasets are sent to the node and dataset routers' internal
+and manifest datasets are sent to the node and dataset re-keyers' internal
 topics. Workload baselines are a global table (``baselines``) learned from
 finished runs.
 """

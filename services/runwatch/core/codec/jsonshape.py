@@ -1,7 +1,7 @@
 """A small JSON Schema subset for the processor's internal JSON formats.
 
 The internal topics and tables carry compact JSON that runwatch writes itself
-(node aggregates, allocation changes, manifest refs, the routers' indices, run
+(node aggregates, allocation changes, manifest refs, the re-keyers' indices, run
 states, workload baselines). Their contracts live in ``schemas/internal/*.json``
 as JSON Schema documents restricted to the keywords below, so any JSON Schema
 tool reads them too; this validator needs no dependency:

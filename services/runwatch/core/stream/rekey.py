@@ -1,6 +1,6 @@
 """Re-keying to runs: which runs a node sample or a data-quality report concerns.
 
-Size: the pure halves of both routers (node → runs, dataset → runs) and their internal formats.
+Size: the pure halves of both re-keyers (node → runs, dataset → runs) and their internal formats.
 
 Node samples are keyed by node and data reports by dataset; the run state is
 keyed by run. These pure functions maintain the two indices (node → runs with
@@ -186,7 +186,7 @@ def report_ref(report: DataQualityReport) -> str:
     return dataset_ref(report.dataset_uri, report.dataset_version)
 
 
-def _route(attributed_pairs: list[tuple[int, str]], all_gpus: set[int], busy: set[int],
+def _assign(attributed_pairs: list[tuple[int, str]], all_gpus: set[int], busy: set[int],
            runs_on_node: NodeIndex, procs_visible: bool) -> dict[str, list[int]]:
     out: dict[str, set[int]] = {}
     attributed: set[int] = set()
@@ -234,7 +234,7 @@ def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> l
     return sorted(runs)
 
 
-def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
+def assign_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
                procs_visible: bool = False) -> dict[str, list[int]]:
     """Return the runs a node sample concerns and the GPU indices of each.
 
@@ -263,7 +263,7 @@ def route_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
     if not pairs and not runs_on_node:
         return {}
     busy = {g["index"] for g in gpus if g["processes"]}
-    return _route(pairs, {g["index"] for g in gpus}, busy, runs_on_node,
+    return _assign(pairs, {g["index"] for g in gpus}, busy, runs_on_node,
                   procs_visible or bool(busy))
 
 
@@ -277,7 +277,7 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
                  procs_visible: bool = False) -> dict[str, NodeEntry]:
     """Reduce a decoded node sample to one compact entry per run it concerns.
 
-    Each entry keeps only that run's GPUs (see :func:`route_gpus`) and the
+    Each entry keeps only that run's GPUs (see :func:`assign_gpus`) and the
     fields the run join reads (utilization, SM activity, throttling, XID, ECC,
     memory used/total, temperature, SM clock, NVLink rate:
     :data:`~runwatch.core.stream.join_node.Gpu`).
@@ -285,14 +285,14 @@ def node_entries(sample: dict[str, Any], runs_on_node: NodeIndex,
     Args:
         sample: A NodeSample as a decoded dict.
         runs_on_node: Run id → allocated GPU indices on this node.
-        procs_visible: The node reported GPU processes before (see :func:`route_gpus`).
+        procs_visible: The node reported GPU processes before (see :func:`assign_gpus`).
 
     Returns:
         Run id → entry; empty when no run owns any GPU of the node.
 
     """
     gpus = sample["gpus"]
-    routes = route_gpus(gpus, runs_on_node, procs_visible)
+    routes = assign_gpus(gpus, runs_on_node, procs_visible)
     if not routes:
         return {}
     by_index = {g["index"]: g for g in gpus}
