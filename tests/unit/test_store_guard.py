@@ -195,8 +195,8 @@ def test_check_text_refusals(canonical: str, expected: str) -> None:
 
 def test_check_text_passes_look_alikes_in_strings() -> None:
     check_text("u", NONE, "SELECT 'INTO OUTFILE', 'SETTINGS disk = 1' FROM t WHERE disk = 1")
-    check_text("u", NONE, "CREATE DICTIONARY d (`k` UInt64) PRIMARY KEY k "
-                          "SOURCE(CLICKHOUSE(QUERY 'SELECT host FROM t')) LAYOUT(FLAT())")  # fmt: skip
+    source = "SOURCE(CLICKHOUSE(QUERY 'SELECT host FROM t'))"
+    check_text("u", NONE, f"CREATE DICTIONARY d (`k` UInt64) PRIMARY KEY k {source} LAYOUT(FLAT())")
 
 
 def test_tokens_and_values_split() -> None:
