@@ -232,3 +232,19 @@ def test_a_wrong_password_stops_a_service_at_start(secure_stack: Stack, tmp_path
     assert time.monotonic() - t0 < 30
     assert f"refused the login of user '{role}'" in res.stderr + res.stdout
     assert "not-the-password" not in res.stderr + res.stdout
+
+
+def test_a_rotated_password_replaces_the_old_one(secure_stack: Stack) -> None:
+    """`runwatch stack rotate sink`: the broker takes the new password, refuses the old."""
+    from runwatch.adapters.kafka_security import check_credentials
+    from runwatch.stack.prepare import secure_broker
+
+    files = SecureFiles(secure_stack.settings.secure_dir)
+    old = files.password("sink")
+    new = files.rotate("sink")
+    assert new != old
+    secure_broker(secure_stack.settings, lambda _line: None)
+    check_credentials(_kafka(secure_stack, "sink").client_config())
+    stale = {**_kafka(secure_stack, "sink").client_config(), "sasl.password": old}
+    with pytest.raises(KafkaAuthError, match="user 'sink'"):
+        check_credentials(stale)
