@@ -12,7 +12,7 @@ from runwatch.store.guard import (
     check_text,
     check_tree,
     parse_ast,
-    tokens,
+    tokens_at,
     values_split,
     within,
 )
@@ -200,7 +200,8 @@ def test_check_text_passes_look_alikes_in_strings() -> None:
 
 
 def test_tokens_and_values_split() -> None:
-    assert tokens("SELECT /* c */ 'a;b' -- x\n, `q`") == ["SELECT", "'a;b'", ",", "`q`"]
+    toks = [t for t, _, _ in tokens_at("SELECT /* c */ 'a;b' -- x\n, `q`")]
+    assert toks == ["SELECT", "'a;b'", ",", "`q`"]
     sql = "INSERT INTO t (a, b) /* VALUES */ VALUES (1, 'x'), (2, 'y')"
     head, offset = values_split(sql) or ("", 0)
     assert head.strip().endswith("/* VALUES */")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -29,6 +28,7 @@ import chdb
 from runwatch.store.errors import StoreError, from_engine
 from runwatch.store.guard import SAFE_ENGINES, SAFE_TABLE_FUNCTIONS
 from runwatch.store.policy import Profile, users_xml
+from runwatch.store.request import split_settings
 
 logger = logging.getLogger(__name__)
 
@@ -50,38 +50,6 @@ class Outcome:
 # mkstemp creates the file privately (O_EXCL, mode 0600), so a shared directory is safe.
 _SHM = "/dev/shm"  # noqa: S108
 _SPILL_DIR = _SHM if os.path.isdir(_SHM) and os.access(_SHM, os.W_OK) else None
-
-_SETTINGS_RE = re.compile(r"\s+SETTINGS\s+(?=[A-Za-z_])", re.IGNORECASE)
-
-
-def split_settings(statement: str) -> tuple[str, str]:
-    """Split ``INSERT INTO t [(cols)] [SETTINGS a=1, ...]`` at its SETTINGS clause.
-
-    Args:
-        statement: The INSERT head, without FORMAT.
-
-    Returns:
-        The head before SETTINGS and the settings list ('' when none).
-
-    """
-    depth = 0
-    quote = ""
-    for i, ch in enumerate(statement):
-        if quote:
-            if ch == quote:
-                quote = ""
-            continue
-        if ch in "`'\"":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif depth == 0:
-            match = _SETTINGS_RE.match(statement, i)
-            if match:
-                return statement[:i], statement[match.end() :].strip()
-    return statement, ""
 
 
 def _quote(value: str) -> str:
@@ -288,24 +256,6 @@ class Engine:
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._sessions_lock = threading.Lock()
         self._closed = False
-
-    def open(self, readonly: int = 0) -> Handle:
-        """Open a fresh handle with the given readonly level.
-
-        Args:
-            readonly: 0 (read-write), 1 (readonly) or 2 (readonly, settings may change).
-
-        Returns:
-            The handle; close it when done.
-
-        """
-        if self._closed:
-            err = StoreError.named("CANNOT_SCHEDULE_TASK", "The store is shutting down")
-            raise err
-        handle = Handle(chdb.connect(self._path))
-        if readonly:
-            handle.apply({"readonly": str(readonly)})
-        return handle
 
     def open_client(self, profile: Profile, tag: str) -> Handle:
         """Open a handle for a client: its profile's settings and constraints, and a tag.

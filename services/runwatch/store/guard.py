@@ -57,16 +57,6 @@ STATEMENTS: dict[str, tuple[str, str]] = {
     "KillQueryQuery": ("kill", "KILL stops other users' queries"),
     "BackupQuery": ("backup", "BACKUP/RESTORE read and write host paths"),
     "AttachQuery": ("attach", "ATTACH can take a table from any host path"),
-    "ExecuteAsQuery": ("access", "the store's users are not engine users"),
-    "SetRoleQuery": ("access", "the store's users are not engine users"),
-    "GrantQuery": ("access", "the store's grants live in its users file"),
-    "CreateUserQuery": ("access", "the store's users live in its users file"),
-    "CreateRoleQuery": ("access", "the store's users live in its users file"),
-    "CreateQuotaQuery": ("access", "the store's users live in its users file"),
-    "CreateRowPolicyQuery": ("access", "the store's users live in its users file"),
-    "CreateSettingsProfileQuery": ("access", "the store's profiles live in its users file"),
-    "DropAccessEntityQuery": ("access", "the store's users live in its users file"),
-    "MoveAccessEntityQuery": ("access", "the store's users live in its users file"),
     "CreateNamedCollectionQuery": ("named_collection", "named collections hold remote credentials"),
     "AlterNamedCollectionQuery": ("named_collection", "named collections hold remote credentials"),
     "DropNamedCollectionQuery": ("named_collection", "named collections hold remote credentials"),
@@ -74,6 +64,14 @@ STATEMENTS: dict[str, tuple[str, str]] = {
     "CreateWorkloadQuery": ("workload", "workloads steer the whole store's scheduling"),
     "CreateResourceQuery": ("workload", "resources steer the whole store's scheduling"),
 }
+STATEMENTS.update(
+    dict.fromkeys(
+        ("ExecuteAsQuery", "SetRoleQuery", "GrantQuery", "CreateUserQuery", "CreateRoleQuery",
+         "CreateQuotaQuery", "CreateRowPolicyQuery", "CreateSettingsProfileQuery",
+         "DropAccessEntityQuery", "MoveAccessEntityQuery"),
+        ("access", "the store's users, grants and profiles live in its users file"),
+    )
+)  # fmt: skip
 #: Parents under which a ``Function`` node names a table function or an engine.
 _TABLE_PARENTS = frozenset(
     {"TableExpression", "InsertQuery", "CreateQuery", "AttachQuery", "BackupQuery", "Storage"}
@@ -318,19 +316,6 @@ def tokens_at(text: str) -> Iterator[tuple[str, int, int]]:
             yield tok, match.start(), match.end()
 
 
-def tokens(text: str) -> list[str]:
-    """Split SQL into tokens, dropping whitespace and comments (strings stay whole).
-
-    Args:
-        text: SQL text.
-
-    Returns:
-        The tokens.
-
-    """
-    return [tok for tok, _, _ in tokens_at(text)]
-
-
 def values_split(text: str) -> tuple[str, int] | None:
     """Split ``INSERT ... VALUES <rows>`` into its head and where the inline rows start.
 
@@ -371,7 +356,7 @@ def check_text(user: str, grants: Grants, canonical: str) -> None:
         StoreError: ACCESS_DENIED naming what is refused and why.
 
     """
-    toks = tokens(canonical)
+    toks = [tok for tok, _, _ in tokens_at(canonical)]
     upper = [t.upper() if t[:1].isalpha() or t[:1] == "_" else t for t in toks]
     for i, tok in enumerate(upper[:-1]):
         pair = (tok, upper[i + 1])

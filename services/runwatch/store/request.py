@@ -62,6 +62,37 @@ _CONTENT_TYPES = {
     "pretty": "text/plain; charset=UTF-8",
 }
 _SUPPORTED_ENCODINGS = ("gzip", "deflate", "zstd", "lz4")
+_SETTINGS_RE = re.compile(r"\s+SETTINGS\s+(?=[A-Za-z_])", re.IGNORECASE)
+
+
+def split_settings(statement: str) -> tuple[str, str]:
+    """Split ``INSERT INTO t [(cols)] [SETTINGS a=1, ...]`` at its SETTINGS clause.
+
+    Args:
+        statement: The INSERT head, without FORMAT.
+
+    Returns:
+        The head before SETTINGS and the settings list ('' when none).
+
+    """
+    depth = 0
+    quote = ""
+    for i, ch in enumerate(statement):
+        if quote:
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "`'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0:
+            match = _SETTINGS_RE.match(statement, i)
+            if match:
+                return statement[:i], statement[match.end() :].strip()
+    return statement, ""
 
 
 @dataclass(frozen=True, slots=True)
