@@ -39,8 +39,9 @@ def free_port() -> int:
 class Store:
     """A `runwatch store` process of our own (stoppable), on an ephemeral port."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, users_file: Path | None = None) -> None:
         self.path = path
+        self.users_file = users_file
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = path.parent / f"store-{self.port}.log"
@@ -66,6 +67,8 @@ class Store:
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
             cwd=ROOT,
+            env={**os.environ, **({"RUNWATCH_STORE_USERS_FILE": str(self.users_file)}
+                                  if self.users_file else {})},
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -21,7 +21,16 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def own_store(tmp_path_factory: pytest.TempPathFactory):
-    store = Store(tmp_path_factory.mktemp("db") / "chdb")
+    """A store whose read-write user is granted SYSTEM (the TTL test stops and starts merges)."""
+    import yaml
+
+    from runwatch.resources import users_file
+
+    doc = yaml.safe_load(users_file().read_text())
+    doc["users"]["runwatch"]["grants"] = ["system"]
+    folder = tmp_path_factory.mktemp("db")
+    (folder / "users.yaml").write_text(yaml.safe_dump(doc))
+    store = Store(folder / "chdb", users_file=folder / "users.yaml")
     store.start()
     yield store
     store.stop()
