@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from runwatch import commands
 from runwatch._version import __version__
+from runwatch.errors import FatalError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except FatalError as exc:  # wrong credentials, refused, cannot provision: one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except ModuleNotFoundError as exc:
         line = _missing_extra_line(args.command, exc)
         if line is None:

@@ -22,7 +22,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "services" / "runwatch"
 SERVICES = {"agent", "client", "pager", "processor", "sink", "stack", "store"}
 TOOLS = {"sim", "bench", "recordgen", "testing"}
-UTILITIES = {"(root)", "_version", "resources", "extras"}
+UTILITIES = {"(root)", "_version", "errors", "resources", "extras"}
 """Top-level modules every layer may use (the version, packaged files, extras' messages)."""
 LAYER = {
     "__main__": 7, "cli": 6, "commands": 5,
@@ -190,3 +190,4 @@ def test_modules_stay_small_or_say_why(path: Path) -> None:
     assert "\nSize:" in head or head.startswith("# Generated"), (
         f"{path.relative_to(PACKAGE)} has {len(text.splitlines())} lines: split it, or say "
         "why it is one module in a 'Size:' line of its docstring")
+

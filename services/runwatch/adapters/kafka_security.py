@@ -27,6 +27,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from runwatch.errors import FatalError
+
 #: (resource, name, pattern, principal, operation), as in ``runwatch.stack.secure.AclRule``.
 AclTuple = tuple[str, str, str, str, str]
 
@@ -43,11 +45,11 @@ AUTH_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICAT
                          KafkaError._SSL})
 
 
-class KafkaAuthError(RuntimeError):
+class KafkaAuthError(FatalError):
     """The broker refused this client's credentials or TLS handshake (message says which)."""
 
 
-class KafkaAuthorizationError(RuntimeError):
+class KafkaAuthorizationError(FatalError):
     """The broker's ACLs do not let this principal do what it asked (message says what)."""
 
 

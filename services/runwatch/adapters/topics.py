@@ -18,11 +18,12 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from runwatch.adapters.kafka_security import KafkaAuthError, check_credentials
 from runwatch.core.topics import TopicSpec, load_topics
+from runwatch.errors import FatalError
 
 log = logging.getLogger(__name__)
 
 
-class TopicProvisionError(RuntimeError):
+class TopicProvisionError(FatalError):
     """A topic could not be created or listed."""
 
 
