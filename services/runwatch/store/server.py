@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl
 
 from runwatch.store.auth import User, authenticate, credentials_from_request
-from runwatch.store.codec import decode_body, encode_body, iter_chunked, iter_sized
+from runwatch.store.http_body import decode_body, encode_body, iter_chunked, iter_sized
 from runwatch.store.engine import Engine, Outcome
 from runwatch.store.errors import StoreError
 from runwatch.store.executor import Call, execute
