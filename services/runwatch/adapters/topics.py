@@ -138,6 +138,7 @@ def create_named_topics(
     kafka_config: Mapping[str, str],
     wanted: Mapping[str, tuple[int, Mapping[str, str]]],
     *,
+    replication_factor: int = 0,
     timeout_s: float = 30.0,
 ) -> list[str]:
     """Create topics outside the map (a service's own) if missing, then wait until listed.
@@ -147,6 +148,8 @@ def create_named_topics(
     Args:
         kafka_config: librdkafka client config.
         wanted: Topic name → (partition count, topic config).
+        replication_factor: Replication factor; 0 (default): 1 on a single broker,
+            else the broker's ``default.replication.factor``.
         timeout_s: Timeout for creating, and for the new topics to show in the metadata.
 
     Returns:
@@ -159,7 +162,7 @@ def create_named_topics(
     admin = _admin(kafka_config, timeout_s)
     meta = _metadata(admin, kafka_config, timeout_s)
     have = set(meta.topics)
-    replication = 1 if len(meta.brokers) <= 1 else -1
+    replication = replication_factor or (1 if len(meta.brokers) <= 1 else -1)
     new = [NewTopic(name, num_partitions=n, replication_factor=replication, config=dict(conf))
            for name, (n, conf) in wanted.items() if name not in have]
     created = _create(admin, new, timeout_s)
@@ -258,3 +261,20 @@ def delete_topics_with_prefix(
             continue
         deleted.append(name)
     return deleted
+
+
+def cluster_replication(kafka_config: Mapping[str, str], *, timeout_s: float = 10.0) -> int:
+    """Return the replication factor topics should get on this cluster: ``min(3, brokers)``.
+
+    Args:
+        kafka_config: librdkafka client config.
+        timeout_s: Metadata timeout.
+
+    Returns:
+        1 on a single broker, 3 on a cluster of three or more.
+
+    Raises:
+        TopicProvisionError: The broker did not answer.
+    """
+    meta = _metadata(AdminClient(dict(kafka_config)), kafka_config, timeout_s)
+    return max(1, min(3, len(meta.brokers)))

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
+from runwatch.stack.cluster import BROKER_NAMES, formatted_brokers
 from runwatch.stack.manager import Stack
 from runwatch.stack.secure import ROLES
 from runwatch.stack.services import ALL_SERVICES, OPTIONAL_SERVICES, SERVICES, StackError
@@ -39,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--secure", action="store_true",
                     help="SASL_SSL (SCRAM) listener, TLS and ACLs per role; CA, certificate "
                     "and passwords generated under <state>/secure (docs/security.md)")
+    up.add_argument("--brokers", type=int, choices=range(1, len(BROKER_NAMES) + 1),
+                    metavar="N", help="KRaft brokers (default 1; 3: a replicated cluster, "
+                    "replication factor 3, min.insync.replicas=2; see docs/operations.md)")
     up.add_argument("services", nargs="*", type=_service, metavar="SERVICE",
                     help=f"services to start (default: {', '.join(SERVICES)}; optional: "
                     f"{', '.join(OPTIONAL_SERVICES)})")
@@ -65,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _service(value: str) -> str:
-    if value not in ALL_SERVICES:
+    if value not in ALL_SERVICES and value not in BROKER_NAMES:
         msg = f"unknown service {value!r} (choose from {', '.join(ALL_SERVICES)})"
         raise argparse.ArgumentTypeError(msg)
     return value
@@ -75,6 +79,9 @@ def _stack(args: argparse.Namespace) -> Stack:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     overrides: dict[str, object] = {"state_dir": args.state_dir} if args.state_dir else {}
     settings = StackSettings(**overrides)  # type: ignore[arg-type]
+    brokers = getattr(args, "brokers", None) or formatted_brokers(settings)
+    if brokers is not None and brokers != settings.brokers:  # a cluster stays one
+        settings = settings.model_copy(update={"brokers": brokers})
     if getattr(args, "secure", False) or (settings.state / "kafka" / "secure.marker").is_file():
         settings = settings.model_copy(update={"secure": True})  # a secured broker stays so
     return Stack(settings)
@@ -121,10 +128,10 @@ def _rotate(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
     stack = _stack(args)
-    requested = list(args.services or SERVICES)
+    requested = list(args.services or stack.core)
     if args.with_services:
         requested += [s for s in OPTIONAL_SERVICES if s not in requested]
-    core = [s for s in requested if s in SERVICES]
+    core = [s for s in requested if s in stack.core]
     optional = [s for s in requested if s in OPTIONAL_SERVICES]
     if optional:  # reuse a healthy stack whoever started it; add what the services need
         for name in [c for c in core if stack.running(c) is None and stack.healthy(c)]:
@@ -169,7 +176,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
-    outcome = _stack(args).down(console.print, args.services or ALL_SERVICES)
+    outcome = _stack(args).down(console.print, args.services or None)
     if all(v == "not running" for v in outcome.values()):
         console.print("nothing to stop")
     return 0

@@ -8,6 +8,7 @@ import logging
 import sys
 
 from runwatch.adapters.settings import KafkaSettings
+from runwatch.adapters.topics import cluster_replication
 from runwatch.processor.app import build
 from runwatch.processor.provision import ensure_internal_topics
 from runwatch.processor.settings import ProcessorSettings
@@ -21,6 +22,10 @@ def main(argv: list[str] | None = None) -> None:
     settings, kafka = ProcessorSettings(), KafkaSettings()
     if args[0] == "worker":
         args += worker_web_args(settings, args)
+    if settings.replication_factor == 0:  # the cluster's: 3 on `runwatch stack up --brokers 3`
+        rf = cluster_replication(dict(kafka.client_config()))
+        settings = settings.model_copy(update={"replication_factor": rf})
+        logger.info("topics the worker creates get replication factor %d", rf)
     ensure_internal_topics(settings, kafka)
     use_event_loop(settings.event_loop)
     processor = build(settings, kafka)

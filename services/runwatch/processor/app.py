@@ -212,7 +212,8 @@ class Processor:
             value_serializer="raw",
             key_serializer="raw",
             topic_partitions=settings.partitions,
-            topic_replication_factor=1,
+            topic_replication_factor=settings.replication_factor or 1,
+            producer_acks=-1,  # acks=all: a cluster's min.insync.replicas guards every send
             processing_guarantee="at_least_once",
             consumer_auto_offset_reset="earliest",
             table_standby_replicas=0,

@@ -40,7 +40,7 @@ def ensure_internal_topics(settings: ProcessorSettings, kafka: KafkaSettings) ->
     specs = load_topics()
     wanted.update({settings.topic(t): (n, specs[t].topic_config()) for t in INTERNAL})
     config = dict(kafka.client_config())
-    create_named_topics(config, wanted)
+    create_named_topics(config, wanted, replication_factor=settings.replication_factor)
     names = [settings.topic(t) for pair in COPARTITIONED for t in pair]
     check_copartitioned(partition_counts(config, names), names, n)
 

@@ -19,6 +19,9 @@ class ProcessorSettings(BaseSettings):
         partitions: Partition count of the run-keyed topics (``run_partitions``).
         partitioner: How producers pick partitions from keys: ``consistent``
             (librdkafka's default, CRC32) or ``murmur2`` (Java/aiokafka).
+        replication_factor: Replication factor of the topics the worker creates
+            (tick topic, changelogs, internal topics); 0 (default) takes it from
+            the cluster: 1 on a single broker, else ``min(3, brokers)``.
         image_allow_list: Allowed image prefixes; empty disables the rule.
         image_missing: With an allow-list set, what a run that reports no image
             (a plain script outside a container) gets: ``allow`` (default: the
@@ -81,6 +84,7 @@ class ProcessorSettings(BaseSettings):
     image_missing: Literal["allow", "warn", "deny"] = "allow"
     required_gates: list[str] = Field(default_factory=list)
     lateness_ms: int = 60_000
+    replication_factor: int = Field(default=0, ge=0)
     hold_ms: int = 30_000
     timer_interval_s: float = 1.0
     stall_k: float = 10.0

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from runwatch.stack import process
+from runwatch.stack.cluster import BROKER_NAMES, broker_names, node_of
 from runwatch.stack.services import (
-    ALL_SERVICES,
     OPTIONAL_SERVICES,
-    SERVICES,
     ServiceName,
     ServiceSpec,
     StackError,
@@ -70,11 +69,17 @@ class Stack:
         self.settings = settings
         self.specs: dict[ServiceName, ServiceSpec] = build_specs(settings)
         self.registry = process.Registry(settings.state / "stack.json")
+        #: The stack proper: every broker, the store, Alertmanager (start order).
+        self.core: tuple[ServiceName, ...] = (*broker_names(settings), "store", "alertmanager")
+        #: Everything this stack supervises, in start order.
+        self.all: tuple[ServiceName, ...] = self.core + OPTIONAL_SERVICES
 
     # -- queries -----------------------------------------------------------------
 
     def url(self, name: ServiceName) -> str:
         """Return the address clients use for a service."""
+        if name in BROKER_NAMES:
+            return f"{self.settings.host}:{self.settings.broker_ports(node_of(name))[0]}"
         return {
             "kafka": self.settings.bootstrap_servers,
             "store": self.settings.clickhouse_url,
@@ -105,7 +110,7 @@ class Stack:
 
         """
         if services is None:
-            services = (*SERVICES, *self.recorded_optional())
+            services = (*self.core, *self.recorded_optional())
         out = []
         for name in services:
             spec = self.specs[name]
@@ -156,7 +161,8 @@ class Stack:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def up(self, report: Report = _quiet, services: Iterable[ServiceName] = SERVICES) -> UpResult:
+    def up(self, report: Report = _quiet,
+           services: Iterable[ServiceName] | None = None) -> UpResult:
         """Start every service that is not running and wait until each is healthy.
 
         Ports are checked before anything starts; a port in use fails fast.
@@ -167,7 +173,8 @@ class Stack:
 
         Args:
             report: Progress callback (one line per call).
-            services: Which services to start.
+            services: Which services to start (default: the stack proper); one
+                broker of a cluster starts them all (a quorum needs its voters).
 
         Returns:
             What was started, what was already running and what failed.
@@ -177,10 +184,12 @@ class Stack:
 
         """
         t0 = time.monotonic()
-        asked = set(services)
+        asked = set(self.core if services is None else services)
         for name in list(asked):
             asked.update(n for n in self.specs[name].needs if not self.healthy(n))
-        wanted = [s for s in ALL_SERVICES if s in asked]
+        if asked & set(BROKER_NAMES):
+            asked.update(broker_names(self.settings))
+        wanted = [s for s in self.all if s in asked]
         with self._locked():
             already = [s for s in wanted if self.running(s) is not None]
             for name in already:
@@ -193,7 +202,7 @@ class Stack:
             self._check_ports(todo)
             failed: dict[str, str] = {}
             started: list[str] = []
-            for phase in (SERVICES, OPTIONAL_SERVICES):
+            for phase in (self.core, OPTIONAL_SERVICES):
                 pending: dict[ServiceName, process.ProcessRecord] = {}
                 for name in (s for s in todo if s in phase):
                     missing = [n for n in self.specs[name].needs if not self.healthy(n)]
@@ -207,7 +216,7 @@ class Stack:
                         failed[name] = str(exc)
                         report(f"{name}: FAILED to start: {exc}")
                 started += self._await_healthy(pending, failed, report, t0)
-                if phase is SERVICES and self.settings.secure and "kafka" in started:
+                if phase is self.core and self.settings.secure and "kafka" in started:
                     self._secure_kafka(failed, report)
             self._remember_failures(wanted, failed)
         result = UpResult(tuple(started), tuple(already), failed, time.monotonic() - t0)
@@ -257,8 +266,8 @@ class Stack:
 
     def _spawn(self, name: ServiceName, report: Report) -> process.ProcessRecord:
         spec = self.specs[name]
-        if name == "kafka":
-            prepare_kafka(self.settings, report)
+        if name in BROKER_NAMES:
+            prepare_kafka(self.settings, report, node_of(name))
         elif name == "alertmanager":
             (self.settings.state / "alertmanager").mkdir(parents=True, exist_ok=True)
         where = f"on {self.settings.host}:{spec.port}" if spec.ports else f"(log {spec.log})"
@@ -307,7 +316,7 @@ class Stack:
         return started
 
     def down(self, report: Report = _quiet,
-             services: Iterable[ServiceName] = ALL_SERVICES) -> dict[str, str]:
+             services: Iterable[ServiceName] | None = None) -> dict[str, str]:
         """Stop exactly the recorded processes, gracefully (SIGTERM, then SIGKILL).
 
         Args:
@@ -322,10 +331,11 @@ class Stack:
         outcome: dict[str, str] = {}
         with self._locked():
             records = self.registry.load()
-            for name in reversed([s for s in ALL_SERVICES if s in set(services)]):
+            chosen = set(self.all if services is None else services)
+            for name in reversed([s for s in self.all if s in chosen]):
                 record = records.get(name)
                 if record is None:
-                    if name in SERVICES:
+                    if name in self.core:
                         outcome[name] = "not running"
                     continue
                 report(f"{name}: stopping pid {record.pid}")

@@ -21,14 +21,24 @@ from pathlib import Path
 from typing import Literal
 
 from runwatch.adapters.probes import http_ready, kafka_ready
-from runwatch.resources import kafka_pom, pager_routes_file
+from runwatch.resources import pager_routes_file
 from runwatch.stack import process
+from runwatch.stack.cluster import (
+    BrokerName,
+    ClusterError,
+    broker_dir,
+    broker_name,
+    check_broker_count,
+    cluster_properties,
+    remember_broker_count,
+)
+from runwatch.stack.jars import JarsError, resolve_jars
 from runwatch.stack.pki import write_private
 from runwatch.stack.settings import StackSettings
 
 logger = logging.getLogger(__name__)
 
-ServiceName = Literal["kafka", "store", "alertmanager", "processor", "sink", "pager"]
+ServiceName = Literal[BrokerName, "store", "alertmanager", "processor", "sink", "pager"]
 #: The stack proper, started by a plain ``runwatch stack up``.
 SERVICES: tuple[ServiceName, ...] = ("kafka", "store", "alertmanager")
 #: runwatch's own services, started only on request.
@@ -63,11 +73,12 @@ class ServiceSpec:
         return self.ports[0] if self.ports else 0
 
 
-def kafka_properties(settings: StackSettings) -> str:
-    """Render ``server.properties`` of a single-node broker+controller.
+def kafka_properties(settings: StackSettings, node: int = 1) -> str:
+    """Render ``server.properties`` of a broker+controller (single node, or one of a cluster).
 
     Args:
         settings: The stack settings.
+        node: The broker's node id in a cluster (``settings.brokers`` > 1).
 
     Returns:
         The properties file content.
@@ -98,6 +109,9 @@ def kafka_properties(settings: StackSettings) -> str:
         "delete.topic.enable": "true",
         "log.retention.hours": "168",
     }
+    if settings.brokers > 1:
+        del lines["controller.quorum.bootstrap.servers"]  # a static quorum of voters instead
+        lines.update(cluster_properties(settings, node))
     if settings.secure:
         from runwatch.stack.secure import SecureFiles, secure_properties
 
@@ -121,12 +135,12 @@ def new_cluster_id() -> str:
             return cid
 
 
-def _java_argv(settings: StackSettings, main: str, *args: str) -> tuple[str, ...]:
-    kafka_logs = settings.logs / "kafka"
+def _java_argv(settings: StackSettings, main: str, *args: str, node: int = 1) -> tuple[str, ...]:
+    kafka_logs = settings.logs / broker_name(node)
     return (
         settings.java,
-        f"-Xms{settings.kafka_heap}",
-        f"-Xmx{settings.kafka_heap}",
+        f"-Xms{settings.heap}",
+        f"-Xmx{settings.heap}",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
         "-Djava.awt.headless=true",
@@ -141,59 +155,25 @@ def _java_argv(settings: StackSettings, main: str, *args: str) -> tuple[str, ...
 
 def resolve_kafka_jars(settings: StackSettings, report: Callable[[str], None],
                        timeout_s: float = 900.0) -> None:
-    """Fill the broker classpath folder with Maven from the packaged ``pom.xml``.
-
-    What ``make jars`` does in a checkout, for an installed package: the pom is
-    copied to a scratch folder under the state directory (Maven writes
-    ``target/`` next to it; the installed package may be read-only) and
-    ``mvn dependency:copy-dependencies`` copies the runtime jars into
-    :attr:`StackSettings.lib`, from the user's Maven repository or Maven Central.
-
-    Args:
-        settings: The stack settings.
-        report: Progress callback.
-        timeout_s: Bound on the Maven run.
+    """Fill the broker classpath folder with Maven (:func:`runwatch.stack.jars.resolve_jars`).
 
     Raises:
         StackError: Maven is missing, fails, or leaves no broker jar behind.
 
     """
-    import shutil
-
-    lib = settings.lib
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        msg = (
-            f"Kafka broker jars not found in {lib} and Maven (mvn) is not installed; "
-            "install Maven, or point RUNWATCH_STACK_KAFKA_LIB at a folder of the jars "
-            f"listed in {kafka_pom()} (in a checkout: `make jars`)"
-        )
-        raise StackError(msg)
-    work = settings.state / "kafka-pom"
-    work.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(kafka_pom(), work / "pom.xml")
-    lib.mkdir(parents=True, exist_ok=True)
-    report(f"resolving the Kafka broker jars with Maven into {lib}")
-    argv = [mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-            "-DincludeScope=runtime", f"-DoutputDirectory={lib}"]
     try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                                check=False)
-    except subprocess.TimeoutExpired as exc:
-        msg = f"Maven did not resolve the Kafka broker jars in {timeout_s:.0f}s"
-        raise StackError(msg) from exc
-    if result.returncode != 0 or not any(lib.glob("kafka_2.13-*.jar")):
-        msg = (f"Maven could not resolve the Kafka broker jars into {lib} "
-               f"({result.returncode}): {(result.stdout + result.stderr)[-2000:]}")
-        raise StackError(msg)
+        resolve_jars(settings, report, timeout_s)
+    except JarsError as exc:
+        raise StackError(str(exc)) from exc
 
 
-def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Path:
-    """Write the broker config and format KRaft storage once.
+def prepare_kafka(settings: StackSettings, report: Callable[[str], None], node: int = 1) -> Path:
+    """Write a broker's config and format its KRaft storage once.
 
     Args:
         settings: The stack settings.
         report: Progress callback.
+        node: Which broker of a cluster (1 for a single broker).
 
     Returns:
         The path of ``server.properties``.
@@ -211,16 +191,23 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
             )
             raise StackError(msg)
         resolve_kafka_jars(settings, report)
-    kdir = settings.state / "kafka"
+    if settings.brokers > 1 and settings.secure:
+        msg = "--secure with --brokers > 1 is not supported yet: secure a single broker"
+        raise StackError(msg)
+    try:
+        check_broker_count(settings)
+    except ClusterError as exc:
+        raise StackError(str(exc)) from exc
+    kdir = broker_dir(settings, node)
     (kdir / "data").mkdir(parents=True, exist_ok=True)
-    (settings.logs / "kafka").mkdir(parents=True, exist_ok=True)
+    (settings.logs / broker_name(node)).mkdir(parents=True, exist_ok=True)
     scram: list[str] = []
     if settings.secure:
         from runwatch.stack.secure import SecureFiles, scram_args
 
         scram = scram_args(SecureFiles(settings.secure_dir).ensure(settings.host))
     props = kdir / "server.properties"
-    write_private(props, kafka_properties(settings).encode())  # holds the broker's password
+    write_private(props, kafka_properties(settings, node).encode())  # holds the admin password
     marker = kdir / "secure.marker"
     if (kdir / "data" / "meta.properties").is_file():
         if settings.secure != marker.is_file():
@@ -229,20 +216,22 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
                    "one needs its own state directory (--state-dir or RUNWATCH_STACK_STATE_DIR)")
             raise StackError(msg)
         return props
-    id_file = kdir / "cluster.id"
+    id_file = settings.state / "kafka" / "cluster.id"  # one id for every broker of a cluster
     cluster_id = id_file.read_text().strip() if id_file.is_file() else new_cluster_id()
     id_file.write_text(cluster_id + "\n")
-    report(f"formatting KRaft storage (cluster id {cluster_id})")
+    report(f"formatting KRaft storage of {broker_name(node)} (cluster id {cluster_id})")
+    quorum = ("--standalone",) if settings.brokers == 1 else ()  # else: the static voters
     argv = _java_argv(
         settings,
         "kafka.tools.StorageTool",
         "format",
-        "--standalone",
+        *quorum,
         "-t",
         cluster_id,
         "-c",
         str(props),
         *scram,
+        node=node,
     )
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     with (settings.logs / "kafka-format.log").open("a") as log:
@@ -252,6 +241,8 @@ def prepare_kafka(settings: StackSettings, report: Callable[[str], None]) -> Pat
         raise StackError(msg)
     if settings.secure:
         marker.write_text("formatted for runwatch stack up --secure\n", encoding="utf-8")
+    if node == 1:
+        remember_broker_count(settings)
     return props
 
 
@@ -343,18 +334,8 @@ def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
     """
     logs = settings.logs
     host = settings.host
-    kafka = ServiceSpec(
-        name="kafka",
-        argv=_java_argv(
-            settings, "kafka.Kafka", str(settings.state / "kafka" / "server.properties")
-        ),
-        ports=(settings.kafka_port, settings.controller_port),
-        log=logs / "kafka.out",
-        extra_logs=(logs / "kafka" / "server.log",),
-        env={},
-        probe=lambda: kafka_ready(settings.bootstrap_servers,
-                                  conf=settings.kafka_client_config("admin")),
-    )
+    brokers: dict[ServiceName, ServiceSpec] = {
+        broker_name(n): _broker_spec(settings, n) for n in range(1, settings.brokers + 1)}
     store = ServiceSpec(
         name="store",
         argv=(
@@ -391,5 +372,21 @@ def build_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
         env={},
         probe=lambda: http_ready(f"{settings.alertmanager_url}/-/ready"),
     )
-    return {"kafka": kafka, "store": store, "alertmanager": alertmanager,
+    return {**brokers, "store": store, "alertmanager": alertmanager,
             **_optional_specs(settings)}
+
+
+def _broker_spec(settings: StackSettings, node: int) -> ServiceSpec:
+    """Describe broker ``node`` (``kafka`` for node 1, ``kafka-<n>`` for the others)."""
+    name = broker_name(node)
+    address = f"{settings.host}:{settings.broker_ports(node)[0]}"
+    return ServiceSpec(
+        name=name,
+        argv=_java_argv(settings, "kafka.Kafka",
+                        str(broker_dir(settings, node) / "server.properties"), node=node),
+        ports=settings.broker_ports(node),
+        log=settings.logs / f"{name}.out",
+        extra_logs=(settings.logs / name / "server.log",),
+        env={},
+        probe=lambda: kafka_ready(address, conf=settings.kafka_client_config("admin")),
+    )

@@ -62,6 +62,8 @@ class StackSettings(BaseSettings):
     alertmanager_port: int = Field(default=9093, ge=1, le=65535)
     kafka_lib: Path | None = None
     kafka_heap: str = "512m"
+    brokers: int = Field(default=1, ge=1, le=5)
+    broker_port_step: int = Field(default=100, ge=1)
     kafka_partitions: int = Field(default=1, ge=1)
     java: str = "java"
     python: str = sys.executable
@@ -111,9 +113,26 @@ class StackSettings(BaseSettings):
         return (self.alertmanager_config or alertmanager_config()).resolve()
 
     @property
+    def heap(self) -> str:
+        """Each broker's JVM heap: ``kafka_heap``, default 384m per broker of a cluster."""
+        if self.brokers > 1 and "kafka_heap" not in self.model_fields_set:
+            return "384m"
+        return self.kafka_heap
+
+    def broker_ports(self, node: int) -> tuple[int, int]:
+        """Return broker ``node``'s (client, controller) ports (node 1: the configured ones).
+
+        Broker ``n`` listens ``(n - 1) * broker_port_step`` above ``kafka_port`` and
+        ``controller_port``: 9092/9094, 9192/9194, 9292/9294 by default.
+        """
+        offset = (node - 1) * self.broker_port_step
+        return self.kafka_port + offset, self.controller_port + offset
+
+    @property
     def bootstrap_servers(self) -> str:
-        """Kafka bootstrap servers of this stack."""
-        return f"{self.host}:{self.kafka_port}"
+        """Kafka bootstrap servers of this stack (every broker of a cluster)."""
+        return ",".join(f"{self.host}:{self.broker_ports(n)[0]}"
+                        for n in range(1, self.brokers + 1))
 
     @property
     def secure_dir(self) -> Path:
