@@ -137,8 +137,8 @@ def bench_decode(encoded: list[bytes], repeat: int) -> float:
 
 
 def bench_memory(encoded_setup: list[bytes], encoded: list[bytes], seconds: int) -> float:
-    """The worker's own parts in memory (MemoryProcessor): node routing, the internal
-    re-key topics, the run folder with its JSON state saves; no broker."""
+    """The worker's own parts in memory (MemoryProcessor): node re-keying, the internal
+    re-key topics, the run folder with its deferred JSON state saves; no broker, no faust."""
     from runwatch.adapters.publisher import default_topics, record_key
     from runwatch.processor.memory import MemoryProcessor
     from runwatch.processor.settings import ProcessorSettings
@@ -149,7 +149,7 @@ def bench_memory(encoded_setup: list[bytes], encoded: list[bytes], seconds: int)
         return [(topics[type(r).__name__], record_key(r), v)
                 for r, v in zip(codec.decode_many(encoded_batch), encoded_batch, strict=True)]
 
-    worker = MemoryProcessor(ProcessorSettings(save_interval_s=0))
+    worker = MemoryProcessor(ProcessorSettings())  # the shipped defaults (deferred saves)
     worker.feed(messages(encoded_setup))
     load = messages(encoded)
     worker.feed(load)  # untimed: the first second builds the detectors of new runs

@@ -159,6 +159,6 @@ class MemoryProcessor:
                 for ev in batch:
                     await p.datasets.event(ev)
             else:
-                await p.runs.fold(batch)
+                await p.runs.batch(batch)  # as the runs agent: deferred saves, checkpoints
                 for ev in batch:
                     ev.ack()
