@@ -136,6 +136,7 @@ class Processor:
             stall_min_ms=settings.stall_min_ms, data_wait_ms=settings.data_wait_ms,
             schema_fail_share=settings.schema_fail_share,
             window_ms=settings.window_ms, correlation_delay_ms=settings.correlation_delay_ms,
+            min_event_ms=settings.min_event_ms, max_ahead_ms=settings.max_ahead_ms,
             policy=AlertPolicy(per_run_cap=settings.per_run_cap,
                                cooldown_ms=settings.cooldown_ms),
         )
@@ -178,7 +179,9 @@ class Processor:
                               save_interval_s=settings.save_interval_s,
                               unacked_max=settings.unacked_max,
                               waiting_for_acks=self._waiting_for_acks)
-        self.nodes = NodeRekeyer(self.out, make, as_current)
+        self.nodes = NodeRekeyer(self.out, make, as_current,
+                                 min_event_ms=settings.min_event_ms,
+                                 max_ahead_ms=settings.max_ahead_ms)
         self.datasets = DatasetRekeyer(self.out, make)
 
         app.agent(self.runs_in, name="runs")(self._runs)

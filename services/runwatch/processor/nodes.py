@@ -30,6 +30,7 @@ from typing import Any
 from runwatch.core.codec import DecodeError
 from runwatch.core.records import NodeSample
 from runwatch.core.stream import rekey
+from runwatch.core.stream.eventtime import absurd_event_time
 from runwatch.core.stream.join_node import AllocChange, NodeAgg, NodeEntry
 from runwatch.processor.outbox import JOB_BY_NODE, NODE_BY_RUN, Outbox
 
@@ -108,14 +109,20 @@ class NodeRekeyer:
     """The ``nodes`` agent: owns the node → runs index and the nodes' recent samples."""
 
     def __init__(self, out: Outbox, table: TableFactory,
-                 as_current: Callable[[Any], None]) -> None:
-        """Create the re-keyer and its table.
+                 as_current: Callable[[Any], None], *, min_event_ms: int = 0,
+                 max_ahead_ms: int = 0) -> None:
+        """Create the router and its table.
 
         Args:
             out: The worker's outbox.
             table: Makes a table by name (``node-runs``).
             as_current: Makes an event the current one (tables write to its partition).
+            min_event_ms: Samples stamped before this are dead-lettered (0: off).
+            max_ahead_ms: Samples stamped this far ahead of the clock are dead-lettered
+                (0: off): one must not make a run's aggregate, and so every node's
+                entries in it, late (:mod:`runwatch.core.stream.eventtime`).
         """
+        self.time_bounds = (min_event_ms, max_ahead_ms)
         self.out = out
         self.as_current = as_current
         self.node_runs: Table = table("node-runs")  # node -> {run: [gpu indices]}, local
@@ -149,6 +156,11 @@ class NodeRekeyer:
                               else f"record {dec[0]} not allowed on topic "
                                    f"{out.deployed(event.message.topic)}")
                     await out.dead(event.message, reason, event.value, event.key)
+                    continue
+                absurd = absurd_event_time(dec[1]["emitted_at_ms"], out.clock(),
+                                           *self.time_bounds)
+                if absurd is not None:
+                    await out.dead(event.message, absurd, event.value, event.key)
                     continue
                 pairs += self._sample(dec[1], event.value, cache)
             aggs = aggregate(pairs)

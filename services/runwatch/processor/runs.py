@@ -21,6 +21,7 @@ from typing import Any
 from runwatch.core.records import JobEvent, LearningStep, RunManifest, StepTiming
 from runwatch.core.signals.workload import merge_finished
 from runwatch.core.stream import join, rekey, runstate
+from runwatch.core.stream.eventtime import absurd_event_time
 from runwatch.core.stream.horizon import InputHorizon
 from runwatch.core.stream.join_node import NodeAgg
 from runwatch.processor.outbox import DATA_BY_RUN, JOB_BY_NODE, MANIFEST_BY_DATASET, Outbox
@@ -31,6 +32,22 @@ TELEMETRY = (StepTiming, LearningStep, NodeAgg)
 """High-rate records whose state changes may wait for the next checkpoint (:class:`RunFolder`)."""
 Table = Any  # a faust table of bytes → bytes, or a dict in memory
 TableFactory = Callable[..., Table]
+
+
+def _tick_ms(value: Any) -> int | None:
+    """Return a tick's time (epoch ms; empty: 0), or None when it is no integer."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return None
+
+
+def _utf8(key: bytes) -> bool:
+    try:
+        key.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class RunFolder:
@@ -181,7 +198,13 @@ class RunFolder:
                 await self._flush(by_run)
                 by_run = {}
                 self.as_current(event)
-                await self.tick(msg.partition, int(event.value or 0))
+                at_ms = _tick_ms(event.value)
+                why = ("tick value is not an integer (epoch ms)" if at_ms is None else
+                       absurd_event_time(at_ms, wall, 0, self.cfg.max_ahead_ms))
+                if why is not None or at_ms is None:  # a far-future tick would stall every run
+                    await out.dead(msg, why or "", event.value, event.key)
+                    continue
+                await self.tick(msg.partition, at_ms)
                 continue
             out.counters["events"] += 1
             rec = out.decode(msg.topic, event.value)
@@ -200,6 +223,9 @@ class RunFolder:
             run = self._run_of(msg.topic, event.key, rec)
             if not run:
                 await out.dead(msg, "run-keyed record without run_id", event.value, event.key)
+                continue
+            if not _utf8(run):  # only a message key can be (a run id field is UTF-8 Avro)
+                await out.dead(msg, "message key is not a UTF-8 run id", event.value, event.key)
                 continue
             if isinstance(rec, JobEvent):
                 await self._index_job(rec, held)

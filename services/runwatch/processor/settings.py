@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from runwatch.core.stream.eventtime import MAX_AHEAD_MS, MIN_EVENT_MS
+
 
 class ProcessorSettings(BaseSettings):
     """Knobs of ``runwatch processor`` (env prefix ``RUNWATCH_PROCESSOR_``).
@@ -17,11 +19,11 @@ class ProcessorSettings(BaseSettings):
         data_dir: Faust data directory.
         topic_prefix: Prefix of every topic name (tests use a unique one).
         partitions: Partition count of the run-keyed topics (``run_partitions``).
-        partitioner: How producers pick partitions from keys: ``consistent``
-            (librdkafka's default, CRC32) or ``murmur2`` (Java/aiokafka).
         replication_factor: Replication factor of the topics the worker creates
             (tick topic, changelogs, internal topics); 0 (default) takes it from
             the cluster: 1 on a single broker, else ``min(3, brokers)``.
+        partitioner: How producers pick partitions from keys: ``consistent``
+            (librdkafka's default, CRC32) or ``murmur2`` (Java/aiokafka).
         image_allow_list: Allowed image prefixes; empty disables the rule.
         image_missing: With an allow-list set, what a run that reports no image
             (a plain script outside a container) gets: ``allow`` (default: the
@@ -33,6 +35,9 @@ class ProcessorSettings(BaseSettings):
             a model artifact must have passed before it is reported registered
             or promoted; empty (default) disables ``rule:missing_gate``.
         lateness_ms: Lateness tolerated behind a run's watermark.
+        min_event_ms: Records stamped before this (epoch ms) are dead-lettered (0: off).
+        max_ahead_ms: Records stamped this far ahead of the processor's clock are
+            dead-lettered (0: off).
         hold_ms: How long events of unseen runs are held.
         timer_interval_s: Period of the time-driven rules.
         stall_k: Stall bound in median step times.
@@ -79,12 +84,14 @@ class ProcessorSettings(BaseSettings):
     data_dir: Path = Path(".runwatch/processor")
     topic_prefix: str = ""
     partitions: int = 8
+    replication_factor: int = Field(default=0, ge=0)
     partitioner: Literal["consistent", "murmur2"] = "consistent"
     image_allow_list: list[str] = Field(default_factory=list)
     image_missing: Literal["allow", "warn", "deny"] = "allow"
     required_gates: list[str] = Field(default_factory=list)
     lateness_ms: int = 60_000
-    replication_factor: int = Field(default=0, ge=0)
+    min_event_ms: int = Field(default=MIN_EVENT_MS, ge=0)
+    max_ahead_ms: int = Field(default=MAX_AHEAD_MS, ge=0)
     hold_ms: int = 30_000
     timer_interval_s: float = 1.0
     stall_k: float = 10.0

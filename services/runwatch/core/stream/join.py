@@ -30,6 +30,7 @@ from runwatch.core.signals import datachecks, rules
 from runwatch.core.signals import indicators as ind
 from runwatch.core.signals.rules import Finding
 from runwatch.core.stream import join_artifact
+from runwatch.core.stream.eventtime import absurd_event_time
 from runwatch.core.stream.held import expire_pending, hold, take_pending
 from runwatch.core.stream.join_node import (
     NodeAgg,
@@ -81,6 +82,9 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
 
     """
     at = int(event.emitted_at_ms)
+    absurd = absurd_event_time(at, now_ms, cfg.min_event_ms, cfg.max_ahead_ms)
+    if absurd is not None:  # before the watermark: it must not make later records late
+        return state, [dead_letter(state, cfg, absurd, raw, topic, now_ms)]
     if isinstance(event, DataQualityReport) and report_seen(state, event):
         return state, []  # the same report twice (redelivered, or forwarded again)
     # One watermark per record type: topics (and partitions) are consumed

@@ -70,6 +70,9 @@ class RunConfig:
             fires with its own class (``learning``, ``execution``); 0 fires at
             once. Like Alertmanager's group_wait: topics are consumed
             independently, so evidence may be processed after the symptom.
+        min_event_ms: Event times before this are dead-lettered (0: no floor).
+        max_ahead_ms: Event times this far past ``now_ms`` are dead-lettered (0: no bound);
+            see :mod:`runwatch.core.stream.eventtime`.
         policy: Alert lifecycle knobs.
         specs: Indicator → watch spec.
 
@@ -94,6 +97,8 @@ class RunConfig:
     val_persist: int = 2
     baseline_min_n: int = 200
     correlation_delay_ms: int = 0
+    min_event_ms: int = 0
+    max_ahead_ms: int = 0
     policy: AlertPolicy = field(default_factory=AlertPolicy)
     specs: dict[str, WatchSpec] = field(default_factory=default_specs)
 

@@ -1,0 +1,43 @@
+"""Event times the processor refuses: before a floor, or too far ahead of its clock.
+
+One record stamped in the wrong unit (seconds, micro- or nanoseconds taken for
+milliseconds) or with garbage would otherwise move its run's watermark, and
+every genuine record of that stream after it would be dead-lettered as late
+(and a far-future job event would make the stall rule fire). The run join
+and the node router dead-letter such a record instead, with the reason this
+module gives.
+"""
+
+from __future__ import annotations
+
+MIN_EVENT_MS = 946_684_800_000
+"""2000-01-01T00:00:00Z: the processor's default floor (the sink's tables keep the same one)."""
+MAX_AHEAD_MS = 366 * 86_400_000
+"""The processor's default: how far ahead of its clock an event time may be (a year and a day).
+
+Unit mix-ups put a time a factor of 1000 off (centuries ahead); clocks and
+test fixtures a few weeks ahead pass.
+"""
+
+
+def absurd_event_time(at_ms: int, now_ms: int, min_ms: int, ahead_ms: int) -> str | None:
+    """Return why an event time is refused, or None when it is plausible.
+
+    Args:
+        at_ms: The record's ``emitted_at_ms``.
+        now_ms: The processor's clock.
+        min_ms: Floor (0: no floor).
+        ahead_ms: Most it may be ahead of ``now_ms`` (0: no bound).
+
+    Returns:
+        ``absurd timestamp: ...`` naming the value and the bound it breaks, or None.
+
+    """
+    if min_ms and at_ms < min_ms:
+        return (f"absurd timestamp: emitted_at_ms {at_ms} is before {min_ms} "
+                "(2000-01-01; seconds or a wrong unit for milliseconds?)")
+    if ahead_ms and at_ms > now_ms + ahead_ms:
+        return (f"absurd timestamp: emitted_at_ms {at_ms} is {at_ms - now_ms} ms ahead of the "
+                f"processor's clock (at most {ahead_ms}; micro- or nanoseconds for "
+                "milliseconds?)")
+    return None
