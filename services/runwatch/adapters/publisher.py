@@ -19,10 +19,22 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from runwatch._version import __version__
+from runwatch.core.codec.text import clean_record
 from runwatch.core.records import Source
 from runwatch.core.topics import load_topics, record_topics
 
 logger = logging.getLogger(__name__)
+
+MAX_RECORD_BYTES = 1_000_000
+"""Largest record a publisher hands over: librdkafka's default ``message.max.bytes``.
+
+A larger one would be refused by the producer, and the transport would take
+the refusal for an outage and spool everything behind it."""
+
+
+class RecordTooLarge(ValueError):
+    """A record's encoding is over the publisher's size limit."""
+
 
 #: Components of the topic map that write through this publisher.
 PRODUCER_WRITERS = frozenset({"sdk", "agent", "hook"})
@@ -129,6 +141,7 @@ class Publisher:
         topics: Mapping[str, str] | None = None,
         codec: Any = None,
         clock: Callable[[], int] | None = None,
+        max_record_bytes: int = MAX_RECORD_BYTES,
     ) -> None:
         """Create a publisher.
 
@@ -139,6 +152,7 @@ class Publisher:
             codec: An Avro codec (default: :func:`runwatch.core.codec.load_codec`).
             clock: Epoch milliseconds used when a caller gives no time (default:
                 the wall clock); replays and simulators pass their own.
+            max_record_bytes: Largest encoded record handed to the transport.
 
         """
         self.clock = clock
@@ -151,7 +165,10 @@ class Publisher:
         self.source = make_source(kind)
         self._topics = {**_configured_topics(), **dict(topics or {})}
         self._seq = itertools.count(1)
-        self.encode_errors = 0
+        self.max_record_bytes = max_record_bytes
+        self.encode_errors = 0  # records that could not be encoded (dropped, logged)
+        self.sanitised = 0  # records whose text was repaired to encode (core.codec.text)
+        self.oversize = 0  # records refused for their size (dropped, logged)
 
     def topic_for(self, record: Any) -> str:
         """Return the actual topic of a record.
@@ -211,6 +228,50 @@ class Publisher:
             emitted_at_ms=now_ms if now_ms is not None else self.now_ms(),
         )
 
+    def encode_one(self, record: Any) -> tuple[Any, bytes]:
+        """Encode one record, repairing text that is not UTF-8, within the size limit.
+
+        Args:
+            record: A stamped record.
+
+        Returns:
+            The record as encoded (its text repaired if it had to be) and its bytes.
+
+        Raises:
+            EncodeError: It cannot be encoded, even with its text repaired.
+            RecordTooLarge: Its encoding is over :attr:`max_record_bytes`.
+
+        """
+        try:
+            value = self.codec.encode(record)
+        except Exception as first:
+            cleaned = clean_record(record)
+            try:
+                value = self.codec.encode(cleaned)
+            except Exception:
+                raise first from None
+            self.sanitised += 1
+            logger.warning("%s: text that is not UTF-8 replaced by U+FFFD (counted in "
+                           "sanitised)", type(record).__name__)
+            record = cleaned
+        self.check_size(record, value)
+        return record, value
+
+    def check_size(self, record: Any, value: bytes) -> None:
+        """Refuse an encoding over :attr:`max_record_bytes` (the broker would refuse it).
+
+        Raises:
+            RecordTooLarge: Naming the record, its size, the limit and its largest field.
+
+        """
+        if len(value) <= self.max_record_bytes:
+            return
+        sizes = {f.name: len(repr(getattr(record, f.name))) for f in dataclasses.fields(record)}
+        big = max(sizes, key=sizes.__getitem__)
+        msg = (f"{type(record).__name__} is {len(value)} bytes encoded, over the "
+               f"{self.max_record_bytes}-byte record limit (largest field: {big})")
+        raise RecordTooLarge(msg)
+
     def publish(self, records: Iterable[Any]) -> int:
         """Encode and hand over records that are already stamped.
 
@@ -230,11 +291,17 @@ class Publisher:
         try:
             encoded = self.codec.encode_many(batch)
             pairs = list(zip(batch, encoded, strict=True))
+            limit = self.max_record_bytes
+            if any(len(v) > limit for v in encoded):
+                raise RecordTooLarge  # noqa: TRY301 - one by one: each oversize is refused
         except Exception:
             pairs = []
             for rec in batch:
                 try:
-                    pairs.append((rec, self.codec.encode(rec)))
+                    pairs.append(self.encode_one(rec))
+                except RecordTooLarge as exc:
+                    self.oversize += 1
+                    logger.error("refused %s (counted in oversize): %s", type(rec).__name__, exc)
                 except Exception as exc:
                     self.encode_errors += 1
                     logger.error("cannot encode %s: %s", type(rec).__name__, exc)

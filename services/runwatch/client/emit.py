@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from runwatch.adapters.publisher import Publisher, default_topics, record_key
 from runwatch.core.records import RECORD_TYPES
@@ -35,6 +35,8 @@ ALIASES: dict[str, str] = {
     "learning-step": "LearningStep",
 }
 _STAMP = ("event_id", "seq", "source", "emitted_at_ms")
+MAX_LINE_BYTES = 4 * 1024 * 1024
+"""Longest line ``runwatch emit --stdin`` parses (a record is at most 1 MB encoded)."""
 
 
 @dataclass
@@ -126,9 +128,8 @@ def emit_records(publisher: Publisher, objs: Iterable[Mapping[str, Any]]) -> Emi
 def _emit_one(publisher: Publisher, obj: Any, where: str, res: EmitResult) -> None:
     try:
         rec = build_record(publisher, obj)
-        publisher.codec.encode(rec)  # validate before taking a sequence number
-        rec = dataclasses.replace(rec, seq=publisher.next_seq())
-        value = publisher.codec.encode(rec)
+        publisher.encode_one(rec)  # validate (text, size) before taking a sequence number
+        rec, value = publisher.encode_one(dataclasses.replace(rec, seq=publisher.next_seq()))
     except Exception as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         res.errors.append(f"{where}: {reason}")
@@ -137,26 +138,76 @@ def _emit_one(publisher: Publisher, obj: Any, where: str, res: EmitResult) -> No
     res.published += 1
 
 
-def emit_lines(publisher: Publisher, lines: Iterable[str]) -> EmitResult:
+def read_lines(stream: BinaryIO, max_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+    """Yield the lines of a binary stream; ``None`` for a line over ``max_bytes``.
+
+    A line over the bound is read through (in pieces, never held whole) and
+    stands as ``None`` so its number is kept.
+    """
+    while True:
+        line = stream.readline(max_bytes + 1)
+        if not line:
+            return
+        if len(line) <= max_bytes or line.endswith(b"\n") and len(line) == max_bytes + 1:
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):  # the rest of the long line
+            line = stream.readline(1 << 20)
+        yield None
+
+
+def _text(line: str | bytes | None, max_bytes: int) -> str:
+    """Return a line as text, or raise ValueError naming why it is refused."""
+    if line is None:
+        msg = f"line over {max_bytes} bytes, not parsed"
+        raise ValueError(msg)
+    raw = line
+    if isinstance(line, str):  # text read with surrogateescape keeps bad bytes as surrogates
+        try:
+            raw = line.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = line.encode("utf-8", "surrogatepass")
+    assert isinstance(raw, bytes)  # noqa: S101 - for the type checker
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"not UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+        raise ValueError(msg) from None
+
+
+def emit_lines(publisher: Publisher, lines: Iterable[str | bytes | None],
+               max_bytes: int = MAX_LINE_BYTES) -> EmitResult:
     """Emit JSON lines; bad lines are reported with their line number.
 
     Args:
         publisher: Where records go.
-        lines: Text lines (blank lines and ``#`` comments are skipped).
+        lines: Lines as text or bytes (blank lines and ``#`` comments are
+            skipped); ``None`` stands for a line too long to read
+            (:func:`read_lines`).
+        max_bytes: The line bound named in the error for a ``None`` line.
 
     Returns:
-        Counts and ``line N: reason`` errors.
+        Counts and ``line N: reason`` errors: invalid JSON, not UTF-8, too long,
+        not an object, an unknown record type or field, a missing or bad value,
+        a record over the size limit.
 
     """
     res = EmitResult()
     for n, line in enumerate(lines, 1):
-        text = line.strip()
+        try:
+            text = _text(line, max_bytes).strip()
+        except ValueError as exc:
+            res.errors.append(f"line {n}: {exc}")
+            continue
         if not text or text.startswith("#"):
             continue
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             res.errors.append(f"line {n}: invalid JSON: {exc.msg} at column {exc.colno}")
+            continue
+        except RecursionError:
+            res.errors.append(f"line {n}: invalid JSON: nested too deeply")
             continue
         _emit_one(publisher, obj, f"line {n}", res)
     return res

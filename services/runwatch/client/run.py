@@ -533,9 +533,10 @@ class Run(ExitHooks):
             self.finished = True
         self._stop.set()
         self._thread.join(timeout=max(timeout, 1.0))
-        encode_errors = int(getattr(self.publisher, "encode_errors", 0))
-        if encode_errors:
-            self.counters["encode_errors"] = encode_errors
+        for name in ("encode_errors", "sanitised", "oversize"):  # the publisher's own counts
+            count = int(getattr(self.publisher, name, 0))
+            if count:
+                self.counters[name] = count
         try:
             tc = self.publisher.transport.close(timeout)
             for k in ("sent", "spooled", "replayed", "evicted", "failed", "duplicates", "in_spool",

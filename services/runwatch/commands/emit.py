@@ -124,15 +124,17 @@ def run_stdin(args: argparse.Namespace) -> int:
         args: Parsed arguments.
 
     Returns:
-        Exit code (1 when any line was rejected).
+        Exit code: 0 when every line was published (or spooled), 1 when any line
+        was rejected (each named on stderr, ``line N: reason``; the good lines are
+        published all the same) or delivery failed, 2 without ``--stdin``.
 
     """
     if not args.stdin:
         print("runwatch emit: give a KIND (job-state) or --stdin", file=sys.stderr)
         return 2
-    from runwatch.client.emit import emit_lines
+    from runwatch.client.emit import emit_lines, read_lines
 
     pub = _publisher(args)
-    res = emit_lines(pub, sys.stdin)
+    res = emit_lines(pub, read_lines(sys.stdin.buffer))  # bytes: each line is checked as UTF-8
     print(f"published {res.published}, rejected {len(res.errors)}", file=sys.stderr)
     return _finish(pub, res.errors, args.timeout)

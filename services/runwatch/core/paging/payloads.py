@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from runwatch.core.paging.labels import label_set
+
 ALERT_FIELDS = (
     "alert_id", "dedup_key", "status", "severity", "detector", "indicator", "observed",
     "expected", "score", "probable_cause", "evidence", "title", "summary", "team",
@@ -160,6 +162,7 @@ def alertmanager_alert(
         if a.get(key) not in (None, ""):
             labels[key] = str(a[key])
     labels["alertname"] = str(a.get("detector") or a.get("indicator") or "runwatch")
+    labels = label_set(labels)  # names and values Alertmanager takes, bounded (labels.py)
     starts, ends = alertmanager_window(
         int(a.get("first_seen_ms") or 0), a.get("status") == "resolved", now_ms, ttl_ms
     )
