@@ -12,8 +12,8 @@ import pytest
 import zstandard
 
 from runwatch.store.auth import Credentials, authenticate, credentials_from_request, parse_users
-from runwatch.store.http_body import decode_body, encode_body, iter_chunked
 from runwatch.store.errors import CODES, StoreError, from_engine, http_status
+from runwatch.store.http_body import decode_body, encode_body, iter_chunked
 from runwatch.store.request import (
     choose_encoding,
     join_query,

@@ -21,10 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl
 
 from runwatch.store.auth import User, authenticate, credentials_from_request
-from runwatch.store.http_body import decode_body, encode_body, iter_chunked, iter_sized
 from runwatch.store.engine import Engine, Outcome
 from runwatch.store.errors import StoreError
 from runwatch.store.executor import Call, execute
+from runwatch.store.http_body import decode_body, encode_body, iter_chunked, iter_sized
 from runwatch.store.limits import Limits
 from runwatch.store.request import choose_encoding, content_type, parse_options
 
