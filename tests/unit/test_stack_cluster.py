@@ -91,3 +91,19 @@ def test_secure_cluster_is_refused_clearly(tmp_path: Path) -> None:
     (lib / "kafka_2.13-4.1.1.jar").write_text("")
     with pytest.raises(StackError, match="--secure with --brokers"):
         prepare_kafka(_cluster(tmp_path, secure=True, kafka_lib=lib), lambda _l: None, 2)
+
+
+def test_a_stack_on_other_ports_pages_its_own_alertmanager(tmp_path: Path) -> None:
+    from runwatch.resources import pager_routes_file
+    from runwatch.stack.pagerroutes import stack_routes_file, write_stack_routes
+    from runwatch.stack.services import service_env
+
+    default = StackSettings(state_dir=tmp_path / "a")
+    assert stack_routes_file(default) == pager_routes_file()
+    other = StackSettings(state_dir=tmp_path / "b", alertmanager_port=39093)
+    path = stack_routes_file(other)
+    assert path == other.state / "pager" / "routes.yaml"
+    assert service_env(other)["RUNWATCH_PAGER_RULES_FILE"] == str(path)
+    write_stack_routes(other)
+    text = path.read_text()
+    assert "url: http://127.0.0.1:39093" in text and "127.0.0.1:9093" not in text

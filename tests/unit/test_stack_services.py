@@ -99,7 +99,10 @@ def test_optional_services_run_runwatch_with_this_stacks_addresses(
     assert spec.env["CLICKHOUSE_URL"] == "http://127.0.0.1:18123"
     assert spec.env["RUNWATCH_ALERTMANAGER_URL"] == "http://127.0.0.1:19093"
     assert spec.env["RUNWATCH_PROCESSOR_DATA_DIR"] == str(tmp_path / "state" / "processor")
-    assert spec.env["RUNWATCH_PAGER_RULES_FILE"].endswith("infra/pager/routes.yaml")
+    # Alertmanager on another port: the packaged rules (which page 127.0.0.1:9093) are
+    # copied under the state directory with this stack's address (written by `up`)
+    assert spec.env["RUNWATCH_PAGER_RULES_FILE"] == str(tmp_path / "state" / "pager" /
+                                                        "routes.yaml")
     assert spec.cwd == s.root
     assert spec.probe() is False  # nothing recorded
 

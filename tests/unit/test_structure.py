@@ -21,7 +21,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "services" / "runwatch"
 SERVICES = {"agent", "client", "pager", "processor", "sink", "stack", "store"}
-TOOLS = {"sim", "bench", "recordgen", "testing"}
+TOOLS = {"sim", "bench", "recordgen", "testing", "chaos"}
 UTILITIES = {"(root)", "_version", "errors", "resources", "extras"}
 """Top-level modules every layer may use (the version, packaged files, extras' messages)."""
 LAYER = {

@@ -630,6 +630,10 @@ class BatchConsumer:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
+                # a member killed with SIGKILL leaves no LeaveGroup: its partitions wait
+                # for its session to expire (librdkafka's default: 45 s) before moving
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 3_000,
             }
         )
         conf.update(extra or {})

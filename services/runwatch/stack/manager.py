@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from runwatch.stack import process
-from runwatch.stack.cluster import BROKER_NAMES, broker_names, node_of
+from runwatch.stack.cluster import BROKER_NAMES, BrokerName, broker_names, node_of
+from runwatch.stack.pagerroutes import write_stack_routes
 from runwatch.stack.services import (
     OPTIONAL_SERVICES,
     ServiceName,
@@ -270,6 +271,8 @@ class Stack:
             prepare_kafka(self.settings, report, node_of(name))
         elif name == "alertmanager":
             (self.settings.state / "alertmanager").mkdir(parents=True, exist_ok=True)
+        elif name == "pager":
+            write_stack_routes(self.settings)  # on other ports: page this stack's Alertmanager
         where = f"on {self.settings.host}:{spec.port}" if spec.ports else f"(log {spec.log})"
         report(f"{name}: starting {where}")
         record = process.spawn(name, spec.argv, spec.log, spec.cwd or self.settings.state,
@@ -332,17 +335,43 @@ class Stack:
         with self._locked():
             records = self.registry.load()
             chosen = set(self.all if services is None else services)
+            brokers = [b for b in BROKER_NAMES if b in chosen and b in records]
             for name in reversed([s for s in self.all if s in chosen]):
                 record = records.get(name)
                 if record is None:
                     if name in self.core:
                         outcome[name] = "not running"
                     continue
+                if name in brokers and len(brokers) > 1:  # all at once: see _stop_together
+                    if name == brokers[0]:
+                        for stopped, what in self._stop_together(brokers, records, report).items():
+                            outcome[stopped] = what
+                    continue
                 report(f"{name}: stopping pid {record.pid}")
                 outcome[name] = process.stop(record, self.settings.stop_timeout_s)
                 self.registry.drop(name)
                 report(f"{name}: {outcome[name]}")
         return outcome
+
+    def _stop_together(self, names: list[BrokerName], records: dict[str, process.ProcessRecord],
+                       report: Report) -> dict[BrokerName, str]:
+        """Stop a cluster's brokers at the same time.
+
+        One after another, the last broker's controlled shutdown waits for a
+        controller quorum that is already gone, until the stop timeout kills it.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        for name in names:
+            report(f"{name}: stopping pid {records[name].pid}")
+        with ThreadPoolExecutor(len(names)) as pool:
+            results = dict(zip(names, pool.map(
+                lambda n: process.stop(records[n], self.settings.stop_timeout_s), names),
+                strict=True))
+        for name, what in results.items():
+            self.registry.drop(name)
+            report(f"{name}: {what}")
+        return results
 
     def restart(self, name: ServiceName, report: Report = _quiet) -> UpResult:
         """Stop and start one service (its data is kept).

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Literal
 
 from runwatch.adapters.probes import http_ready, kafka_ready
-from runwatch.resources import pager_routes_file
 from runwatch.stack import process
 from runwatch.stack.cluster import (
     BrokerName,
@@ -33,6 +32,7 @@ from runwatch.stack.cluster import (
     remember_broker_count,
 )
 from runwatch.stack.jars import JarsError, resolve_jars
+from runwatch.stack.pagerroutes import stack_routes_file
 from runwatch.stack.pki import write_private
 from runwatch.stack.settings import StackSettings
 
@@ -289,7 +289,7 @@ def service_env(settings: StackSettings, role: str | None = None) -> dict[str, s
     defaults = {
         "RUNWATCH_PROCESSOR_DATA_DIR": str(state / "processor"),
         "RUNWATCH_PAGER_STATE_DIR": str(state / "pager"),
-        "RUNWATCH_PAGER_RULES_FILE": str(pager_routes_file()),
+        "RUNWATCH_PAGER_RULES_FILE": str(stack_routes_file(settings)),
         "RUNWATCH_PROCESSOR_IMAGE_ALLOW_LIST": json.dumps([]),
     }
     env = {k: os.environ.get(k, v) for k, v in defaults.items()}
