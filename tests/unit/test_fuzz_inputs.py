@@ -119,6 +119,7 @@ def test_data_report_with_hostile_dataset_uri_and_feature_names(tmp_path) -> Non
 
 
 # ------------------------------------------------------------------ runwatch emit
+EMIT_PUB = Publisher(CaptureTransport(), kind="hook")
 GOOD = b'{"type":"JobEvent","run_id":"r","state":"queued"}'
 
 
@@ -171,7 +172,7 @@ def test_emit_stdin_text_read_with_surrogateescape_is_refused_as_not_utf8() -> N
                 max_size=8))
 def test_emit_random_lines_never_raise_and_account_for_every_line(lines: list[bytes]) -> None:
     blob = b"\n".join(x.replace(b"\n", b" ") for x in lines)
-    res = emit_lines(Publisher(CaptureTransport(), kind="hook"), read_lines(io.BytesIO(blob)))
+    res = emit_lines(EMIT_PUB, read_lines(io.BytesIO(blob)))
     texts = [x.decode("utf-8", "replace").strip() for x in blob.split(b"\n")]
     counted = [x for x in texts if x and not x.startswith("#")]
     assert res.published + len(res.errors) == len(counted)
