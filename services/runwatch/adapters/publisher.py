@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from runwatch._version import __version__
-from runwatch.core.codec.text import clean_record
 from runwatch.core.records import Source
 from runwatch.core.topics import load_topics, record_topics
 
@@ -245,6 +244,8 @@ class Publisher:
         try:
             value = self.codec.encode(record)
         except Exception as first:
+            from runwatch.core.codec.text import clean_record  # the codec package imports numpy
+
             cleaned = clean_record(record)
             try:
                 value = self.codec.encode(cleaned)
