@@ -14,7 +14,7 @@ from runwatch.chaos.report import (
     Counts,
     Row,
     compare,
-    normalise,
+    condition,
     paged_twice,
     render_table,
 )
@@ -40,11 +40,13 @@ def test_compare_counts_lost_and_duplicated_per_phase() -> None:
 def test_alerts_compare_by_role_not_run_id() -> None:
     a = {"chaos-x-none-nan": "nan", "chaos-x-none-healthy-1": "healthy-1"}
     b = {"chaos-x-kill-nan": "nan"}
-    assert normalise("chaos-x-none-nan|rule:nonfinite|loss", a) == "<nan>|rule:nonfinite|loss"
-    assert normalise("chaos-x-kill-nan|rule:nonfinite|loss", b) == "<nan>|rule:nonfinite|loss"
-    same = AlertCheck(frozenset({"<nan>|r"}), frozenset({"<nan>|r"}))
+    one = condition("chaos-x-none-nan", "rule:non_finite", "loss", a)
+    assert one == condition("chaos-x-kill-nan", "rule:non_finite", "loss", b)
+    assert one == "<nan> rule:non_finite/loss"
+    assert condition("chaos-x-none-healthy-1", "rule:non_finite", "loss", a) != one
+    same = AlertCheck(frozenset({one}), frozenset({one}))
     assert same.equal
-    assert not AlertCheck(frozenset({"<nan>|r"}), frozenset()).equal
+    assert not AlertCheck(frozenset({one}), frozenset()).equal
 
 
 def test_paged_twice_counts_accepted_deliveries_per_status() -> None:

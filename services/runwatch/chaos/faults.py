@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import psutil
+
 from runwatch.adapters.cluster import partition_leaders
 from runwatch.stack.cluster import broker_name, broker_names
 from runwatch.stack.manager import Stack
@@ -36,6 +38,7 @@ class Fault:
     probe: Probe
     spool_max_bytes: int | None = None
     description: str = ""
+    nan_at_s: float | None = None  # when the NaN run's loss turns NaN (default: the run's)
 
 
 FAULTS: tuple[Fault, ...] = (
@@ -50,9 +53,9 @@ FAULTS: tuple[Fault, ...] = (
     Fault("kill -9 pager mid-retry", "paged",
           description="the webhook answers 503; once the pager retried twice, kill -9 it, "
           "let the webhook accept, restart the pager"),
-    Fault("producer spool limit filled", "stored", spool_max_bytes=16 * 1024,
+    Fault("producer spool limit filled", "stored", spool_max_bytes=16 * 1024, nan_at_s=37.0,
           description="freeze every broker (SIGSTOP) for 25 s while the SDK runs have a "
-          "16 KiB spool: the spool fills and evicts (counted)"),
+          "16 KiB spool: the spool fills and evicts (counted); the NaN comes after"),
 )
 
 
@@ -70,8 +73,8 @@ class Injector:
         """Clear :attr:`injected` before the next fault."""
         self.injected.clear()
 
-    def _mark(self) -> None:
-        self.injected_at = time.monotonic()
+    def _mark(self, at: float | None = None) -> None:
+        self.injected_at = time.monotonic() if at is None else at
         self.injected.set()
 
     def _pid(self, name: ServiceName) -> int:
@@ -84,8 +87,13 @@ class Injector:
     def kill(self, name: ServiceName) -> None:
         """Send SIGKILL to a supervised service."""
         pid = self._pid(name)
+        at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        self._mark()
+        try:  # SIGKILL is asynchronous: the recovery probe must not see the old process
+            psutil.Process(pid).wait(timeout=10)
+        except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+            pass
+        self._mark(at)
         self.report(f"  fault: kill -9 {name} (pid {pid})")
 
     def restart(self, name: ServiceName) -> None:

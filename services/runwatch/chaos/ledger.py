@@ -107,7 +107,6 @@ class LedgerTransport:
         """Close the inner transport; return its counters."""
         return self.inner.close(timeout)
 
-    @property
     def counters(self) -> Any:
         """The inner transport's counters."""
-        return self.inner.counters
+        return self.inner.counters()

@@ -93,7 +93,7 @@ class Load:
         """The agent transport's counters so far."""
         if self._agent_transport is None:
             return {}
-        c = self._agent_transport.counters
+        c = self._agent_transport.counters()
         return {k: int(getattr(c, k)) for k in ("sent", "spooled", "replayed", "evicted",
                                                  "failed", "duplicates", "in_spool")}
 

@@ -29,10 +29,11 @@ def raw_rows(client: Any, database: str) -> dict[str, int]:
     return out
 
 
-def alerts(client: Any, database: str) -> list[tuple[str, str, str]]:
-    """Return (run id, dedup key, status) of every alert row stored."""
-    return [(str(r), str(k), str(s)) for r, k, s in query_rows(
-        client, f"SELECT run_id, dedup_key, status FROM {database}.alerts")]  # noqa: S608
+def alerts(client: Any, database: str) -> list[tuple[str, str, str, str, str]]:
+    """Return (run id, dedup key, status, detector, indicator) of every alert row stored."""
+    return [(str(r), str(k), str(s), str(d), str(i)) for r, k, s, d, i in query_rows(
+        client, "SELECT run_id, dedup_key, status, detector, indicator "  # noqa: S608
+        f"FROM {database}.alerts")]
 
 
 def stored_since(client: Any, database: str, run_ids: Iterable[str], since_ms: int) -> int:

@@ -55,23 +55,25 @@ def compare(entries: Iterable[Entry], rows: Mapping[str, int]) -> dict[str, Coun
     return out
 
 
-def normalise(dedup_key: str, run_ids: Mapping[str, str]) -> str:
-    """Replace a phase's run ids in a dedup key by their roles (``nan``, ``healthy-1``, ...).
+def condition(run_id: str, detector: str, indicator: str, run_ids: Mapping[str, str]) -> str:
+    """Return an alert's condition with the run named by its role: ``<nan> rule:x/loss``.
 
-    A fault-free run and a faulted one publish the same load under other run
-    ids; with the ids replaced by roles, their alerts compare equal.
+    A dedup key is ``<run id>:<hash of run id, detector, indicator, subject>``, so
+    two phases, which publish the same load under other run ids, never share one.
+    Their alerts compare by what the key is derived from, with the run id
+    replaced by the run's role (``nan``, ``healthy-1``, ...).
 
     Args:
-        dedup_key: The alert's dedup key.
-        run_ids: Run id → role.
+        run_id: The alert's run.
+        detector: Its detector or rule.
+        indicator: Its indicator.
+        run_ids: The phase's run id → role.
 
     Returns:
-        The key with every run id replaced.
+        The condition.
 
     """
-    for run_id, role in sorted(run_ids.items(), key=lambda kv: -len(kv[0])):
-        dedup_key = dedup_key.replace(run_id, f"<{role}>")
-    return dedup_key
+    return f"<{run_ids.get(run_id, run_id)}> {detector}/{indicator}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from runwatch.chaos.report import (
     Counts,
     Row,
     compare,
-    normalise,
+    condition,
     paged_twice,
     render_table,
 )
@@ -156,8 +156,8 @@ class _Run:
                                        self.receiver.failing.clear),
                                  name="chaos-pager-fault").start()
 
-        load = self.load.phase(fault.name, cfg.run_s, cfg.nan_at_s, fault.spool_max_bytes,
-                               on_nan)
+        nan_at = cfg.nan_at_s if fault.nan_at_s is None else fault.nan_at_s
+        load = self.load.phase(fault.name, cfg.run_s, nan_at, fault.spool_max_bytes, on_nan)
         start = time.monotonic()
         time.sleep(max(0.0, start + cfg.fault_at_s - time.monotonic()))
         inject_ms = int(time.time() * 1000)
@@ -243,18 +243,20 @@ class _Run:
         baseline: frozenset[str] = frozenset()
         for fault, load, recovery in self.phases:
             ids = load.run_ids
-            raised = frozenset(normalise(k, ids) for r, k, s in alerts
-                               if r in ids and s == "firing")
+            raised = frozenset(condition(r, d, i, ids) for r, _, st, d, i in alerts
+                               if r in ids and st == "firing")
             if fault.probe == "none":
                 baseline = raised
-            keys = {k for r, k, _ in alerts if r in ids}
-            twice = paged_twice(("chaos-webhook", k, s) for _, k, s in pages if k in keys)
+            keys = {k for r, k, *_ in alerts if r in ids}
+            twice = paged_twice(("chaos-webhook", k, st) for _, k, st in pages if k in keys)
             check = AlertCheck(baseline, raised, tuple(twice), len(keys & in_am))
             row = Row(fault.name, counts.get(fault.name) or Counts(0, 0, 0, 0), check, recovery,
                       evicted=load.evicted)
             c = row.counts
             if c.missing:
                 row.notes.append(f"lost e.g. {', '.join(c.missing)}")
+            row.notes.append(f"alerts held by Alertmanager: {check.in_alertmanager}/{len(keys)}; "
+                             f"pages accepted: {sum(1 for _, k, _ in pages if k in keys)}")
             row.notes += load.errors
             result.rows.append(row)
         result.table = render_table(result.rows)
