@@ -9,8 +9,11 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -165,6 +168,28 @@ def test_emit_stdin_text_read_with_surrogateescape_is_refused_as_not_utf8() -> N
     res = emit_lines(Publisher(CaptureTransport(), kind="hook"),
                      [GOOD.decode(), b"\xff{}".decode("utf-8", "surrogateescape")])
     assert res.errors == ["line 2: not UTF-8: byte 0xff at column 1"] and res.published == 1
+
+
+@pytest.mark.parametrize("io_env", [{}, {"PYTHONIOENCODING": "utf-8:strict"}])
+def test_emit_cli_stdin_with_bytes_that_are_not_utf8(tmp_path, io_env: dict) -> None:
+    """Every line named on stderr with its number, the good ones published, exit status 1.
+
+    With strict text decoding of stdin (``PYTHONIOENCODING=utf-8:strict``) the command
+    crashed with a UnicodeDecodeError traceback before it read stdin as bytes.
+    """
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", **io_env,
+               RUNWATCH_PRODUCER_SPOOL_DIR=str(tmp_path),
+               RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS="1000")
+    blob = b"\n".join([GOOD, b"\xff\xfe garbage", b"", b'{"type":"Nope"}', GOOD, b"\x00"])
+    p = subprocess.run([sys.executable, "-m", "runwatch", "emit", "--stdin", "--timeout", "1"],
+                       input=blob, env=env, capture_output=True, timeout=60, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert "published 2, rejected 3" in err
+    assert "line 2: not UTF-8: byte 0xff at column 1" in err
+    assert "line 4: unknown record type 'Nope'" in err
+    assert "line 6: invalid JSON" in err
+    assert "Traceback" not in err
 
 
 @settings(max_examples=200, deadline=None)
