@@ -76,7 +76,7 @@ packaging: venv
 
 # The chaos tier (docs/chaos.md): its own 3-broker stack (state .runwatch-chaos/, ports
 # 39092-39294), the processor, sink and pager under SDK/agent load, one fault after another;
-# about 12 minutes, so `make test` deselects it. Prints the table.
+# about 7 minutes, so `make test` deselects it. Prints the table.
 chaos: deps
 	$(BIN)/pytest tests/chaos -m chaos -s $(PYTEST_ARGS)
 

@@ -1,6 +1,6 @@
 """The chaos tier runs only when asked for (`make chaos`, or `pytest tests/chaos -m chaos`).
 
-It starts its own 3-broker stack and takes about 12 minutes, so a plain `pytest`
+It starts its own 3-broker stack and takes about 7 minutes, so a plain `pytest`
 (`make test`) deselects it.
 """
 
