@@ -17,7 +17,9 @@ runs the timer's rules at a given time.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
+import weakref
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -83,13 +85,18 @@ class MemoryProcessor:
         Args:
             settings: Processor settings (default: the shipped defaults, with
                 every run state saved on every batch).
-            data_dir: faust's data directory (default: a fresh temporary one).
+            data_dir: faust's data directory (default: a fresh temporary one,
+                removed when the driver is garbage-collected or at exit).
             clock: The processor's clock (default: the wall clock, as live).
             restore_each_batch: Restore every run's state from its table (JSON)
                 before each batch, as a worker restarted after every batch would.
         """
         base = settings or ProcessorSettings(save_interval_s=0)
-        data = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="rwmem-"))
+        if data_dir is None:
+            data = Path(tempfile.mkdtemp(prefix="rwmem-"))
+            weakref.finalize(self, shutil.rmtree, data, ignore_errors=True)
+        else:
+            data = Path(data_dir)
         self.settings = base.model_copy(update={"data_dir": data, "topic_prefix": ""})
         p = self.p = Processor(self.settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"),
                                table=lambda name, glob=False: {}, clock=clock)
