@@ -95,3 +95,16 @@ def test_faults_start_with_the_reference_and_routes_mirror_to_the_webhook() -> N
     text = routes_yaml("W_URL", "W_SECRET", "AM_URL")
     assert "url_env: W_URL" in text and "secret_env: W_SECRET" in text
     assert "url_env: AM_URL" in text and "continue: true" in text
+
+
+def test_a_foreign_state_directory_is_never_wiped(tmp_path: Path) -> None:
+    import pytest
+
+    from runwatch.chaos.runner import ChaosSettings, run
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "stack.json").write_text("{}")
+    with pytest.raises(RuntimeError, match="refusing to wipe"):
+        run(ChaosSettings(state_dir=state), lambda _line: None)
+    assert (state / "stack.json").is_file()

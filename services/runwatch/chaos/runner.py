@@ -98,8 +98,13 @@ class _Run:
         self.cfg, self.report = cfg, report
         self.t0 = time.monotonic()
         self.settings = cfg.stack()
+        if cfg.state_dir.exists():  # a fresh cluster and store every run
+            _check_ours(cfg.state_dir)
+            Stack(self.settings).down(report)
+            shutil.rmtree(cfg.state_dir)
+        cfg.state_dir.mkdir(parents=True)
         self.receiver = Receiver().start()
-        self.routes = cfg.state_dir.with_name(cfg.state_dir.name + "-pager-routes.yaml")
+        self.routes = cfg.state_dir / "pager-routes.yaml"
         self.routes.write_text(routes_yaml("RUNWATCH_CHAOS_WEBHOOK_URL",
                                            "RUNWATCH_CHAOS_WEBHOOK_SECRET",
                                            "RUNWATCH_ALERTMANAGER_URL"), encoding="utf-8")
@@ -113,10 +118,6 @@ class _Run:
             msg = "the chaos pager would not page the chaos stack's own receivers"
             raise RuntimeError(msg)
         self.injector = Injector(self.stack, report)
-        if cfg.state_dir.exists():  # a fresh cluster and store every run
-            self.stack.down(report)
-            shutil.rmtree(cfg.state_dir)
-        cfg.state_dir.mkdir(parents=True)
         self.ledger = Ledger(cfg.state_dir / "ledger.jsonl")
         self.ch: Any = None  # made once the store is up
         self.db = ClickHouseSettings().database
@@ -275,6 +276,14 @@ class _Run:
         self.ledger.close()
         if not self.cfg.keep:
             self.stack.down(self.report)
+
+
+def _check_ours(state: Path) -> None:
+    """Refuse to wipe a folder that is not a chaos run's (the ledger marks one)."""
+    if any(state.iterdir()) and not (state / "ledger.jsonl").is_file():
+        msg = (f"{state} is not empty and holds no chaos ledger: refusing to wipe it "
+               "(give the chaos run a state directory of its own)")
+        raise RuntimeError(msg)
 
 
 def run(cfg: ChaosSettings, report: Report = print, nvml_module: Any = None,
