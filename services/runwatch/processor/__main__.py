@@ -7,6 +7,7 @@ import gc
 import logging
 import sys
 
+from runwatch.adapters.kafka_security import check_credentials
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.adapters.topics import cluster_replication
 from runwatch.processor.app import build
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     settings, kafka = ProcessorSettings(), KafkaSettings()
     if args[0] == "worker":
         args += worker_web_args(settings, args)
+    check_credentials(kafka.client_config())  # a refused login fails here, naming the user
     if settings.replication_factor == 0:  # the cluster's: 3 on `runwatch stack up --brokers 3`
         rf = cluster_replication(dict(kafka.client_config()))
         settings = settings.model_copy(update={"replication_factor": rf})
