@@ -24,7 +24,7 @@ from runwatch.store.auth import User
 from runwatch.store.engine import Engine, Handle, Outcome
 from runwatch.store.errors import CODES, StoreError
 from runwatch.store.guard import check_text, check_tree, parse_ast, tokens_at, values_split
-from runwatch.store.limits import Limits, new_tag
+from runwatch.store.limits import Limits, Running, new_tag
 from runwatch.store.request import (
     RequestOptions,
     is_python_only_format,
@@ -184,7 +184,7 @@ def _counted(call: Call, handle: Handle, body: Iterator[bytes]) -> tuple[Outcome
         sock=call.sock,
     ) as running:
         try:
-            return _run(call, handle, body)
+            return _run(call, handle, body, running)
         except StoreError as err:
             if err.code == CODES["QUERY_WAS_CANCELLED"] and running.reason is not None:
                 raise running.reason from None
@@ -200,14 +200,27 @@ def _insert_head(handle: Handle, call: Call, statement: str, fmt: str) -> str:
     return canonical[: toks[-2][1]].rstrip()
 
 
-def _run(call: Call, handle: Handle, body: Iterator[bytes]) -> tuple[Outcome, str]:
+def _insert(running: Running, handle: Handle, head: str, fmt: str,
+            body: Iterator[bytes] | list[bytes]) -> Outcome:
+    """Run an insert to its end, whatever its client does meanwhile.
+
+    A client disconnect cancels queries, not inserts: cancelling an insert
+    midway can leave a table and its materialized views apart (the sink's
+    high-water marks would then miss rows it stored, and store them twice).
+    """
+    running.sock = None
+    return handle.insert(head, fmt, body)
+
+
+def _run(call: Call, handle: Handle, body: Iterator[bytes],
+         running: Running) -> tuple[Outcome, str]:
     opts = call.opts
     if opts.query:
         param = opts.query.encode("utf-8")
         split = split_insert(param)
         if split is not None and split.data_offset >= len(param):
             head = _insert_head(handle, call, split.statement, split.fmt)
-            return handle.insert(head, split.fmt, body), opts.default_format
+            return _insert(running, handle, head, split.fmt, body), opts.default_format
     text = join_query(opts.query, b"".join(body))
     if not text.strip():
         err = StoreError.named("SYNTAX_ERROR", "Empty query")
@@ -216,12 +229,13 @@ def _run(call: Call, handle: Handle, body: Iterator[bytes]) -> tuple[Outcome, st
     if split is not None:
         head = _insert_head(handle, call, split.statement, split.fmt)
         data = memoryview(text)[split.data_offset :]
-        return handle.insert(head, split.fmt, [bytes(data)]), opts.default_format
+        return _insert(running, handle, head, split.fmt, [bytes(data)]), opts.default_format
     sql = text.decode("utf-8", errors="replace")
     values = values_split(sql)
     if values is not None:
         head = _insert_head(handle, call, values[0].strip(), "Values")
-        return handle.insert(head, "Values", [sql[values[1] :].encode()]), opts.default_format
+        values_data = [sql[values[1] :].encode()]
+        return _insert(running, handle, head, "Values", values_data), opts.default_format
     fmt = output_format(text, opts.default_format)
     if is_python_only_format(fmt):
         err = StoreError.named("UNKNOWN_FORMAT", f"Unknown output format {fmt}")
