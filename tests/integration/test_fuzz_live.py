@@ -95,7 +95,7 @@ def test_live_worker_dead_letters_bad_bytes_stays_up_and_pages_clean_labels(
 
     alerts = harness.collect("rw.alerts", lambda r: firing(r), 60)
     (alert,) = firing(alerts)[:1]
-    dead = harness.collect("rw.dlq", lambda r: len(r) >= undecodable, 30, settle_s=2)
+    dead = harness.collect("rw.dlq", lambda r: len(r) >= undecodable, 90, settle_s=2)
     assert len(dead) >= undecodable
     assert all(d.reason for d in dead)
     assert {d.topic.removeprefix(harness.prefix) for d in dead} <= {  # held: a run never seen
