@@ -19,6 +19,20 @@ class ClusterQueryError(RuntimeError):
     """The cluster or Alertmanager did not answer (message says which)."""
 
 
+def _partitions(kafka_config: Mapping[str, str], topic: str, timeout_s: float) -> list[Any]:
+    """Return a topic's partition metadata, or raise ClusterQueryError saying why not."""
+    try:
+        meta = AdminClient(dict(kafka_config)).list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        msg = f"cannot read the metadata of {topic}: {exc}"
+        raise ClusterQueryError(msg) from exc
+    found = meta.topics.get(topic)
+    if found is None or found.error is not None:
+        msg = f"topic {topic} is not on the cluster ({getattr(found, 'error', 'missing')})"
+        raise ClusterQueryError(msg)
+    return list(found.partitions.values())
+
+
 def partition_leaders(kafka_config: Mapping[str, str], topic: str,
                       timeout_s: float = 10.0) -> dict[int, int]:
     """Return partition → leader broker id of a topic (-1 for a partition without a leader).
@@ -34,16 +48,7 @@ def partition_leaders(kafka_config: Mapping[str, str], topic: str,
     Raises:
         ClusterQueryError: The cluster did not answer or lacks the topic.
     """
-    try:
-        meta = AdminClient(dict(kafka_config)).list_topics(topic, timeout=timeout_s)
-    except KafkaException as exc:
-        msg = f"cannot read the metadata of {topic}: {exc}"
-        raise ClusterQueryError(msg) from exc
-    found = meta.topics.get(topic)
-    if found is None or found.error is not None:
-        msg = f"topic {topic} is not on the cluster ({getattr(found, 'error', 'missing')})"
-        raise ClusterQueryError(msg)
-    return {p.id: p.leader for p in found.partitions.values()}
+    return {p.id: p.leader for p in _partitions(kafka_config, topic, timeout_s)}
 
 
 def in_sync_replicas(kafka_config: Mapping[str, str], topic: str,
@@ -53,16 +58,7 @@ def in_sync_replicas(kafka_config: Mapping[str, str], topic: str,
     Raises:
         ClusterQueryError: The cluster did not answer or lacks the topic.
     """
-    try:
-        meta = AdminClient(dict(kafka_config)).list_topics(topic, timeout=timeout_s)
-    except KafkaException as exc:
-        msg = f"cannot read the metadata of {topic}: {exc}"
-        raise ClusterQueryError(msg) from exc
-    found = meta.topics.get(topic)
-    if found is None or found.error is not None:
-        msg = f"topic {topic} is not on the cluster"
-        raise ClusterQueryError(msg)
-    return {p.id: list(p.isrs) for p in found.partitions.values()}
+    return {p.id: list(p.isrs) for p in _partitions(kafka_config, topic, timeout_s)}
 
 
 def alertmanager_alerts(url: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
