@@ -170,6 +170,16 @@ def pager_routes_file() -> Path:
     return resource("infra", "pager", "routes.yaml")
 
 
+def ownership_file() -> Path:
+    """Return the default ownership file (``infra/pager/ownership.yaml``).
+
+    Returns:
+        The file.
+
+    """
+    return resource("infra", "pager", "ownership.yaml")
+
+
 def alertmanager_config() -> Path:
     """Return the local stack's Alertmanager configuration.
 

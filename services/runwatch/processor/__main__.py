@@ -10,6 +10,7 @@ import sys
 from runwatch.adapters.kafka_security import check_credentials
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.adapters.topics import cluster_replication
+from runwatch.core.paging.routes import RulesError
 from runwatch.processor.app import build
 from runwatch.processor.provision import ensure_internal_topics
 from runwatch.processor.settings import ProcessorSettings
@@ -30,7 +31,11 @@ def main(argv: list[str] | None = None) -> None:
         logger.info("topics the worker creates get replication factor %d", rf)
     ensure_internal_topics(settings, kafka)
     use_event_loop(settings.event_loop)
-    processor = build(settings, kafka)
+    try:
+        processor = build(settings, kafka)
+    except RulesError as exc:  # the ownership file: its file, line and key
+        msg = f"error: {exc}"
+        raise SystemExit(msg) from None
     processor.sections.track_gc()  # the worker's log shows the collector's pauses
     tune_gc(settings.gc_threshold)
     sys.argv = ["runwatch-processor", *args]

@@ -36,6 +36,7 @@ from runwatch._version import __version__
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.core.codec import load_codec
 from runwatch.core.paging.lifecycle import AlertPolicy
+from runwatch.core.paging.ownership import load_ownership
 from runwatch.core.records import Source
 from runwatch.core.stream import runstate
 from runwatch.core.topics import load_topics
@@ -114,7 +115,8 @@ class Processor:
     """Wiring of one processor worker: app, topics, tables, the three parts and the timer."""
 
     def __init__(self, settings: ProcessorSettings, kafka: KafkaSettings, *,
-                 table: TableFactory | None = None, clock: Clock = wall_ms) -> None:
+                 table: TableFactory | None = None, clock: Clock = wall_ms,
+                 current: Callable[[Any], None] | None = None) -> None:
         """Build the faust app and register its agents, tables and timer.
 
         Args:
@@ -123,6 +125,9 @@ class Processor:
             table: Makes the parts' tables (default: faust tables, changelog-backed;
                 the in-memory driver passes dicts).
             clock: The processor's clock in epoch ms (default: the wall clock).
+            current: Makes an event the current one, before the parts write its
+                tables (default: faust's current event, :func:`as_current`; the
+                plain runtime passes its own).
         """
         self.s = settings
         self.specs = load_topics()
@@ -138,7 +143,8 @@ class Processor:
             window_ms=settings.window_ms, correlation_delay_ms=settings.correlation_delay_ms,
             min_event_ms=settings.min_event_ms, max_ahead_ms=settings.max_ahead_ms,
             policy=AlertPolicy(per_run_cap=settings.per_run_cap,
-                               cooldown_ms=settings.cooldown_ms),
+                               cooldown_ms=settings.cooldown_ms,
+                               ownership=load_ownership(settings.ownership_file)),
         )
         if settings.image_allow_list:
             logger.info("image allow-list: %s (rule:image_allow_list on; runs without an "
@@ -174,12 +180,13 @@ class Processor:
         self.out.topics = {name: topic(t(name)) for name in OUTPUTS}
 
         make = table or faust_table
-        self.runs = RunFolder(self.out, make, as_current, cfg=self.cfg,
+        self.as_current = current or as_current
+        self.runs = RunFolder(self.out, make, self.as_current, cfg=self.cfg,
                               tick_topic=self.tick_topic,
                               save_interval_s=settings.save_interval_s,
                               unacked_max=settings.unacked_max,
                               waiting_for_acks=self._waiting_for_acks)
-        self.nodes = NodeRekeyer(self.out, make, as_current,
+        self.nodes = NodeRekeyer(self.out, make, self.as_current,
                                  min_event_ms=settings.min_event_ms,
                                  max_ahead_ms=settings.max_ahead_ms)
         self.datasets = DatasetRekeyer(self.out, make)

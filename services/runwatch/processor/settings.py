@@ -9,6 +9,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch.core.stream.eventtime import MAX_AHEAD_MS, MIN_EVENT_MS
+from runwatch.resources import ownership_file
 
 
 class ProcessorSettings(BaseSettings):
@@ -48,6 +49,9 @@ class ProcessorSettings(BaseSettings):
         window_ms: Evidence correlation window.
         correlation_delay_ms: How long a learning symptom waits for causal evidence.
         per_run_cap: Most alerts one run may fire.
+        ownership_file: Who owns an alert by probable cause (and family, team,
+            dataset); fills ``Alert.owner`` (default: the packaged
+            ``infra/pager/ownership.yaml``).
         cooldown_ms: Quiet time of a resolved alert key.
         session_timeout_s: Group session timeout: how soon a dead worker's
             partitions move to the others.
@@ -101,6 +105,7 @@ class ProcessorSettings(BaseSettings):
     window_ms: int = 1_800_000
     correlation_delay_ms: int = 5_000
     per_run_cap: int = 20
+    ownership_file: Path = Field(default_factory=ownership_file)
     cooldown_ms: int = 600_000
     session_timeout_s: float = 10.0
     save_interval_s: float = Field(default=2.0, ge=0)

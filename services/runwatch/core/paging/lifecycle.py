@@ -15,7 +15,10 @@ record goes out:
   alert resolves after ``quiet_ms`` without a repeat;
 * after resolving, the same key stays quiet for ``cooldown_ms``;
 * one run fires at most ``per_run_cap`` alerts; the cap itself is announced
-  once as an alert of its own.
+  once as an alert of its own;
+* the owner (``Alert.owner``) is looked up in the policy's ownership
+  (:mod:`runwatch.core.paging.ownership`) when the alert fires or its cause
+  changes, and kept in the entry, so its resolve names the same owner.
 
 Every duration here is measured on the run's event time (the findings'
 ``at_ms``, the event time of healthy evaluations, the processor's event-time
@@ -31,6 +34,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runwatch.core.paging.ownership import Ownership
 from runwatch.core.records import Alert, Evidence, Source
 from runwatch.core.signals.cause import Verdict
 from runwatch.core.signals.rules import Finding
@@ -53,6 +57,7 @@ class AlertPolicy:
         renotify_ms: Re-send a still-firing alert after this long (0 = never).
         per_run_cap: Most alerts one run may fire.
         evidence_max: Most evidence items carried by one alert.
+        ownership: Who owns an alert, by cause, family, team and dataset (None: no owner).
 
     """
 
@@ -63,6 +68,7 @@ class AlertPolicy:
     renotify_ms: int = 0
     per_run_cap: int = 20
     evidence_max: int = 10
+    ownership: Ownership | None = None
 
 
 @dataclass(slots=True)
@@ -158,8 +164,16 @@ def _build(book: AlertBook, key: str, entry: dict[str, Any], status: str,
         summary=f"{entry['title']} (probable cause: {cause}, run {ctx.run_id})",
         team=ident["team"], experiment_family=ident["family"], node=ident["node"],
         labels=dict(ident["labels"]), first_seen_ms=entry["first_seen_ms"],
-        last_seen_ms=entry["last_seen_ms"],
+        last_seen_ms=entry["last_seen_ms"], owner=entry.get("owner", ""),
     )
+
+
+def _owner(policy: AlertPolicy, cause: str, ctx: AlertContext, finding: Finding) -> str:
+    if policy.ownership is None:
+        return ""
+    dataset = finding.subject if finding.signal == "data" else ""
+    return policy.ownership.owner_for(cause, team=ctx.team, dataset=dataset,
+                                      experiment_family=ctx.experiment_family).team
 
 
 def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext, now_ms: int,
@@ -201,6 +215,7 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
         "expected": finding.expected, "score": finding.score, "cause": verdict.cause,
         "title": finding.title, "first_seen_ms": finding.at_ms, "last_seen_ms": finding.at_ms,
         "clear_streak": 0, "one_shot": one_shot, "sent_ms": now_ms, "ident": _identity(ctx),
+        "owner": _owner(policy, verdict.cause, ctx, finding),
     }
     book.entries[key] = entry
     return [_build(book, key, entry, "firing", ctx, now_ms,
@@ -233,6 +248,7 @@ def update_cause(book: AlertBook, finding: Finding, verdict: Verdict, ctx: Alert
     if entry is None or entry["status"] != "firing" or entry["cause"] == verdict.cause:
         return []
     entry["cause"] = verdict.cause
+    entry["owner"] = _owner(policy, verdict.cause, ctx, finding)
     alert = _build(book, key, entry, "firing", ctx, now_ms,
                    _evidence(verdict.evidence, policy.evidence_max))
     event_id = uuid.uuid5(_NS, f"{alert.alert_id}:update:{verdict.cause}:{entry['last_seen_ms']}")

@@ -30,7 +30,7 @@ ALERT_FIELDS = (
     "alert_id", "dedup_key", "status", "severity", "detector", "indicator", "observed",
     "expected", "score", "probable_cause", "evidence", "title", "summary", "team",
     "experiment_family", "node", "labels", "first_seen_ms", "last_seen_ms", "event_id",
-    "run_id", "emitted_at_ms", "source", "seq",
+    "run_id", "emitted_at_ms", "source", "seq", "owner",
 )
 _PD_SEVERITY = {"critical": "critical", "warning": "warning", "info": "info", "error": "error"}
 _OG_PRIORITY = {"critical": "P1", "error": "P2", "warning": "P3", "info": "P5"}
@@ -158,7 +158,7 @@ def alertmanager_alert(
         str(k): str(v) for k, v in (a.get("labels") or {}).items() if v not in (None, "")
     }
     for key in ("severity", "run_id", "probable_cause", "team", "experiment_family", "node",
-                "detector", "indicator", "dedup_key"):
+                "detector", "indicator", "dedup_key", "owner"):
         if a.get(key) not in (None, ""):
             labels[key] = str(a[key])
     labels["alertname"] = str(a.get("detector") or a.get("indicator") or "runwatch")

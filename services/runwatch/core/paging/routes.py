@@ -6,7 +6,8 @@ A rules file (YAML) holds ``receivers`` and one root ``route``. Each route has
 optional ``match`` (equality) and ``match_re`` (anchored regular expression)
 matchers on alert attributes (``severity``, ``probable_cause``, ``team``,
 ``experiment_family``, ``detector``, ``indicator``, ``run_id``, ``node``,
-``status`` and ``labels.<name>``), a ``receiver`` (inherited from the parent
+``status``, ``owner`` (the owning team, see :mod:`runwatch.core.paging.ownership`)
+and ``labels.<name>``), a ``receiver`` (inherited from the parent
 when absent), ``continue`` and nested ``routes``. Evaluation follows
 Alertmanager: children are tried in order; the first matching child handles
 the alert unless it sets ``continue: true``, in which case later siblings are
@@ -40,6 +41,7 @@ MATCH_KEYS = frozenset(
         "run_id",
         "node",
         "status",
+        "owner",
     }
 )
 # Secret fields per receiver kind: never literal; always ``*_env`` / ``*_file``.

@@ -103,6 +103,8 @@ class Alert:
         summary: Longer summary.
         team: Owning team.
         experiment_family: Experiment family.
+        owner: Owning team from the ownership file (by probable cause, family, team, dataset); empty
+            when none.
         node: Node concerned, when one.
         labels: Routing labels.
         first_seen_ms: First time the condition was seen, UTC epoch milliseconds.
@@ -132,6 +134,7 @@ class Alert:
     summary: str = ""
     team: str | None = None
     experiment_family: str | None = None
+    owner: str = ""
     node: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     first_seen_ms: int
@@ -160,6 +163,7 @@ class Alert:
             "summary": self.summary,
             "team": self.team,
             "experiment_family": self.experiment_family,
+            "owner": self.owner,
             "node": self.node,
             "labels": self.labels,
             "first_seen_ms": self.first_seen_ms,
@@ -190,6 +194,7 @@ class Alert:
             summary=d.get("summary", ""),
             team=d.get("team", None),
             experiment_family=d.get("experiment_family", None),
+            owner=d.get("owner", ""),
             node=d.get("node", None),
             labels=d.get("labels", {}),
             first_seen_ms=d["first_seen_ms"],
