@@ -1,0 +1,355 @@
+"""Gate policies (``gates.yaml``): the model, parsing and validation.
+
+Size: one file format: every key's parsing and validation, each error naming file, line and key.
+
+A policy file holds ``policies``, a list; each policy names the runs it governs
+(``match``: an experiment family, or a ``model`` label) and the evidence a
+candidate needs. Every key is optional except ``name``, ``match`` and
+``primary``; a check whose key is absent is not made. Unknown keys, wrong
+types and impossible values are errors that name the file, the line and the
+key (``gates.yaml:14: policies[0].slices.max_deterioration: must be a number
+>= 0, got 'high'``). The reference is docs/gates.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import yaml
+
+OnMissing = Literal["review", "fail"]
+REVIEW_WHEN = ("always", "dirty_code", "new_training_data")
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class PolicyError(ValueError):
+    """A policy file is invalid; the message names the file, line and key."""
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """Bounds on one metric of the whole evaluation set (None: no bound)."""
+
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One release-gate policy (see docs/gates.md for each field's meaning).
+
+    Attributes:
+        name: Policy (and gate) name.
+        family: Experiment family it governs ('' when it matches a model label).
+        model: ``model`` label it governs ('' when it matches a family).
+        primary: The metric compared with the incumbent, across slices and seeds.
+        higher_is_better: Direction of ``primary`` (default: not a ``*loss`` name).
+        metrics: Required metrics with their bounds.
+        incumbent_run: A fixed incumbent run ('' : the candidate's recorded incumbent).
+        incumbent_required: Whether a comparison with an incumbent is required.
+        same_dataset_version: The incumbent must have been evaluated on the same
+            evaluation dataset version (the fixed protocol).
+        margin: Least ``candidate - incumbent`` on ``primary`` (direction-aware;
+            negative: non-inferiority).
+        required_slices: Slices (protected populations) that must be evaluated.
+        max_deterioration: Most a slice's ``primary`` may fall behind the incumbent's.
+        slice_bounds: Per-slice overrides of ``max_deterioration``.
+        min_samples: Least samples per evaluated slice (0: not checked).
+        max_slice_spread: Most spread (max - min) of ``primary`` across slices.
+        seeds_min: Least repeats (distinct seeds, the candidate included) (0: off).
+        max_seed_spread: Most spread of ``primary`` across the repeats' evaluations.
+        max_ci_width: Widest confidence interval of ``primary`` where recorded.
+        max_eval_age_ms: Oldest evaluation data allowed (0: not checked).
+        disjoint_from_training: The evaluation dataset must not be one the run trained on.
+        rerun_tolerance: Most ``|rerun - candidate|`` on ``primary`` (None: off).
+        review_when: Conditions that need a human decision.
+        on_missing: What missing evidence gives: ``review`` or ``fail``.
+        source: ``file#name`` (recorded in the decision).
+
+    """
+
+    name: str
+    primary: str
+    family: str = ""
+    model: str = ""
+    higher_is_better: bool = True
+    metrics: dict[str, Threshold] = field(default_factory=dict)
+    incumbent_run: str = ""
+    incumbent_required: bool = False
+    same_dataset_version: bool = True
+    margin: float | None = None
+    required_slices: tuple[str, ...] = ()
+    max_deterioration: float | None = None
+    slice_bounds: dict[str, float] = field(default_factory=dict)
+    min_samples: int = 0
+    max_slice_spread: float | None = None
+    seeds_min: int = 0
+    max_seed_spread: float | None = None
+    max_ci_width: float | None = None
+    max_eval_age_ms: int = 0
+    disjoint_from_training: bool = False
+    rerun_tolerance: float | None = None
+    review_when: tuple[str, ...] = ()
+    on_missing: OnMissing = "review"
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySet:
+    """The policies of one file."""
+
+    policies: tuple[Policy, ...]
+    source: str
+
+    def for_run(self, family: str | None, labels: dict[str, str]) -> Policy | None:
+        """Return the policy governing a run: its ``model`` label first, then its family."""
+        model = labels.get("model", "")
+        for p in self.policies:
+            if p.model and p.model == model:
+                return p
+        for p in self.policies:
+            if p.family and p.family == (family or ""):
+                return p
+        return None
+
+
+# ----------------------------------------------------------------- parsing
+
+_Items = dict[str, tuple[yaml.Node, yaml.Node]]
+
+
+class _Reader:
+    """Reads typed values out of YAML nodes, raising errors with file, line and key."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def err(self, node: yaml.Node, key: str, text: str) -> PolicyError:
+        return PolicyError(f"{self.source}:{node.start_mark.line + 1}: {key}: {text}")
+
+    def mapping(self, node: yaml.Node, key: str, allowed: set[str]) -> _Items:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.err(node, key, "expected a mapping")
+        out: _Items = {}
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                raise self.err(k, key, "keys must be plain strings")
+            name = str(k.value)
+            if name in out:
+                raise self.err(k, f"{key}.{name}", "duplicate key")
+            if name not in allowed:
+                raise self.err(k, f"{key}.{name}",
+                               f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+            out[name] = (k, v)
+        return out
+
+    def scalar(self, node: yaml.Node, key: str) -> str:
+        if not isinstance(node, yaml.ScalarNode) or node.value == "":
+            raise self.err(node, key, "must be a non-empty string")
+        return str(node.value)
+
+    def number(self, node: yaml.Node, key: str, *, minimum: float | None = None) -> float:
+        text = node.value if isinstance(node, yaml.ScalarNode) else None
+        try:
+            value = float(text) if text is not None and text.lower() not in ("true", "false") \
+                else math.nan
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (minimum is not None and value < minimum):
+            bound = f" >= {minimum:g}" if minimum is not None else ""
+            raise self.err(node, key, f"must be a finite number{bound}, got {text!r}")
+        return value
+
+    def integer(self, node: yaml.Node, key: str) -> int:
+        text = node.value if isinstance(node, yaml.ScalarNode) else None
+        if text is None or not re.fullmatch(r"\d+", text):
+            raise self.err(node, key, f"must be a whole number >= 0, got {text!r}")
+        return int(text)
+
+    def boolean(self, node: yaml.Node, key: str) -> bool:
+        text = str(node.value).lower() if isinstance(node, yaml.ScalarNode) else ""
+        if text not in ("true", "false"):
+            raise self.err(node, key, f"must be true or false, got {node.value!r}")
+        return text == "true"
+
+    def duration(self, node: yaml.Node, key: str) -> int:
+        text = node.value if isinstance(node, yaml.ScalarNode) else ""
+        m = _DURATION.match(str(text))
+        if not m or int(m.group(1)) <= 0:
+            raise self.err(node, key, f"must be a duration like 30d, 12h or 90m, got {text!r}")
+        return int(m.group(1)) * _UNITS_MS[m.group(2)]
+
+    def names(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.err(node, key, "must be a list of names")
+        out = tuple(self.scalar(v, f"{key}[{i}]") for i, v in enumerate(node.value))
+        if len(set(out)) != len(out):
+            raise self.err(node, key, "names a slice twice")
+        return out
+
+
+_TOP = {"version", "policies"}
+_POLICY = {"name", "match", "primary", "higher_is_better", "metrics", "incumbent", "slices",
+           "stability", "eval_data", "reproducibility", "review"}
+
+
+def parse_policies(text: str, source: str = "gates.yaml") -> PolicySet:
+    """Parse and validate a policy file.
+
+    Args:
+        text: The YAML text.
+        source: File name used in error messages and recorded in decisions.
+
+    Returns:
+        The validated policies.
+
+    Raises:
+        PolicyError: On any problem, naming ``source:line`` and the key.
+
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        msg = f"{source}{line}: invalid YAML: {getattr(exc, 'problem', None) or exc}"
+        raise PolicyError(msg) from exc
+    r = _Reader(source)
+    if root is None:
+        msg = f"{source}:1: policies: the file is empty (expected a 'policies' list)"
+        raise PolicyError(msg)
+    top = r.mapping(root, "(top level)", _TOP)
+    if "version" in top and top["version"][1].value != "1":
+        got = top["version"][1].value
+        raise r.err(top["version"][1], "version", f"unsupported version {got!r} (expected 1)")
+    if "policies" not in top:
+        raise r.err(root, "policies", "missing (a list of policies)")
+    node = top["policies"][1]
+    if not isinstance(node, yaml.SequenceNode) or not node.value:
+        raise r.err(node, "policies", "must be a non-empty list")
+    policies = [_policy(r, item, f"policies[{i}]") for i, item in enumerate(node.value)]
+    seen: dict[str, int] = {}
+    for i, p in enumerate(policies):
+        if p.name in seen:
+            raise r.err(node.value[i], f"policies[{i}].name", f"duplicate policy name {p.name!r}")
+        seen[p.name] = i
+    return PolicySet(policies=tuple(policies), source=source)
+
+
+def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR0912 - one key each
+    items = r.mapping(node, key, _POLICY)
+    for need in ("name", "match", "primary"):
+        if need not in items:
+            raise r.err(node, f"{key}.{need}", "missing (required)")
+    name = r.scalar(items["name"][1], f"{key}.name")
+    primary = r.scalar(items["primary"][1], f"{key}.primary")
+    kw: dict[str, object] = {"name": name, "primary": primary,
+                             "higher_is_better": not primary.lower().endswith("loss"),
+                             "source": f"{r.source}#{name}"}
+    match = r.mapping(items["match"][1], f"{key}.match", {"family", "model"})
+    if len(match) != 1:
+        raise r.err(items["match"][1], f"{key}.match", "give exactly one of family or model")
+    for k, (_, v) in match.items():
+        kw[k] = r.scalar(v, f"{key}.match.{k}")
+    if "higher_is_better" in items:
+        kw["higher_is_better"] = r.boolean(items["higher_is_better"][1], f"{key}.higher_is_better")
+    if "metrics" in items:
+        kw["metrics"] = _metrics(r, items["metrics"][1], f"{key}.metrics")
+    if "incumbent" in items:
+        k2 = f"{key}.incumbent"
+        inc = r.mapping(items["incumbent"][1], k2, {"run", "required", "same_dataset_version",
+                                                    "margin"})
+        if "run" in inc:
+            kw["incumbent_run"] = r.scalar(inc["run"][1], f"{k2}.run")
+        if "required" in inc:
+            kw["incumbent_required"] = r.boolean(inc["required"][1], f"{k2}.required")
+        if "same_dataset_version" in inc:
+            kw["same_dataset_version"] = r.boolean(inc["same_dataset_version"][1],
+                                                   f"{k2}.same_dataset_version")
+        if "margin" in inc:
+            kw["margin"] = r.number(inc["margin"][1], f"{k2}.margin")
+    if "slices" in items:
+        k2 = f"{key}.slices"
+        sl = r.mapping(items["slices"][1], k2, {"required", "max_deterioration", "bounds",
+                                                "min_samples", "max_spread"})
+        if "required" in sl:
+            kw["required_slices"] = r.names(sl["required"][1], f"{k2}.required")
+        if "max_deterioration" in sl:
+            kw["max_deterioration"] = r.number(sl["max_deterioration"][1],
+                                               f"{k2}.max_deterioration", minimum=0)
+        if "bounds" in sl:
+            required: tuple[str, ...] = kw.get("required_slices", ())  # type: ignore[assignment]
+            b = r.mapping(sl["bounds"][1], f"{k2}.bounds", set(required))
+            kw["slice_bounds"] = {n: r.number(v, f"{k2}.bounds.{n}", minimum=0)
+                                  for n, (_, v) in b.items()}
+        if "min_samples" in sl:
+            kw["min_samples"] = r.integer(sl["min_samples"][1], f"{k2}.min_samples")
+        if "max_spread" in sl:
+            kw["max_slice_spread"] = r.number(sl["max_spread"][1], f"{k2}.max_spread", minimum=0)
+    if "stability" in items:
+        k2 = f"{key}.stability"
+        st = r.mapping(items["stability"][1], k2, {"seeds", "max_ci_width"})
+        if "seeds" in st:
+            sd = r.mapping(st["seeds"][1], f"{k2}.seeds", {"min", "max_spread"})
+            if "min" in sd:
+                kw["seeds_min"] = r.integer(sd["min"][1], f"{k2}.seeds.min")
+            if "max_spread" in sd:
+                kw["max_seed_spread"] = r.number(sd["max_spread"][1], f"{k2}.seeds.max_spread",
+                                                 minimum=0)
+                kw["seeds_min"] = max(int(kw.get("seeds_min", 0)), 2)  # type: ignore[call-overload]
+        if "max_ci_width" in st:
+            kw["max_ci_width"] = r.number(st["max_ci_width"][1], f"{k2}.max_ci_width", minimum=0)
+    if "eval_data" in items:
+        k2 = f"{key}.eval_data"
+        ed = r.mapping(items["eval_data"][1], k2, {"max_age", "disjoint_from_training"})
+        if "max_age" in ed:
+            kw["max_eval_age_ms"] = r.duration(ed["max_age"][1], f"{k2}.max_age")
+        if "disjoint_from_training" in ed:
+            kw["disjoint_from_training"] = r.boolean(ed["disjoint_from_training"][1],
+                                                     f"{k2}.disjoint_from_training")
+    if "reproducibility" in items:
+        k2 = f"{key}.reproducibility"
+        rp = r.mapping(items["reproducibility"][1], k2, {"tolerance"})
+        if "tolerance" not in rp:
+            raise r.err(items["reproducibility"][1], f"{k2}.tolerance", "missing (required)")
+        kw["rerun_tolerance"] = r.number(rp["tolerance"][1], f"{k2}.tolerance", minimum=0)
+    if "review" in items:
+        k2 = f"{key}.review"
+        rv = r.mapping(items["review"][1], k2, {"when", "on_missing"})
+        if "when" in rv:
+            when = r.names(rv["when"][1], f"{k2}.when")
+            for i, w in enumerate(when):
+                if w not in REVIEW_WHEN:
+                    raise r.err(rv["when"][1].value[i], f"{k2}.when[{i}]",
+                                f"unknown condition {w!r} (one of {', '.join(REVIEW_WHEN)})")
+            kw["review_when"] = when
+        if "on_missing" in rv:
+            om = r.scalar(rv["on_missing"][1], f"{k2}.on_missing")
+            if om not in ("review", "fail"):
+                raise r.err(rv["on_missing"][1], f"{k2}.on_missing",
+                            f"must be review or fail, got {om!r}")
+            kw["on_missing"] = om
+    return Policy(**kw)  # type: ignore[arg-type]
+
+
+def _metrics(r: _Reader, node: yaml.Node, key: str) -> dict[str, Threshold]:
+    if not isinstance(node, yaml.MappingNode):
+        raise r.err(node, key, "expected a mapping of metric -> {min, max}")
+    out: dict[str, Threshold] = {}
+    for k, v in node.value:
+        name = r.scalar(k, key)
+        if name in out:
+            raise r.err(k, f"{key}.{name}", "duplicate key")
+        b = r.mapping(v, f"{key}.{name}", {"min", "max"})
+        if not b:
+            raise r.err(v, f"{key}.{name}", "give min, max or both")
+        lo = r.number(b["min"][1], f"{key}.{name}.min") if "min" in b else None
+        hi = r.number(b["max"][1], f"{key}.{name}.max") if "max" in b else None
+        if lo is not None and hi is not None and lo > hi:
+            raise r.err(v, f"{key}.{name}", f"min {lo:g} is above max {hi:g}")
+        out[name] = Threshold(min=lo, max=hi)
+    return out

@@ -1,0 +1,140 @@
+"""Gate decisions from evidence: each check's failure, missing evidence, review, and a pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from runwatch.core.gates import registry
+from runwatch.core.gates.evaluate import decide
+from runwatch.core.gates.evidence import Evaluation, Evidence, RunEvidence
+from runwatch.core.gates.policy import parse_policies
+from runwatch.resources import resource
+
+DAY = 86_400_000
+T = 1_800_000_000_000
+POLICY = parse_policies(resource("schemas", "gates.yaml").read_text()).policies[0]
+EVAL = "s3://eval/credit@v3"
+
+
+def run(run_id: str, auc: float, *, lineage: str = "L1", slices: dict[str, float] | None = None,
+        dataset: str = EVAL, incumbent: str = "inc", training: tuple[str, ...] = ("s3://train@v9",),
+        dirty: bool = False, ci: tuple[float, float] | None = None) -> RunEvidence:
+    evals = {"": Evaluation("", {"auc": auc, "log_loss": 0.4}, dataset, 5000,
+                            {"auc": ci[0]} if ci else {}, {"auc": ci[1]} if ci else {},
+                            incumbent, T)}
+    for name, v in (slices if slices is not None else {"age_65_plus": auc - 0.02,
+                                                        "income_low": auc - 0.03}).items():
+        evals[name] = Evaluation(name, {"auc": v}, dataset, 800, at_ms=T)
+    return RunEvidence(run_id=run_id, family="credit-risk", training=training,
+                       code_revision="abc", code_dirty=dirty, repeat_group="G", lineage=lineage,
+                       evaluations=evals)
+
+
+def good(**over) -> Evidence:
+    inc = run("inc", 0.80, lineage="I", incumbent="")
+    cand = run("cand", 0.81)
+    ev = Evidence(candidate=cand, incumbent=inc, incumbent_run_id="inc",
+                  repeats=(run("seed2", 0.805, lineage="L2"), run("seed3", 0.812, lineage="L3"),
+                           run("rerun", 0.811, lineage="L1")),
+                  eval_data_as_of_ms=T - 10 * DAY)
+    return dataclasses.replace(ev, **over)
+
+
+def test_all_evidence_in_order_passes_with_every_measurement() -> None:
+    d = decide(POLICY, good())
+    assert (d.decision, d.reasons) == ("pass", [])
+    assert d.measured["auc"] == 0.81
+    assert d.measured["incumbent.auc"] == 0.80
+    assert d.measured["seeds"] == 3
+    assert d.measured["seed_spread.auc"] == pytest.approx(0.007)
+    assert d.measured["rerun_diff.auc"] == pytest.approx(0.001)
+    assert d.measured["eval_age_ms"] == 10 * DAY
+    assert [(s.name, s.passed) for s in d.slices] == [("age_65_plus", True), ("income_low", True)]
+
+
+def test_a_protected_slice_deteriorating_fails_naming_the_slice_and_numbers() -> None:
+    cand = run("cand", 0.815, slices={"age_65_plus": 0.76, "income_low": 0.78})  # aggregate up
+    d = decide(POLICY, good(candidate=cand))
+    assert d.decision == "fail"
+    assert d.reasons == ["fail: slice age_65_plus: auc 0.76 vs incumbent 0.78, deteriorated by "
+                         "0.02 (bound 0.01)"]
+    assert [(s.name, s.passed) for s in d.slices] == [("age_65_plus", False),
+                                                      ("income_low", True)]
+
+
+@pytest.mark.parametrize(("over", "want"), [
+    ({"candidate": run("cand", 0.81, training=("s3://train@v9", EVAL))},
+     "fail: evaluation dataset s3://eval/credit@v3 overlaps the training data"),
+    ({"candidate": run("cand", 0.81, training=("s3://eval/credit",))},  # unversioned: any version
+     "fail: evaluation dataset s3://eval/credit@v3 overlaps the training data"),
+    ({"eval_data_as_of_ms": T - 120 * DAY},
+     "fail: evaluation dataset s3://eval/credit@v3 is 120.0 days old"),
+    ({"incumbent": run("inc", 0.80, lineage="I", dataset="s3://eval/credit@v2")},
+     "fail: protocol violated: the candidate was evaluated on s3://eval/credit@v3, the incumbent "
+     "inc on s3://eval/credit@v2"),
+    ({"repeats": (run("seed2", 0.78, lineage="L2"), run("seed3", 0.812, lineage="L3"),
+                  run("rerun", 0.811))},
+     "fail: spread of auc across 3 seeds 0.032 (0.78 .. 0.812) above the bound 0.02"),
+    ({"repeats": (run("seed2", 0.805, lineage="L2"), run("seed3", 0.812, lineage="L3"),
+                  run("rerun", 0.79))},
+     "fail: rerun rerun does not reproduce the candidate: auc 0.79 vs 0.81"),
+    ({"candidate": run("cand", 0.79)}, "fail: auc 0.79 vs incumbent 0.8: change -0.01 below"),
+    ({"candidate": run("cand", 0.81, ci=(0.70, 0.90))},
+     "fail: confidence interval of auc on the whole set [0.7, 0.9] wider than 0.05"),
+    ({"candidate": run("cand", math.nan)}, "fail: metric auc on the whole set is nan (non-finite)"),
+])
+def test_each_failed_check_fails_with_its_reason(over, want) -> None:
+    d = decide(POLICY, good(**over))
+    assert d.decision == "fail"
+    assert any(r.startswith(want) for r in d.reasons), d.reasons
+
+
+@pytest.mark.parametrize(("over", "want"), [
+    ({"candidate": run("cand", 0.81, slices={"age_65_plus": 0.79})},
+     "missing: required slice income_low not evaluated"),
+    ({"eval_data_as_of_ms": None}, "missing: no data-quality report for the evaluation dataset"),
+    ({"repeats": (run("rerun", 0.811),)}, "missing: 1 of the 3 repeats (seeds)"),
+    ({"repeats": (run("seed2", 0.805, lineage="L2"), run("seed3", 0.812, lineage="L3"))},
+     "missing: no evaluated rerun under the recorded lineage"),
+    ({"incumbent": None}, "missing: incumbent inc has no recorded whole-set evaluation"),
+    ({"candidate": run("cand", 0.81, incumbent=""), "incumbent": None},
+     "missing: no incumbent named"),
+    ({"candidate": run("cand", 0.81, dirty=True)}, "review: provenance contested"),
+    ({"candidate": run("cand", 0.81, training=("s3://new-source@v1",))},
+     "review: conditions changed: training data differs"),
+])
+def test_missing_evidence_or_a_review_condition_asks_for_review(over, want) -> None:
+    d = decide(POLICY, good(**over))
+    assert d.decision == "review"
+    assert any(r.startswith(want) for r in d.reasons), d.reasons
+
+
+def test_missing_evidence_fails_when_the_policy_says_so() -> None:
+    strict = dataclasses.replace(POLICY, on_missing="fail")
+    d = decide(strict, good(eval_data_as_of_ms=None))
+    assert d.decision == "fail"
+    assert d.missing and not d.failures
+
+
+def test_no_evaluation_at_all_is_never_a_pass() -> None:
+    bare = RunEvidence(run_id="cand", has_manifest=False)
+    d = decide(POLICY, Evidence(candidate=bare))
+    assert d.decision == "review"
+    assert "missing: no run manifest stored for cand (lineage unknown)" in d.reasons
+    assert any("no release evaluation of the whole set" in r for r in d.reasons)
+
+
+@pytest.mark.parametrize(("decisions", "status", "allowed"), [
+    ([], "registered", False),
+    ([("release", "review")], "registered", False),
+    ([("release", "review"), ("release", "pass")], "registered", True),  # approved
+    ([("release", "pass"), ("release", "fail")], "registered", False),  # withdrawn
+    ([("release", "fail")], "", True),  # not in the registry: nothing to control
+    ([], "rejected", True),
+])
+def test_registry_control(decisions, status, allowed) -> None:
+    why = registry.violation(status, registry.latest_by_gate(decisions))
+    assert (why is None) == allowed, why
