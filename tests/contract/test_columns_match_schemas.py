@@ -60,6 +60,15 @@ RENAMED: dict[str, dict[str, str]] = {
                     "hardware.nodes": "hardware_nodes", "hardware.gpu_count": "gpu_count",
                     "hardware.gpu_model": "gpu_model"},
     "ValidationResult": {"dataset.uri": "dataset_uri", "dataset.version": "dataset_version"},
+    "StageEvent": {"inputs[].uri": "input_uris", "inputs[].version": "input_versions",
+                   "inputs[].content_hash": "input_hashes", "window_start_ms": "window_start",
+                   "window_end_ms": "window_end", "started_at_ms": "started_at",
+                   "features[].name": "feature_names", "features[].null_pct": "feature_null_pct",
+                   "features[].min": "feature_min", "features[].max": "feature_max",
+                   "features[].mean": "feature_mean", "features[].psi": "feature_psi",
+                   "features[].ks": "feature_ks", "drift.drifted_features": "drifted_features",
+                   "drift.max_psi": "max_psi", "drift.max_ks": "max_ks",
+                   "drift.psi_threshold": "psi_threshold"},
 }
 #: Fields the tables do not keep (still on the topic and in the dead letters).
 NOT_STORED: dict[str, set[str]] = {
@@ -132,7 +141,23 @@ def _ddl_columns() -> dict[str, list[str]]:
                     continue
                 cols.append(line.split()[0])
             tables[m.group(1)] = cols
+        _alter_columns(path.read_text(encoding="utf-8"), tables)
     return tables
+
+
+def _alter_columns(text: str, tables: dict[str, list[str]]) -> None:
+    """Apply a file's ``ALTER TABLE ... ADD COLUMN [IF NOT EXISTS] c T [AFTER x]`` in order."""
+    alter = re.compile(r"ALTER TABLE \$\{db\}\.(\w+)\s+(ADD COLUMN.*?);", re.S)
+    add = re.compile(r"ADD COLUMN (?:IF NOT EXISTS )?(\w+)\b(.*)$", re.S)
+    for m in alter.finditer(text):
+        cols = tables[m.group(1)]
+        for clause in re.split(r",\s*\n\s*(?=ADD COLUMN)", m.group(2)):
+            a = add.match(clause.strip())
+            assert a is not None, f"cannot read {clause!r}"
+            name, rest = a.groups()
+            after = (re.findall(r"\bAFTER (\w+)", rest) or [None])[-1]
+            if name not in cols:
+                cols.insert(cols.index(after) + 1 if after else len(cols), name)
 
 
 @pytest.mark.parametrize("table", sorted(COLUMNS))

@@ -87,3 +87,16 @@ def test_cluster_variant() -> None:
 def test_names_are_checked(db: str, cluster: str | None) -> None:
     with pytest.raises(ddl.DdlError):
         ddl.render_statements(["SELECT 1 FROM ${db}.t"], db, cluster)
+
+
+def test_cluster_adds_a_column_to_the_local_and_the_distributed_table() -> None:
+    statements = ["CREATE TABLE IF NOT EXISTS ${db}.t\n(\n    run_id String\n)\n"
+                  "ENGINE = MergeTree\nORDER BY run_id",
+                  "ALTER TABLE ${db}.t ADD COLUMN IF NOT EXISTS x String AFTER run_id"]
+    out = ddl.render_statements(statements, "rw", "c")
+    assert out[2:] == ["ALTER TABLE rw.t_local ON CLUSTER c ADD COLUMN IF NOT EXISTS x String "
+                       "AFTER run_id",
+                       "ALTER TABLE rw.t ON CLUSTER c ADD COLUMN IF NOT EXISTS x String "
+                       "AFTER run_id"]
+    assert ddl.render_statements(statements, "rw")[1] == (
+        "ALTER TABLE rw.t ADD COLUMN IF NOT EXISTS x String AFTER run_id")

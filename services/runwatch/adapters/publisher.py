@@ -95,7 +95,7 @@ def record_key(record: Any) -> str | None:
     name = type(record).__name__
     if name == "NodeSample":
         return str(record.node)
-    if name == "DataQualityReport":
+    if name in ("DataQualityReport", "StageEvent"):  # a stage: its output dataset
         return str(record.dataset_uri)
     return record.run_id
 

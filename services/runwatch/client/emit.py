@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from runwatch.adapters.publisher import Publisher, default_topics, record_key
-from runwatch.core.records import RECORD_TYPES
+from runwatch.core import lineage
+from runwatch.core.records import RECORD_TYPES, RunManifest
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ ALIASES: dict[str, str] = {
     "node-sample": "NodeSample",
     "manifest": "RunManifest",
     "data-quality": "DataQualityReport",
+    "stage": "StageEvent",
     "artifact": "ArtifactEvent",
     "gate": "GateDecision",
     "validation": "ValidationResult",
@@ -105,6 +107,9 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
     except (TypeError, ValueError, AttributeError) as exc:
         msg = f"bad value for {cls.__name__}: {exc}"
         raise ValueError(msg) from exc
+    if isinstance(rec, RunManifest):  # the producer fills the lineage hashes it left out
+        lh, rg = lineage.hashes(rec.to_dict())
+        rec = dataclasses.replace(rec, lineage_hash=lh, repeat_group=rg)
     return rec
 
 

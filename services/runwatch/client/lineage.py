@@ -157,6 +157,7 @@ def hostname() -> str:
 
 
 _STAMP_FIELDS = frozenset({"event_id", "run_id", "emitted_at_ms", "source", "seq"})
+_COMPUTED = frozenset({"lineage_hash", "repeat_group"})
 _STR_MAPS = frozenset({"config", "labels", "framework_versions"})
 
 
@@ -218,10 +219,13 @@ def manifest_overrides(
     """
     from runwatch.core.records import RunManifest
 
-    known = {f.name for f in dataclasses.fields(RunManifest)} - _STAMP_FIELDS
+    known = {f.name for f in dataclasses.fields(RunManifest)} - _STAMP_FIELDS - _COMPUTED
     good: dict[str, Any] = {}
     bad: dict[str, str] = {}
     for name, value in overrides.items():
+        if name in _COMPUTED:
+            bad[name] = "computed by runwatch from the other lineage fields"
+            continue
         if name not in known:
             bad[name] = f"not a RunManifest field (one of {', '.join(sorted(known))})"
             continue

@@ -18,7 +18,10 @@ WIDTH = 100
 MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "common": ("Records shared by every topic: the event source and dataset references.", ()),
     "lineage": ("Lineage records (topic rw.lineage): the run manifest.", ("RunManifest",)),
-    "data": ("Data-quality records (topic rw.data).", ("DataQualityReport",)),
+    "data": (
+        "Data records (topic rw.data): data-quality reports and stage boundary events.",
+        ("DataQualityReport", "StageEvent"),
+    ),
     "execution": (
         "Execution records (topic rw.exec.job): job events, step timing, checkpoints.",
         ("JobEvent", "StepTiming", "CheckpointEvent"),

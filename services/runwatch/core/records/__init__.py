@@ -5,7 +5,7 @@
 #   schemas/avro/CheckpointEvent.avsc, schemas/avro/DataQualityReport.avsc,
 #   schemas/avro/DeadLetter.avsc, schemas/avro/GateDecision.avsc, schemas/avro/JobEvent.avsc,
 #   schemas/avro/LearningStep.avsc, schemas/avro/NodeSample.avsc, schemas/avro/RunManifest.avsc,
-#   schemas/avro/StepTiming.avsc, schemas/avro/ValidationResult.avsc.
+#   schemas/avro/StageEvent.avsc, schemas/avro/StepTiming.avsc, schemas/avro/ValidationResult.avsc.
 """Python mirrors of the runwatch.v1 Avro records.
 
 Every record is a frozen, slotted, keyword-only dataclass with ``to_dict()`` /
@@ -30,7 +30,7 @@ from runwatch.core.records.alerts import (
 )
 from runwatch.core.records.artifact import ArtifactEvent, GateDecision, GateVerdict, SliceResult
 from runwatch.core.records.common import DatasetRef, Source
-from runwatch.core.records.data import DataQualityReport, DriftSummary, FeatureStats
+from runwatch.core.records.data import DataQualityReport, DriftSummary, FeatureStats, StageEvent
 from runwatch.core.records.execution import (
     Allocation,
     CheckpointEvent,
@@ -47,6 +47,7 @@ from runwatch.core.records.node import GpuProcess, GpuSample, NodeSample
 Record = (
     RunManifest
     | DataQualityReport
+    | StageEvent
     | JobEvent
     | StepTiming
     | CheckpointEvent
@@ -63,6 +64,7 @@ Record = (
 RECORD_TYPES: dict[str, type[Any]] = {
     RunManifest.AVRO_NAME: RunManifest,
     DataQualityReport.AVRO_NAME: DataQualityReport,
+    StageEvent.AVRO_NAME: StageEvent,
     JobEvent.AVRO_NAME: JobEvent,
     StepTiming.AVRO_NAME: StepTiming,
     CheckpointEvent.AVRO_NAME: CheckpointEvent,
@@ -85,6 +87,7 @@ ALL_TYPES: dict[str, type[Any]] = {
     FeatureStats.AVRO_NAME: FeatureStats,
     DriftSummary.AVRO_NAME: DriftSummary,
     DataQualityReport.AVRO_NAME: DataQualityReport,
+    StageEvent.AVRO_NAME: StageEvent,
     Allocation.AVRO_NAME: Allocation,
     JobEvent.AVRO_NAME: JobEvent,
     StepTiming.AVRO_NAME: StepTiming,
@@ -143,6 +146,7 @@ __all__ = [
     "Severity",
     "SliceResult",
     "Source",
+    "StageEvent",
     "StepTiming",
     "TransformRef",
     "ValidationResult",

@@ -5,7 +5,7 @@
 #   schemas/avro/CheckpointEvent.avsc, schemas/avro/DataQualityReport.avsc,
 #   schemas/avro/DeadLetter.avsc, schemas/avro/GateDecision.avsc, schemas/avro/JobEvent.avsc,
 #   schemas/avro/LearningStep.avsc, schemas/avro/NodeSample.avsc, schemas/avro/RunManifest.avsc,
-#   schemas/avro/StepTiming.avsc, schemas/avro/ValidationResult.avsc.
+#   schemas/avro/StageEvent.avsc, schemas/avro/StepTiming.avsc, schemas/avro/ValidationResult.avsc.
 """Records shared by every topic: the event source and dataset references.
 
 Generated from the .avsc files named above; tests/contract checks they agree.

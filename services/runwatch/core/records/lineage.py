@@ -115,6 +115,10 @@ class RunManifest:
         parent_run_id: Run this run was forked or derived from.
         resumed_from_checkpoint: Checkpoint uri the run resumed from.
         labels: Free-form labels.
+        lineage_hash: sha256 hex of the canonical lineage (docs/contracts.md, Lineage hash); empty
+            when the producer left it to the processor.
+        repeat_group: The lineage hash with the seed value left out: repeats of one lineage with
+            other seeds share it; empty when not computed.
 
     """
 
@@ -140,6 +144,8 @@ class RunManifest:
     parent_run_id: str | None = None
     resumed_from_checkpoint: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    lineage_hash: str = ""
+    repeat_group: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the plain dict fastavro writes (nested records as dicts)."""
@@ -164,6 +170,8 @@ class RunManifest:
             "parent_run_id": self.parent_run_id,
             "resumed_from_checkpoint": self.resumed_from_checkpoint,
             "labels": self.labels,
+            "lineage_hash": self.lineage_hash,
+            "repeat_group": self.repeat_group,
         }
 
     @classmethod
@@ -190,4 +198,6 @@ class RunManifest:
             parent_run_id=d.get("parent_run_id", None),
             resumed_from_checkpoint=d.get("resumed_from_checkpoint", None),
             labels=d.get("labels", {}),
+            lineage_hash=d.get("lineage_hash", ""),
+            repeat_group=d.get("repeat_group", ""),
         )

@@ -6,7 +6,7 @@ adds ``ON CLUSTER``, turns every ``*MergeTree`` table into a
 ``Replicated*MergeTree`` ``<name>_local`` table fronted by a ``Distributed``
 table of the original name, and points materialized views at the local tables
 (outside quoted strings, so dictionary source queries keep reading the
-distributed tables).
+distributed tables); a column added to a table is added to both.
 """
 
 from __future__ import annotations
@@ -199,8 +199,11 @@ def render_statement(
     text = statement
     if re.match(r"^(CREATE MATERIALIZED VIEW|ALTER TABLE)", text):
         text = _outside_quotes(text, localize)
-    text = _on_cluster(text, cluster).replace("${db}", db)
-    return [text]
+    out = [_on_cluster(text, cluster).replace("${db}", db)]
+    added = re.match(r"^ALTER TABLE \$\{db\}\.(\w+)\s+ADD COLUMN", statement)
+    if added and added.group(1) in local_tables:  # the Distributed table gets the column too
+        out.append(_on_cluster(statement, cluster).replace("${db}", db))
+    return out
 
 
 def render_statements(statements: list[str], db: str, cluster: str | None = None) -> list[str]:

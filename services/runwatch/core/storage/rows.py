@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runwatch.core import lineage
 from runwatch.core.storage.columns import COLUMNS, TABLE_OF
 
 __all__ = [
@@ -351,6 +352,51 @@ def _manifest(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
 
 
 def _alert(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+                *lineage.hashes(r),  # a producer that left them empty: computed here
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _stage(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
+    ins = r.get("inputs") or ()
+    feats = r.get("features") or ()
+    drift = r.get("drift") or {}
+    return [
+        (
+            "stage_events",
+            (
+                *_head(r),
+                r["stage"],
+                _s(r.get("code_version")),
+                [d["uri"] for d in ins],
+                [_s(d.get("version")) for d in ins],
+                [_s(d.get("content_hash")) for d in ins],
+                r["dataset_uri"],
+                _s(r.get("dataset_version")),
+                _s(r.get("content_hash")),
+                r.get("window_start_ms"),
+                r.get("window_end_ms"),
+                r["started_at_ms"],
+                r["duration_ms"],
+                r.get("rows_in"),
+                r.get("rows_out"),
+                r.get("outcome") or "succeeded",
+                _s(r.get("error")),
+                [f["name"] for f in feats],
+                [f.get("null_pct", 0.0) for f in feats],
+                [f.get("min") for f in feats],
+                [f.get("max") for f in feats],
+                [f.get("mean") for f in feats],
+                [f.get("psi") for f in feats],
+                [f.get("ks") for f in feats],
+                _s(r.get("baseline")),
+                list(drift.get("drifted_features", ())),
+                drift.get("max_psi"),
+                drift.get("max_ks"),
+                drift.get("psi_threshold"),
+                dict(r.get("labels") or {}),
     ev = r.get("evidence") or ()
     return [
         (
@@ -430,6 +476,7 @@ _MAPPERS: dict[str, Callable[[Mapping[str, Any], Origin], list[tuple[str, Row]]]
 
 def rows_for(name: str, record: Mapping[str, Any], origin: Origin) -> list[tuple[str, Row]]:
     """Return the ``(table, row)`` pairs for one decoded record.
+    _NS + "StageEvent": _stage,
 
     Args:
         name: Avro full name, e.g. ``runwatch.v1.NodeSample``.
