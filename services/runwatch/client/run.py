@@ -346,6 +346,55 @@ class Run(ExitHooks):
             self._when(now_ms),
         )
 
+    def evaluation(
+        self,
+        metrics: Mapping[str, float],
+        *,
+        dataset: DatasetRef | str,
+        slice: str | None = None,  # noqa: A002
+        samples: int = 0,
+        ci: Mapping[str, tuple[float, float]] | None = None,
+        incumbent: str | None = None,
+        step: int = 0,
+        now_ms: int | None = None,
+    ) -> None:
+        """Record a release evaluation (the evidence ``runwatch gate check`` weighs).
+
+        One call per slice: without ``slice`` the whole evaluation set, with it
+        one slice (a protected population). Published as a ValidationResult of
+        kind ``evaluation``; NaN/Inf are published as they are (the gate fails on them).
+
+        Args:
+            metrics: Metric name -> value.
+            dataset: The evaluation dataset (a ``DatasetRef`` with its version, or a uri).
+            slice: Slice name; None for the whole set.
+            samples: Samples evaluated.
+            ci: Metric -> (low, high) confidence interval, where computed.
+            incumbent: Run id of the incumbent model this candidate is compared against.
+            step: Step of the evaluated weights.
+            now_ms: Event time (UTC epoch ms); default: the run's clock.
+
+        """
+        metrics = self._fix_metrics(metrics)
+        ds = DatasetRef(uri=dataset) if isinstance(dataset, str) else dataset
+        lows: dict[str, float] = {}
+        highs: dict[str, float] = {}
+        for name, bounds in (ci or {}).items():
+            try:
+                lo, hi = (float(b) for b in bounds)
+            except (TypeError, ValueError):
+                self._bad(f"confidence interval {name!r}", bounds)
+                continue
+            lows[name], highs[name] = lo, hi
+        self._put(
+            _REC,
+            ValidationResult,
+            dict(step=step, epoch=0, metrics=metrics, dataset=ds, slice=slice,
+                 kind="evaluation", sample_count=max(int(samples), 0), ci_low=lows,
+                 ci_high=highs, incumbent_run_id=incumbent),
+            self._when(now_ms),
+        )
+
     def checkpoint(
         self,
         path_or_uri: str | os.PathLike[str],

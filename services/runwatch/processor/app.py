@@ -138,6 +138,7 @@ class Processor:
             image_allow_list=tuple(settings.image_allow_list),
             image_missing=settings.image_missing, stall_k=settings.stall_k,
             required_gates=tuple(settings.required_gates),
+            registry_control=settings.registry_control, gate_wait_ms=settings.gate_wait_ms,
             stall_min_ms=settings.stall_min_ms, data_wait_ms=settings.data_wait_ms,
             schema_fail_share=settings.schema_fail_share,
             window_ms=settings.window_ms, correlation_delay_ms=settings.correlation_delay_ms,

@@ -35,6 +35,11 @@ class ProcessorSettings(BaseSettings):
         required_gates: Gates (safety tests, evaluations: ``GateDecision.gate``)
             a model artifact must have passed before it is reported registered
             or promoted; empty (default) disables ``rule:missing_gate``.
+        registry_control: ``rule:registry_without_gate``: a hard alert when an
+            artifact is registered without a passing or approved gate decision
+            for its run (default on).
+        gate_wait_ms: How long a registration waits (the processor's clock) for
+            its run's gate decision before registry control fires.
         lateness_ms: Lateness tolerated behind a run's watermark.
         min_event_ms: Records stamped before this (epoch ms) are dead-lettered (0: off).
         max_ahead_ms: Records stamped this far ahead of the processor's clock are
@@ -93,6 +98,8 @@ class ProcessorSettings(BaseSettings):
     image_allow_list: list[str] = Field(default_factory=list)
     image_missing: Literal["allow", "warn", "deny"] = "allow"
     required_gates: list[str] = Field(default_factory=list)
+    registry_control: bool = True
+    gate_wait_ms: int = Field(default=60_000, ge=0)
     lateness_ms: int = 60_000
     min_event_ms: int = Field(default=MIN_EVENT_MS, ge=0)
     max_ahead_ms: int = Field(default=MAX_AHEAD_MS, ge=0)

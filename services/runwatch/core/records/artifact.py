@@ -146,6 +146,8 @@ class GateDecision:
         decision: Decision.
         reasons: Reasons for the decision.
         evaluator: Who or what decided (service, person).
+        policy: Policy that decided (file#name), null when none.
+        approves: Event id of the decision a human approved; null for an automated decision.
 
     """
 
@@ -163,6 +165,8 @@ class GateDecision:
     decision: GateVerdict
     reasons: tuple[str, ...] = ()
     evaluator: str
+    policy: str | None = None
+    approves: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the plain dict fastavro writes (nested records as dicts)."""
@@ -179,6 +183,8 @@ class GateDecision:
             "decision": self.decision,
             "reasons": self.reasons,
             "evaluator": self.evaluator,
+            "policy": self.policy,
+            "approves": self.approves,
         }
 
     @classmethod
@@ -197,4 +203,6 @@ class GateDecision:
             decision=d["decision"],
             reasons=tuple(d.get("reasons", ())),
             evaluator=d["evaluator"],
+            policy=d.get("policy", None),
+            approves=d.get("approves", None),
         )

@@ -108,6 +108,12 @@ class ValidationResult:
         metrics: Validation metrics, name -> value.
         dataset: Validation dataset.
         slice: Data slice evaluated; null for the whole set.
+        kind: validation (during training) or evaluation (a release evaluation, run.evaluation).
+        sample_count: Samples evaluated (0: not recorded).
+        ci_low: Lower bound of each metric's confidence interval, where recorded.
+        ci_high: Upper bound of each metric's confidence interval, where recorded.
+        incumbent_run_id: Run of the incumbent model this evaluation is compared against; null when
+            none.
 
     """
 
@@ -123,6 +129,11 @@ class ValidationResult:
     metrics: dict[str, float] = field(default_factory=dict)
     dataset: DatasetRef | None = None
     slice: str | None = None
+    kind: str = "validation"
+    sample_count: int = 0
+    ci_low: dict[str, float] = field(default_factory=dict)
+    ci_high: dict[str, float] = field(default_factory=dict)
+    incumbent_run_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the plain dict fastavro writes (nested records as dicts)."""
@@ -137,6 +148,11 @@ class ValidationResult:
             "metrics": self.metrics,
             "dataset": None if self.dataset is None else self.dataset.to_dict(),
             "slice": self.slice,
+            "kind": self.kind,
+            "sample_count": self.sample_count,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "incumbent_run_id": self.incumbent_run_id,
         }
 
     @classmethod
@@ -153,4 +169,9 @@ class ValidationResult:
             metrics=d.get("metrics", {}),
             dataset=None if (v := d.get("dataset", None)) is None else DatasetRef.from_dict(v),
             slice=d.get("slice", None),
+            kind=d.get("kind", "validation"),
+            sample_count=d.get("sample_count", 0),
+            ci_low=d.get("ci_low", {}),
+            ci_high=d.get("ci_high", {}),
+            incumbent_run_id=d.get("incumbent_run_id", None),
         )

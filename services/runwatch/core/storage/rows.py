@@ -239,6 +239,11 @@ def _validation(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 _s(ds.get("version")),
                 _s(r.get("slice")),
                 *_tail(r, o),
+                r.get("kind") or "validation",
+                r.get("sample_count", 0),
+                dict(r.get("ci_low") or {}),
+                dict(r.get("ci_high") or {}),
+                _s(r.get("incumbent_run_id")),
             ),
         )
     ]
@@ -311,6 +316,8 @@ def _gate(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 list(r.get("reasons") or ()),
                 r["evaluator"],
                 *_tail(r, o),
+                _s(r.get("policy")),
+                _s(r.get("approves")),
             ),
         )
     ]
@@ -345,13 +352,6 @@ def _manifest(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 _s(r.get("parent_run_id")),
                 _s(r.get("resumed_from_checkpoint")),
                 dict(r.get("labels") or {}),
-                *_tail(r, o),
-            ),
-        )
-    ]
-
-
-def _alert(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 *lineage.hashes(r),  # a producer that left them empty: computed here
                 *_tail(r, o),
             ),
@@ -397,6 +397,13 @@ def _stage(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 drift.get("max_ks"),
                 drift.get("psi_threshold"),
                 dict(r.get("labels") or {}),
+                *_tail(r, o),
+            ),
+        )
+    ]
+
+
+def _alert(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
     ev = r.get("evidence") or ()
     return [
         (
@@ -469,6 +476,7 @@ _MAPPERS: dict[str, Callable[[Mapping[str, Any], Origin], list[tuple[str, Row]]]
     _NS + "ArtifactEvent": _artifact,
     _NS + "GateDecision": _gate,
     _NS + "RunManifest": _manifest,
+    _NS + "StageEvent": _stage,
     _NS + "Alert": _alert,
     _NS + "DeadLetter": _dead,
 }
@@ -476,7 +484,6 @@ _MAPPERS: dict[str, Callable[[Mapping[str, Any], Origin], list[tuple[str, Row]]]
 
 def rows_for(name: str, record: Mapping[str, Any], origin: Origin) -> list[tuple[str, Row]]:
     """Return the ``(table, row)`` pairs for one decoded record.
-    _NS + "StageEvent": _stage,
 
     Args:
         name: Avro full name, e.g. ``runwatch.v1.NodeSample``.

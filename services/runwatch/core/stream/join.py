@@ -284,6 +284,8 @@ def _noise(values: list[float]) -> float:
 
 def _validation(s: RunState, e: ValidationResult, at: int, now: int,
                 cfg: RunConfig) -> list[Output]:
+    if e.kind == "evaluation":  # release evidence (per slice), judged by `runwatch gate check`
+        return []
     picked = _primary(dict(e.metrics), s.val_metric)
     if picked is None:
         return []
@@ -446,6 +448,8 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
     out += flush_waiting(s, cfg, now_ms, force=False)
     if not s.known:
         return s, out
+    if "registry_wait" in s.signals:
+        out += join_artifact.registry_due(s, now_ms, cfg)
     if s.job_state not in rules_ended():
         # no stall bound is below stall_min_ms: skip the median while the gap is shorter
         if s.last_step_at_ms and hz - s.last_step_at_ms > cfg.stall_min_ms:

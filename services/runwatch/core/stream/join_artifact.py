@@ -4,12 +4,24 @@ Split from :mod:`runwatch.core.stream.join`: an artifact's serialization, an emp
 artifact, the model registry's verdict, and required gates (safety tests,
 evaluations) that must have passed before a model is registered or promoted.
 Gate decisions are remembered per run (``signals["gates"]``: gate → decision).
+
+Registry control (``rule:registry_without_gate``): a model that reaches a
+registered status without a passing or approved gate decision for its run
+(:func:`runwatch.core.gates.registry.violation`) is a hard alert. The gate
+decision and the registry event come from different producers, so either may
+be processed first: a registration without a gate waits
+(``signals["registry_wait"]``) for ``cfg.gate_wait_ms`` of the processor's own
+time; a passing or approved decision processed within the wait settles it
+without an alert, and :func:`registry_due` (the timer) fires what is still
+unsettled.
 """
 
 from __future__ import annotations
 
+from runwatch.core.gates import registry
 from runwatch.core.records import ArtifactEvent, GateDecision
 from runwatch.core.signals import rules
+from runwatch.core.signals.rules import Finding
 from runwatch.core.stream.runstate import Output, RunConfig, RunState, emit
 
 
@@ -28,6 +40,45 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
     for f in found:
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
+    status = e.registry_status or ""
+    if cfg.registry_control and registry.violation(status, s.signals.get("gates", {})):
+        waiting = s.signals.setdefault("registry_wait", {})
+        waiting.setdefault(e.uri, {"since_ms": now, "at_ms": at, "status": status})
+        out += registry_due(s, now, cfg)
+    return out
+
+
+def registry_due(s: RunState, now: int, cfg: RunConfig) -> list[Output]:
+    """Fire registry control for registrations whose wait for a gate decision is over.
+
+    Args:
+        s: The run state (updated in place).
+        now: The processor's clock (its own wait, like held events).
+        cfg: Processor knobs (``gate_wait_ms``).
+
+    Returns:
+        Alerts to publish.
+
+    """
+    waiting: dict[str, dict[str, object]] = s.signals.get("registry_wait") or {}
+    out: list[Output] = []
+    for uri, w in list(waiting.items()):
+        if now - int(w["since_ms"]) < cfg.gate_wait_ms:  # type: ignore[call-overload]
+            continue
+        del waiting[uri]
+        why = registry.violation(str(w["status"]), s.signals.get("gates", {}))
+        if why is None:
+            continue
+        at = int(w["at_ms"])  # type: ignore[call-overload]
+        f = Finding(detector="rule:registry_without_gate", indicator="registry_status",
+                    signal="artifact", severity="critical", observed=0.0, expected=1.0,
+                    score=1.0, at_ms=at,
+                    title=f"Model {uri} {w['status']} without a passing or approved gate",
+                    detail=f"{why}; waited {cfg.gate_wait_ms} ms for a decision", subject=uri,
+                    hard=True)
+        out += emit(s, cfg, f, now, one_shot=True)
+    if not waiting:
+        s.signals.pop("registry_wait", None)
     return out
 
 
@@ -40,4 +91,11 @@ def gate(s: RunState, e: GateDecision, at: int, now: int, cfg: RunConfig) -> lis
     if failed_slices:
         reasons.append(f"slices failed: {', '.join(failed_slices[:5])}")
     f = rules.failed_gate(e.gate, e.decision != "fail", "; ".join(reasons), at)
-    return emit(s, cfg, f, now, one_shot=True) if f else []
+    out = emit(s, cfg, f, now, one_shot=True) if f else []
+    waiting = s.signals.get("registry_wait") or {}
+    for uri, w in list(waiting.items()):  # a decision processed after the registration
+        if registry.violation(str(w["status"]), gates) is None:
+            del waiting[uri]
+    if not waiting:
+        s.signals.pop("registry_wait", None)
+    return out

@@ -53,6 +53,10 @@ class RunConfig:
             ``allow`` (nothing), ``warn`` (a warning alert) or ``deny`` (critical).
         required_gates: Gates (safety tests, evaluations) a model must have passed
             before it is registered or promoted (empty = rule off).
+        registry_control: Alert (``rule:registry_without_gate``) when an artifact is
+            registered without a passing or approved gate decision for its run.
+        gate_wait_ms: How long (processing time) a registration waits for its run's
+            gate decision before registry control fires (0: at once).
         stall_k: Stall bound in median step times.
         stall_min_ms: Floor on the stall bound.
         data_wait_ms: How long a manifest dataset may go without a data report.
@@ -85,6 +89,8 @@ class RunConfig:
     image_allow_list: tuple[str, ...] = ()
     image_missing: ImageMissing = "allow"
     required_gates: tuple[str, ...] = ()
+    registry_control: bool = True
+    gate_wait_ms: int = 60_000
     stall_k: float = 10.0
     stall_min_ms: int = 60_000
     data_wait_ms: int = 600_000

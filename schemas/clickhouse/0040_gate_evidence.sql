@@ -1,0 +1,16 @@
+-- Release-gate evidence (issue 22): what `runwatch gate check` reads back.
+-- ValidationResult v2: the kind (validation or release evaluation), sample
+-- counts, confidence intervals and the incumbent reference of an evaluation.
+-- GateDecision v2: the policy that decided and, for a human approval, the
+-- decision it approves (the automated decision stays stored as it was).
+
+ALTER TABLE ${db}.validation_results
+    ADD COLUMN IF NOT EXISTS kind LowCardinality(String) DEFAULT 'validation',
+    ADD COLUMN IF NOT EXISTS sample_count UInt64 DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS ci_low Map(LowCardinality(String), Float64),
+    ADD COLUMN IF NOT EXISTS ci_high Map(LowCardinality(String), Float64),
+    ADD COLUMN IF NOT EXISTS incumbent_run_id String DEFAULT '';
+
+ALTER TABLE ${db}.gate_decisions
+    ADD COLUMN IF NOT EXISTS policy String DEFAULT '',
+    ADD COLUMN IF NOT EXISTS approves String DEFAULT '';

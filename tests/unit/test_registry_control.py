@@ -1,0 +1,91 @@
+"""Registry control (rule:registry_without_gate) through the SDK and a worker driven in memory.
+
+A model reaches registry status ``registered``; its run's gate decision may be
+processed before it, shortly after it (within the processor's wait: no page)
+or not at all (a hard alert with cause ``artifact``). The worker's clock is
+set explicitly, so the wait is exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import runwatch
+from runwatch.adapters.publisher import CaptureTransport
+from runwatch.core.records import Alert
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
+
+T0 = 1_800_000_000_000
+WAIT = 60_000
+
+
+def _messages(steps: list[tuple[str, str]]) -> list[list[tuple[str, bytes | str | None, bytes]]]:
+    """Publish a run and then each step; return the messages of each step apart."""
+    t = CaptureTransport()
+    run = runwatch.init("fam", run_id="run-reg", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: T0)
+    run.finish(now_ms=T0 + 500)  # flushes the manifest and job events
+    batches = [list(t.messages)]
+    for i, (what, value) in enumerate(steps):
+        t2 = CaptureTransport()
+        r = runwatch.init("fam", run_id="run-reg", transport=t2, install_hooks=False,
+                          capture_lineage=False, clock=lambda: T0)
+        if what == "gate":
+            if value == "approved":
+                r.gate("release", "review", evaluator="runwatch gate check", now_ms=T0 + 1_000 + i)
+                r.gate("release", "pass", evaluator="human:ana", now_ms=T0 + 1_001 + i)
+            else:
+                r.gate("release", value, now_ms=T0 + 1_000 + i)
+        else:
+            r.artifact("s3://models/m1", "model", sha256="ab" * 32, registry_status=value,
+                       now_ms=T0 + 1_000 + i)
+        r.finish(now_ms=T0 + 2_000 + i)
+        batches.append([m for m in t2.messages if m[0] == "rw.artifact"])
+    return batches
+
+
+@pytest.mark.parametrize(("steps", "gap_ms", "want"), [
+    ([("artifact", "registered")], 0, [("rule:registry_without_gate", "artifact")]),
+    ([("gate", "pass"), ("artifact", "registered")], 0, []),
+    ([("gate", "approved"), ("artifact", "registered")], 0, []),  # a review a human approved
+    ([("gate", "review"), ("artifact", "registered")], 0,
+     [("rule:registry_without_gate", "artifact")]),
+    ([("gate", "fail"), ("artifact", "registered")], 0,
+     [("rule:failed_gate", "artifact"), ("rule:registry_without_gate", "artifact")]),
+    ([("artifact", "registered"), ("gate", "pass")], 10_000, []),  # the pass arrived in time
+    ([("artifact", "registered"), ("gate", "pass")], WAIT + 1_000,  # too late: it paged
+     [("rule:registry_without_gate", "artifact")]),
+    ([("artifact", "staged")], 0, [("rule:registry_without_gate", "artifact")]),
+    ([("artifact", "rejected")], 0, [("rule:registry_status", "artifact")]),  # not in use
+])
+def test_a_registration_without_a_passing_gate_pages(steps, gap_ms, want) -> None:
+    clock = [T0 + 10_000]
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0, gate_wait_ms=WAIT),
+                        clock=lambda: clock[0])
+    batches = _messages(steps)
+    m.feed(batches[0])
+    m.feed(batches[1])
+    clock[0] += gap_ms
+    m.tick(clock[0])
+    for b in batches[2:]:
+        m.feed(b)
+    clock[0] += WAIT
+    m.tick(clock[0])
+    assert [d.reason for d in m.dead] == []
+    fired = sorted({(a.detector, a.probable_cause) for a in m.alerts
+                    if isinstance(a, Alert) and a.status == "firing"})
+    assert fired == want
+    for a in m.alerts:
+        if isinstance(a, Alert) and a.detector == "rule:registry_without_gate":
+            assert a.severity == "critical"
+            assert "s3://models/m1" in a.title
+
+
+def test_registry_control_can_be_turned_off() -> None:
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0, registry_control=False),
+                        clock=lambda: T0 + 10_000)
+    for b in _messages([("artifact", "registered")]):
+        m.feed(b)
+    m.tick(T0 + 10_000 + 2 * WAIT)
+    assert [a for a in m.alerts if isinstance(a, Alert)] == []
