@@ -1,8 +1,18 @@
-"""Data-quality reports for data pipelines.
+"""Data-quality reports and stage boundary events for data pipelines.
+
+Size: the data-pipeline SDK: reports and stages share baselines, statistics and publishing.
 
 ``report(dataset, version, partition, table, baseline="ref")`` computes schema
 conformance, null rates, duplicates, ranges, label balance, freshness and drift
 (PSI, KS) against a stored baseline and publishes a DataQualityReport.
+
+``with stage(name=..., code_version=..., inputs=[...], output=...) as st:``
+times an ingestion or transformation stage, takes its row counts and output
+statistics (``st.rows_in``, ``st.rows_out``, ``st.compare(table)``: the same
+statistics and comparison with a reference as ``report``) and publishes a
+StageEvent when the block ends, also when it raises (outcome ``failed`` with
+the exception; the exception still propagates). Nothing the SDK does in a
+stage raises into the pipeline: its own failures are logged and counted.
 
 Baselines live as JSON files under a directory (``RUNWATCH_BASELINE_DIR``,
 default ``~/.cache/runwatch/baselines``): ``<dir>/<dataset>/<name>.json``. A
@@ -20,7 +30,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runwatch.core.records import DataQualityReport, DriftSummary, FeatureStats
+from runwatch.core.records import (
+    DataQualityReport,
+    DatasetRef,
+    DriftSummary,
+    FeatureStats,
+    StageEvent,
+)
 from runwatch.core.signals import dataquality as dq
 
 logger = logging.getLogger(__name__)
@@ -106,6 +122,81 @@ def to_columns(table: Any) -> dict[str, Sequence[Any]]:
     raise TypeError(msg)
 
 
+def compute_stats(
+    dataset: str,
+    table_or_stats: Any,
+    *,
+    now_ms: int,
+    baseline: str | Mapping[str, Any] | None = None,
+    label: str | None = None,
+    schema: Mapping[str, str] | None = None,
+    timestamp: str | None = None,
+    baseline_directory: str | os.PathLike[str] | None = None,
+    psi_threshold: float = dq.PSI_THRESHOLD,
+) -> tuple[dq.QualityStats, str | None]:
+    """Compute a batch's statistics and its comparison with a baseline (see :func:`report`).
+
+    Returns:
+        (statistics, baseline name or None).
+
+    Raises:
+        TypeError: The batch is no table (:func:`to_columns`).
+
+    """
+    if isinstance(table_or_stats, dq.QualityStats):
+        return table_or_stats, baseline if isinstance(baseline, str) else None
+    base_name: str | None = None
+    base: Mapping[str, Any] | None = None
+    cols = to_columns(table_or_stats)
+    if isinstance(baseline, str):
+        base_name = baseline
+        base = load_baseline(dataset, baseline, baseline_directory)
+        if base is None:
+            base = dq.make_baseline(cols, label, timestamp=timestamp)
+            path = save_baseline(dataset, baseline, base, baseline_directory)
+            logger.warning(
+                "baseline %s of %s did not exist: stored this batch at %s",
+                baseline,
+                dataset,
+                path,
+            )
+    elif baseline is not None:
+        base, base_name = baseline, "inline"
+    stats = dq.compute(
+        cols,
+        now_ms=now_ms,
+        schema=schema,
+        label=label,
+        timestamp=timestamp,
+        baseline=base,
+        psi_threshold=psi_threshold,
+    )
+    return stats, base_name
+
+
+def _short_lived(dataset: str, topics: Mapping[str, str] | None) -> Any:
+    """A publisher on a transport of its own (closed by the caller)."""
+    from runwatch.adapters.kafka import KafkaTransport
+    from runwatch.adapters.publisher import Publisher
+
+    return Publisher(KafkaTransport(name=f"data-{_safe(dataset)}"), kind="sdk", topics=topics)
+
+
+def _features(stats: dq.QualityStats) -> tuple[FeatureStats, ...]:
+    return tuple(
+        FeatureStats(name=c.name, null_pct=c.null_pct, min=c.min, max=c.max, mean=c.mean,
+                     psi=c.psi, ks=c.ks)
+        for c in stats.columns
+    )
+
+
+def _drift(stats: dq.QualityStats, psi_threshold: float) -> DriftSummary | None:
+    if stats.max_psi is None:
+        return None
+    return DriftSummary(drifted_features=stats.drifted, max_psi=stats.max_psi,
+                        max_ks=stats.max_ks, psi_threshold=psi_threshold)
+
+
 def build_report(
     meta: Mapping[str, Any],
     dataset: str,
@@ -130,30 +221,12 @@ def build_report(
         window_end_ms=window_end_ms if window_end_ms is not None else now_ms,
         row_count=stats.row_count,
         schema_failures=stats.schema_failures,
-        features=tuple(
-            FeatureStats(
-                name=c.name,
-                null_pct=c.null_pct,
-                min=c.min,
-                max=c.max,
-                mean=c.mean,
-                psi=c.psi,
-                ks=c.ks,
-            )
-            for c in stats.columns
-        ),
+        features=_features(stats),
         duplicate_rows=stats.duplicate_rows,
         label_distribution=stats.label_distribution,
         freshness_lag_ms=stats.freshness_lag_ms,
         baseline=baseline,
-        drift=DriftSummary(
-            drifted_features=stats.drifted,
-            max_psi=stats.max_psi,
-            max_ks=stats.max_ks,
-            psi_threshold=psi_threshold,
-        )
-        if stats.max_psi is not None
-        else None,
+        drift=_drift(stats, psi_threshold),
         rejected_samples=rejected_samples,
     )
 
@@ -214,43 +287,13 @@ def report(
         clock = clock or getattr(publisher, "clock", None)
         now_ms = clock() if clock is not None else int(time.time() * 1000)
     now_ms = int(now_ms)
-    base_name: str | None = None
-    base: Mapping[str, Any] | None = None
-    if isinstance(table_or_stats, dq.QualityStats):
-        stats = table_or_stats
-    else:
-        cols = to_columns(table_or_stats)
-        if isinstance(baseline, str):
-            base_name = baseline
-            base = load_baseline(dataset, baseline, baseline_directory)
-            if base is None:
-                base = dq.make_baseline(cols, label, timestamp=timestamp)
-                path = save_baseline(dataset, baseline, base, baseline_directory)
-                logger.warning(
-                    "baseline %s of %s did not exist: stored this batch at %s",
-                    baseline,
-                    dataset,
-                    path,
-                )
-        elif baseline is not None:
-            base, base_name = baseline, "inline"
-        stats = dq.compute(
-            cols,
-            now_ms=now_ms,
-            schema=schema,
-            label=label,
-            timestamp=timestamp,
-            baseline=base,
-            psi_threshold=psi_threshold,
-        )
+    stats, base_name = compute_stats(
+        dataset, table_or_stats, now_ms=now_ms, baseline=baseline, label=label, schema=schema,
+        timestamp=timestamp, baseline_directory=baseline_directory, psi_threshold=psi_threshold,
+    )
     own = publisher is None
     if own:
-        from runwatch.adapters.kafka import KafkaTransport
-        from runwatch.adapters.publisher import Publisher
-
-        publisher = Publisher(
-            KafkaTransport(name=f"data-{_safe(dataset)}"), kind="sdk", topics=topics
-        )
+        publisher = _short_lived(dataset, topics)
     meta = publisher.meta(now_ms)
     meta["run_id"] = run_id
     rec = build_report(
@@ -268,3 +311,220 @@ def report(
     if own:
         publisher.transport.close(flush_timeout)
     return rec
+
+
+def dataset_ref(ref: Any) -> DatasetRef:
+    """Read a dataset reference: a DatasetRef, a mapping, ``(uri, version)`` or a string.
+
+    A string ``uri@version`` names a version when the part after the last ``@``
+    holds no ``/`` (``s3://b/clicks@2026-11-30``); otherwise it is an
+    unversioned uri (``s3://user@host/x``).
+
+    Raises:
+        ValueError: Nothing a reference can be read from (an empty uri).
+
+    """
+    if isinstance(ref, DatasetRef):
+        out = ref
+    elif isinstance(ref, Mapping):
+        out = DatasetRef(uri=str(ref.get("uri", "")), version=_opt(ref.get("version")),
+                         content_hash=_opt(ref.get("content_hash")))
+    elif isinstance(ref, tuple) and len(ref) == 2:
+        out = DatasetRef(uri=str(ref[0]), version=_opt(ref[1]))
+    else:
+        text = str(ref).strip()
+        head, at, tail = text.rpartition("@")
+        out = (DatasetRef(uri=head, version=tail) if at and head and tail and "/" not in tail
+               else DatasetRef(uri=text))
+    if not out.uri.strip():
+        msg = f"no dataset uri in {ref!r}"
+        raise ValueError(msg)
+    return out
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None or str(value) == "" else str(value)
+
+
+class Stage:
+    """One run of an ingestion or transformation stage; see :func:`stage`.
+
+    Set ``rows_in``, ``rows_out`` (and, when known only at the end, ``output``
+    or ``duration_ms``) inside the block; :meth:`compare` adds the output's
+    statistics and their comparison with a reference distribution. After the
+    block, ``record`` is the published StageEvent (None if it could not be
+    built) and ``counters`` says what went wrong, if anything.
+    """
+
+    def __init__(self, name: str, *, code_version: str | None, inputs: Sequence[Any],
+                 output: Any, window: tuple[int, int] | None, run_id: str | None,
+                 labels: Mapping[str, str] | None, publisher: Any,
+                 topics: Mapping[str, str] | None, clock: Callable[[], int] | None,
+                 now_ms: int | None, baseline_directory: str | os.PathLike[str] | None,
+                 psi_threshold: float, flush_timeout: float) -> None:
+        """Prepare a stage (use :func:`stage`)."""
+        self.name = str(name)
+        self.code_version = code_version
+        self.inputs = list(inputs)
+        self.output = output
+        self.window = window
+        self.run_id = run_id
+        self.labels = {str(k): str(v) for k, v in (labels or {}).items()}
+        self.publisher = publisher
+        self.topics = topics
+        self.clock = clock or getattr(publisher, "clock", None)
+        self.started_at_ms = now_ms
+        self.baseline_directory = baseline_directory
+        self.psi_threshold = psi_threshold
+        self.flush_timeout = flush_timeout
+        self.rows_in: int | None = None
+        self.rows_out: int | None = None
+        self.duration_ms: float | None = None
+        self.stats: dq.QualityStats | None = None
+        self.baseline: str | None = None
+        self.record: StageEvent | None = None
+        self.counters: dict[str, int] = {"published": 0, "errors": 0}
+        self._t0 = 0.0
+
+    def _now(self) -> int:
+        return int(self.clock()) if self.clock is not None else int(time.time() * 1000)
+
+    def __enter__(self) -> Stage:
+        """Start the clock."""
+        if self.started_at_ms is None:
+            self.started_at_ms = self._now()
+        self._t0 = time.perf_counter()
+        return self
+
+    def compare(self, table_or_stats: Any, *, baseline: str | Mapping[str, Any] | None = "ref",
+                label: str | None = None, schema: Mapping[str, str] | None = None,
+                timestamp: str | None = None) -> dq.QualityStats | None:
+        """Compute the output's statistics and compare them with a reference distribution.
+
+        The reference is a baseline of the output dataset as for :func:`report`
+        (a name stored under the baseline directory, created from this batch
+        when absent, or a mapping). Sets ``rows_out`` when it is not set.
+
+        Returns:
+            The statistics, or None when they cannot be computed (logged and
+            counted in ``counters["errors"]``; the pipeline goes on).
+
+        """
+        try:
+            uri = dataset_ref(self.output).uri
+            self.stats, self.baseline = compute_stats(
+                uri, table_or_stats, now_ms=self._now(), baseline=baseline, label=label,
+                schema=schema, timestamp=timestamp, baseline_directory=self.baseline_directory,
+                psi_threshold=self.psi_threshold,
+            )
+        except Exception:
+            self.counters["errors"] += 1
+            logger.exception("runwatch stage %s: cannot compute the output statistics", self.name)
+            return None
+        if self.rows_out is None:
+            self.rows_out = self.stats.row_count
+        return self.stats
+
+    def _build(self, failure: BaseException | None, duration_ms: float) -> StageEvent:
+        out = dataset_ref(self.output)
+        inputs = []
+        for ref in self.inputs:
+            try:
+                inputs.append(dataset_ref(ref))
+            except ValueError as exc:
+                self.counters["errors"] += 1
+                logger.warning("runwatch stage %s: input left out: %s", self.name, exc)
+        start, end = self.window if self.window is not None else (None, None)
+        meta = self.publisher.meta(self._now())
+        meta["run_id"] = self.run_id
+        stats = self.stats
+        return StageEvent(
+            **meta, stage=self.name, code_version=_opt(self.code_version), inputs=tuple(inputs),
+            dataset_uri=out.uri, dataset_version=out.version, content_hash=out.content_hash,
+            window_start_ms=None if start is None else int(start),
+            window_end_ms=None if end is None else int(end),
+            started_at_ms=int(self.started_at_ms or 0), duration_ms=float(duration_ms),
+            rows_in=None if self.rows_in is None else int(self.rows_in),
+            rows_out=None if self.rows_out is None else int(self.rows_out),
+            outcome="failed" if failure is not None else "succeeded",
+            error=None if failure is None else f"{type(failure).__name__}: {failure}"[:2000],
+            features=() if stats is None else _features(stats), baseline=self.baseline,
+            drift=None if stats is None else _drift(stats, self.psi_threshold),
+            labels=self.labels,
+        )
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: object) -> None:
+        """Publish the stage's event (outcome ``failed`` when the block raised); never raise.
+
+        The block's own exception is not suppressed: it goes on to the pipeline.
+        """
+        if self.duration_ms is not None:
+            duration = float(self.duration_ms)
+        elif self.clock is not None:
+            duration = float(self._now() - int(self.started_at_ms or 0))
+        else:
+            duration = (time.perf_counter() - self._t0) * 1000.0
+        own = self.publisher is None
+        try:
+            if own:
+                self.publisher = _short_lived(dataset_ref(self.output).uri, self.topics)
+            self.record = self._build(ev if et is not None else None, duration)
+            self.counters["published"] += self.publisher.publish([self.record])
+            if own:
+                self.publisher.transport.close(self.flush_timeout)
+        except Exception:
+            self.counters["errors"] += 1
+            logger.exception("runwatch could not publish the stage event of %s", self.name)
+
+
+def stage(
+    name: str,
+    *,
+    code_version: str | None = None,
+    inputs: Sequence[Any] = (),
+    output: Any,
+    window: tuple[int, int] | None = None,
+    run_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    publisher: Any = None,
+    topics: Mapping[str, str] | None = None,
+    clock: Callable[[], int] | None = None,
+    now_ms: int | None = None,
+    baseline_directory: str | os.PathLike[str] | None = None,
+    psi_threshold: float = dq.PSI_THRESHOLD,
+    flush_timeout: float = 10.0,
+) -> Stage:
+    """Time an ingestion or transformation stage and publish its StageEvent on exit.
+
+    ``with stage(name="dedup", code_version="git:1a2b", inputs=["s3://raw@2026-11-30"],
+    output="s3://clean@v7") as st: ...; st.rows_in = n; st.compare(out_table)``.
+
+    Args:
+        name: Stage name.
+        code_version: Version of the stage's code.
+        inputs: Datasets read (see :func:`dataset_ref`: ``uri@version`` strings,
+            DatasetRef, mappings, ``(uri, version)``).
+        output: The dataset version written (the event's key on ``rw.data``);
+            may be replaced inside the block (``st.output = ...``).
+        window: Extraction window (start, end) in UTC epoch ms.
+        run_id: The training run this stage belongs to, when it runs inside one.
+        labels: Free labels.
+        publisher: A Publisher; a short-lived transport is used when None.
+        topics: Topic overrides when no publisher is given.
+        clock: Callable returning UTC epoch ms: stamps the event and, when
+            given, times the stage (replays); default the publisher's clock,
+            else the wall clock and a monotonic timer.
+        now_ms: The stage's start (UTC epoch ms); default the clock.
+        baseline_directory: Baseline directory override (for :meth:`Stage.compare`).
+        psi_threshold: PSI drift threshold.
+        flush_timeout: Seconds to wait for delivery with a short-lived transport.
+
+    Returns:
+        The :class:`Stage` context manager.
+
+    """
+    return Stage(name, code_version=code_version, inputs=inputs, output=output, window=window,
+                 run_id=run_id, labels=labels, publisher=publisher, topics=topics, clock=clock,
+                 now_ms=now_ms, baseline_directory=baseline_directory,
+                 psi_threshold=psi_threshold, flush_timeout=flush_timeout)
