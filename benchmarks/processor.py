@@ -22,7 +22,11 @@ Figures, all measured in this run:
 Checks (exit status 1 when one fails): every probe's alert arrived, and the input
 topics hold exactly the events produced (high watermarks of fresh topics).
 
+The worker runs on the runtime ``--runtime`` names (``faust`` or ``plain``:
+RUNWATCH_PROCESSOR_RUNTIME); run both alternately in one sitting to compare them.
+
 Usage: python benchmarks/processor.py [--seconds 10] [--broker 127.0.0.1:9092] [--probes 200]
+       [--runtime faust|plain]
 """
 
 from __future__ import annotations
@@ -429,6 +433,8 @@ def main() -> None:
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="extra worker setting, e.g. RUNWATCH_PROCESSOR_BATCH_SIZE=2000 "
                          "(figures are then not those of the shipped defaults)")
+    ap.add_argument("--runtime", choices=("faust", "plain"), default=None,
+                    help="the worker's runtime (default: the shipped one)")
     ap.add_argument("--probes", type=int, default=200,
                     help="NaN-loss probe runs for the latency percentiles (200: a p99 "
                          "that is not the maximum)")
@@ -455,13 +461,16 @@ def main() -> None:
     )
     if args.broker:
         worker_env = dict(kv.split("=", 1) for kv in args.env)
-        if worker_env:
+        if args.runtime:
+            worker_env["RUNWATCH_PROCESSOR_RUNTIME"] = args.runtime
+        if args.env:
             print("worker   settings               : " + " ".join(args.env))
         runs = max(1, round(RUNS * args.scale))
         r = bench_broker(args.broker, args.seconds, worker_env, runs, args.probes)
         print("worker   run with               : " + " ".join(
             f"{k.removeprefix('RUNWATCH_PROCESSOR_')}={v}" for k, v in sorted(r["settings"].items())
-            if k in shipped_defaults() or k in worker_env))
+            if k in shipped_defaults() or k in worker_env)
+            + f" (runtime {r['settings'].get('RUNWATCH_PROCESSOR_RUNTIME', 'shipped default')})")
         print(f"broker   offered                : {r['offered_eps']:12,.0f} events/s  "
               f"({2 * runs} NodeSamples/s + {runs} step events/s + "
               f"{math.ceil(args.probes / args.seconds)} probes/s)")

@@ -5,8 +5,8 @@ NVML double, the scheduler hook) publish a cluster with faults and controls
 into a capture transport. The same messages then go (a) through
 ``runwatch.sim.replay`` (the worker's agents in memory, as ``runwatch
 simulate --offline`` runs them) and (b) to the real broker, read by a real
-processor worker. Both must raise the same alerts: same runs, detectors,
-causes and dedup keys.
+processor worker, on each runtime (faust and plain). Both must raise the same
+alerts: same runs, detectors, causes and dedup keys.
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ def _key(a: Alert) -> tuple[str, str, str, str]:
     return (a.run_id or "", a.detector, a.probable_cause, a.dedup_key)
 
 
-def test_the_same_messages_raise_the_same_alerts_live_and_replayed(harness: Harness) -> None:
+@pytest.mark.parametrize("runtime", ["faust", "plain"])
+def test_the_same_messages_raise_the_same_alerts_live_and_replayed(harness: Harness,
+                                                                    runtime: str) -> None:
+    harness.env["RUNWATCH_PROCESSOR_RUNTIME"] = runtime
     messages = _published()
     allow = '["' + sc.ALLOWED_IMAGE_PREFIX + '"]'
     offline = {_key(a) for a in replay(messages) if a.status == "firing"}

@@ -14,6 +14,8 @@ from runwatch.testing.harness import Harness
 pytestmark = pytest.mark.integration
 
 KINDS = sorted(scenarios.EXPECTED)
+RUNTIMES = ("faust", "plain")
+"""Both runtimes (RUNWATCH_PROCESSOR_RUNTIME) must restore their state after a kill -9."""
 
 
 def runs(t0: int, copies: int = 1) -> tuple[dict[str, list], dict[str, scenarios.Expected]]:
@@ -45,7 +47,10 @@ def check(alerts: list[Alert], expected: dict[str, scenarios.Expected]) -> None:
         assert pairs == want, f"{run}: {pairs} != {want}"
 
 
-def test_kill_9_mid_stream_recovers_state_and_loses_no_alert(harness: Harness) -> None:
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kill_9_mid_stream_recovers_state_and_loses_no_alert(harness: Harness,
+                                                            runtime: str) -> None:
+    harness.env["RUNWATCH_PROCESSOR_RUNTIME"] = runtime
     events, expected = runs(int(time.time() * 1000) - 200_000)
     # the input pauses while the worker is killed and restarted: not a training stall
     harness.env["RUNWATCH_PROCESSOR_STALL_MIN_MS"] = "600000"

@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings.model_copy(update={"replication_factor": rf})
         logger.info("topics the worker creates get replication factor %d", rf)
     ensure_internal_topics(settings, kafka)
+    if settings.runtime == "plain":
+        run_plain(settings, kafka)
+        return
     use_event_loop(settings.event_loop)
     try:
         processor = build(settings, kafka)
@@ -40,6 +43,22 @@ def main(argv: list[str] | None = None) -> None:
     tune_gc(settings.gc_threshold)
     sys.argv = ["runwatch-processor", *args]
     processor.app.main()
+
+
+def run_plain(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
+    """Run the worker on the plain runtime (:mod:`runwatch.processor.plain`) until stopped."""
+    from runwatch.processor.plain import PlainRuntime
+
+    logging.basicConfig(level=logging.INFO,
+                        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+    try:
+        runtime = PlainRuntime(settings, kafka)
+    except RulesError as exc:  # the ownership file: its file, line and key
+        msg = f"error: {exc}"
+        raise SystemExit(msg) from None
+    runtime.sections.track_gc()  # the worker's log shows the collector's pauses
+    tune_gc(settings.gc_threshold)
+    runtime.run()
 
 
 def use_event_loop(name: str) -> str:

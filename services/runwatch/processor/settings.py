@@ -16,6 +16,10 @@ class ProcessorSettings(BaseSettings):
     """Knobs of ``runwatch processor`` (env prefix ``RUNWATCH_PROCESSOR_``).
 
     Attributes:
+        runtime: What drives the worker's parts: ``faust`` (faust-streaming's
+            agents, tables and timer) or ``plain`` (one confluent-kafka consumer
+            with changelog-backed dicts, :mod:`runwatch.processor.plain`); both
+            use the same consumer group, changelog topics and formats.
         app_id: Faust app id (consumer group and changelog topic prefix).
         data_dir: Faust data directory.
         topic_prefix: Prefix of every topic name (tests use a unique one).
@@ -89,6 +93,7 @@ class ProcessorSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RUNWATCH_PROCESSOR_", extra="ignore")
 
+    runtime: Literal["faust", "plain"] = "faust"
     app_id: str = "runwatch-processor"
     data_dir: Path = Path(".runwatch/processor")
     topic_prefix: str = ""

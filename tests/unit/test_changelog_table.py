@@ -1,0 +1,72 @@
+"""The plain runtime's changelog-backed table (runwatch.adapters.changelog); no broker.
+
+The table's producer is replaced by a recorder of what would be produced: the
+table's own logic (write-behind, partitions, restore, drop) is under test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runwatch.adapters.changelog import ChangelogTable
+
+
+class Recorder:
+    """Stands in for StreamProducer: keeps what the table hands over."""
+
+    writer_id = b"me"
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None, int | None, bool]] = []
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None,
+                partition: int | None = None, *, mark: bool = False) -> None:
+        self.sent.append((topic, key, value, partition, mark))
+
+
+def table(part: list[int], *, is_global: bool = False) -> tuple[ChangelogTable, Recorder]:
+    rec = Recorder()
+    t = ChangelogTable("runstate", "app-runstate-changelog", rec, lambda: part[0],  # type: ignore[arg-type]
+                       is_global=is_global)
+    return t, rec
+
+
+def test_writes_go_out_once_per_batch_newest_value_in_the_event_partition() -> None:
+    part = [3]
+    t, rec = table(part)
+    t[b"run-a"] = b"1"
+    t[b"run-a"] = b"2"
+    part[0] = 5
+    t[b"run-b"] = b"x"
+    assert rec.sent == []  # nothing is produced before write_behind
+    assert t.get(b"run-a") == b"2" and b"run-b" in t and len(t) == 2
+    assert t.write_behind() == 2
+    assert rec.sent == [("app-runstate-changelog", b"run-a", b"2", 3, False),
+                        ("app-runstate-changelog", b"run-b", b"x", 5, False)]
+    assert t.write_behind() == 0  # nothing new
+
+
+def test_restore_applies_records_in_order_and_tombstones_delete() -> None:
+    t, rec = table([0])
+    records: list[tuple[int, bytes, Any]] = [(1, b"a", b"old"), (2, b"b", b"keep"),
+                                             (1, b"a", b"new"), (2, b"c", b"x"), (2, b"c", None)]
+    t.load(records)
+    assert dict(t.data) == {b"a": b"new", b"b": b"keep"}
+    assert t.write_behind() == 0 and rec.sent == []  # restored values are not written back
+
+
+def test_drop_forgets_the_keys_of_partitions_no_longer_held() -> None:
+    part = [1]
+    t, _ = table(part)
+    t.load([(1, b"a", b"1"), (2, b"b", b"2")])
+    t[b"c"] = b"3"  # written while processing partition 1, not yet produced
+    assert t.drop({1}) == 2
+    assert list(t.keys()) == [b"b"]
+    assert t.write_behind() == 0  # a dropped partition's pending write is not produced
+
+
+def test_a_global_table_marks_its_writes_for_the_follower() -> None:
+    t, rec = table([4], is_global=True)
+    t[b"workload"] = b"{}"
+    t.write_behind()
+    assert rec.sent == [("app-runstate-changelog", b"workload", b"{}", 4, True)]
