@@ -2,7 +2,7 @@
 
 * Layers: cli → commands → tools (sim, bench, recordgen, testing) → services →
   adapters → core. A layer imports only layers below it.
-* Services (agent, client, pager, processor, sink, stack, store) are
+* Services (agent, client, pager, processor, sink, slo, stack, store) are
   independent of each other; adapters import no service; core imports only
   core (and the packaged-file reader ``runwatch.resources``).
 * No import circle between modules (every import counts: at module level, in
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "services" / "runwatch"
-SERVICES = {"agent", "client", "pager", "processor", "sink", "stack", "store"}
+SERVICES = {"agent", "client", "pager", "processor", "sink", "slo", "stack", "store"}
 TOOLS = {"sim", "bench", "recordgen", "testing", "chaos"}
 UTILITIES = {"(root)", "_version", "errors", "resources", "extras"}
 """Top-level modules every layer may use (the version, packaged files, extras' messages)."""

@@ -1,0 +1,187 @@
+"""``runwatch slo serve | evaluate | status``: objectives on training outcomes (docs/slo.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from runwatch.errors import FatalError
+
+
+def _at(text: str | None) -> int:
+    if text is None:
+        return int(time.time() * 1000)
+    if text.isdigit():
+        return int(text)
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        msg = f"--at {text!r}: give epoch milliseconds or an ISO 8601 time with a zone"
+        raise FatalError(msg) from None
+    if dt.tzinfo is None:
+        msg = f"--at {text!r}: give the time zone (e.g. 2026-12-01T06:00:00+01:00 or ...Z)"
+        raise FatalError(msg)
+    return int(dt.timestamp() * 1000)
+
+
+def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
+    from runwatch.adapters import clickhouse as ch
+    from runwatch.adapters.settings import ClickHouseSettings
+    from runwatch.core.slo.spec import SloConfigError
+    from runwatch.slo.service import (
+        ClickHouseStore,
+        Evaluator,
+        SloSettings,
+        load_objectives,
+    )
+
+    settings = SloSettings()
+    path = args.file or settings.file
+    try:
+        objectives = load_objectives(path)
+    except SloConfigError as exc:
+        raise FatalError(str(exc)) from None
+    except OSError as exc:
+        msg = f"cannot read {path}: {exc}"
+        raise FatalError(msg) from None
+    chs = ClickHouseSettings(**({"database": args.database} if args.database else {}))
+    try:
+        client = ch.make_client(chs, database="")
+    except ch.ClickHouseUnavailable as exc:
+        raise FatalError(str(exc)) from None
+    transport = None
+    sender = None
+    from runwatch.adapters.publisher import make_source
+
+    source = make_source("slo")
+    if publish:
+        from runwatch.adapters.kafka import KafkaTransport
+        from runwatch.adapters.publisher import Publisher
+
+        transport = KafkaTransport(name="slo")
+        publisher = Publisher(transport, kind="slo")
+        source = publisher.source
+        topic = args.topic or settings.alerts_topic
+
+        def sender(alerts: list[Any]) -> None:
+            for alert in alerts:
+                rec, value = publisher.encode_one(alert)
+                transport.produce(topic, rec.dedup_key, value)
+
+    ev = Evaluator(objectives, ClickHouseStore(client), chs.database, source=source,
+                   publish=sender)
+    return ev, transport
+
+
+def _line(st: Any) -> str:
+    sli = "no data" if st.sli is None else f"{st.good}/{st.valid} = {st.sli:.1%}"
+    left = "-" if st.budget_left is None else f"{st.budget_left:.0%}"
+    return f"{st.name}: {st.state}, SLI {sli} (target {st.target:.1%}), budget left {left}"
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    ev, transport = _evaluator(args, publish=True)
+    try:
+        r = ev.evaluate(_at(args.at))
+    finally:
+        if transport is not None:
+            transport.close(30.0)
+    if r.paused:
+        msg = f"the store did not answer; nothing evaluated: {r.error}"
+        raise FatalError(msg)
+    for st in r.statuses:
+        print(_line(st))
+    print(f"{len(r.alerts)} alert(s) published")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from runwatch.slo.service import SloSettings
+
+    ev, transport = _evaluator(args, publish=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    interval = args.interval if args.interval is not None else SloSettings().interval_s
+    print(f"runwatch slo: {len(ev.objectives)} objectives every {interval:g} s", flush=True)
+    try:
+        ev.serve(interval, stop)
+    finally:
+        if transport is not None:
+            transport.close(30.0)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from runwatch.adapters import clickhouse as ch
+
+    ev, _ = _evaluator(args, publish=False)
+    try:
+        statuses = ev.statuses(_at(args.at))
+    except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+        msg = f"the store did not answer: {exc}"
+        raise FatalError(msg) from None
+    if args.json:
+        print(json.dumps([st.to_json() for st in statuses], indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("objective", "SLI", "target", "budget left", "burn rate", "state",
+                  "bad events (runs)")
+    for st in statuses:
+        sli = "no data" if st.sli is None else f"{st.good}/{st.valid} = {st.sli:.1%}"
+        left = "-" if st.budget_left is None else f"{st.budget_left:.0%}"
+        burn = " ".join(f"{k}:{'-' if v is None else f'{v:.1f}'}" for k, v in
+                        st.burn_rates.items())
+        bad = ", ".join(r for e in st.bad[-5:] for r in (e.run_ids or (e.key,)))
+        if len(st.bad) > 5:
+            bad = f"{len(st.bad)} bad; last: {bad}"
+        table.add_row(st.name, sli, f"{st.target:.1%}", left, burn, st.state, bad)
+    Console(width=200, file=sys.stdout).print(table)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``slo`` command group.
+
+    Args:
+        sub: The top-level sub-parsers.
+    """
+    parser = sub.add_parser("slo", help="objectives on training outcomes: budgets, burn rates")
+    parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
+    actions = parser.add_subparsers(dest="slo_command", metavar="ACTION")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--file", type=_path, default=None,
+                       help="objectives (default RUNWATCH_SLO_FILE or the shipped example)")
+        p.add_argument("--database", help="database (default CLICKHOUSE_DATABASE or runwatch)")
+
+    serve = actions.add_parser("serve", help="evaluate on a schedule, alert to rw.alerts")
+    common(serve)
+    serve.add_argument("--interval", type=float, default=None,
+                       help="seconds between rounds (default RUNWATCH_SLO_INTERVAL_S, 60)")
+    serve.add_argument("--topic", default=None, help="alerts topic (default rw.alerts)")
+    serve.set_defaults(func=_serve)
+    evaluate = actions.add_parser("evaluate", help="one round: SLI points, budgets, alerts")
+    common(evaluate)
+    evaluate.add_argument("--at", help="evaluation time (epoch ms or ISO 8601; default now)")
+    evaluate.add_argument("--topic", default=None, help="alerts topic (default rw.alerts)")
+    evaluate.set_defaults(func=_evaluate)
+    status = actions.add_parser("status", help="SLI, budget left, burn rates, bad events")
+    common(status)
+    status.add_argument("--at", help="evaluation time (epoch ms or ISO 8601; default now)")
+    status.add_argument("--json", action="store_true", help="one JSON document")
+    status.set_defaults(func=_status)
+
+
+def _path(text: str) -> Any:
+    from pathlib import Path
+
+    return Path(text)

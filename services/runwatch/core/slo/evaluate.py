@@ -1,0 +1,220 @@
+"""One objective's status from its events, and the SLO alert it raises or resolves (pure).
+
+:func:`status` turns a window's :class:`~runwatch.core.slo.indicators.SliEvent`
+list into the SLI, the error budget spent and left, the burn rates and the
+conditions that call for an alert (:mod:`runwatch.core.slo.burn`). An
+objective without events has **no data**: no SLI (not 100 %, not 0 %), no
+alert, and a firing alert stays as it is.
+
+:func:`decide` runs the alert lifecycle of :mod:`runwatch.core.paging.lifecycle`
+(the processor's) on one :class:`~runwatch.core.paging.lifecycle.AlertBook` per
+objective: one alert per objective (detector ``slo:<name>``, dedup key from
+``slo:<name>``), firing while a condition holds, resolved at the first
+evaluation without one. The Alert has no run id; its evidence lists the bad
+events (run ids in the detail) and its ``bad_runs`` label all of their runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from runwatch.core.paging import lifecycle
+from runwatch.core.records import Alert, Evidence, Source
+from runwatch.core.signals.cause import Verdict
+from runwatch.core.signals.rules import Finding
+from runwatch.core.slo import burn
+from runwatch.core.slo.indicators import SIGNAL, SliEvent
+from runwatch.core.slo.spec import Objective
+from runwatch.core.slo.timewin import iso
+
+#: The lifecycle for SLO alerts: resolve at the first evaluation without a condition.
+POLICY = lifecycle.AlertPolicy(clear_after=1, resolve_ms=0, cooldown_ms=0, per_run_cap=1_000_000,
+                               evidence_max=10)
+_RANK = {"info": 0, "warning": 1, "critical": 2}
+_CAUSES = frozenset({"data", "execution", "learning", "artifact", "infrastructure"})
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """An objective evaluated at one instant.
+
+    Attributes:
+        name: The objective.
+        kind: Its indicator kind.
+        target: Its target.
+        now_ms: Evaluation time.
+        window_start_ms: The window's exclusive start.
+        good: Good events in the window.
+        valid: All events in the window.
+        sli: ``good / valid``; None without events (no data).
+        budget_consumed: Share of the budget spent (None: no data).
+        burn_rates: Burn rate per tier's long window (``"1h"``: rate; None: no events).
+        conditions: What calls for an alert.
+        bad: The bad events, oldest first.
+
+    """
+
+    name: str
+    kind: str
+    target: float
+    now_ms: int
+    window_start_ms: int
+    good: int
+    valid: int
+    sli: float | None
+    budget_consumed: float | None
+    burn_rates: dict[str, float | None] = field(default_factory=dict)
+    conditions: tuple[burn.Condition, ...] = ()
+    bad: tuple[SliEvent, ...] = ()
+
+    @property
+    def no_data(self) -> bool:
+        """Whether the window holds no event."""
+        return self.valid == 0
+
+    @property
+    def budget_left(self) -> float | None:
+        """Share of the budget left (negative when overspent)."""
+        return None if self.budget_consumed is None else 1.0 - self.budget_consumed
+
+    @property
+    def state(self) -> str:
+        """``no_data``, ``exhausted``, ``burning`` (a condition holds) or ``ok``."""
+        if self.no_data:
+            return "no_data"
+        if any(c.name == "budget_exhausted" for c in self.conditions):
+            return "exhausted"
+        return "burning" if self.conditions else "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the status as JSON-able data (``runwatch slo status --json``)."""
+        return {
+            "objective": self.name, "kind": self.kind, "target": self.target,
+            "evaluated_at": iso(self.now_ms), "window_start": iso(self.window_start_ms),
+            "good": self.good, "valid": self.valid, "sli": self.sli, "state": self.state,
+            "budget_consumed": self.budget_consumed, "budget_left": self.budget_left,
+            "burn_rates": self.burn_rates,
+            "conditions": [{"name": c.name, "severity": c.severity, "detail": c.detail}
+                           for c in self.conditions],
+            "bad_events": [{"key": e.key, "at": iso(e.at_ms), "run_ids": list(e.run_ids),
+                            "observed": e.observed, "expected": e.expected, "detail": e.detail}
+                           for e in self.bad],
+        }
+
+
+def status(obj: Objective, events: Sequence[SliEvent], now_ms: int) -> Status:
+    """Evaluate an objective over its window's events.
+
+    Args:
+        obj: The objective.
+        events: The window's events (from its indicator kind).
+        now_ms: Evaluation time.
+
+    Returns:
+        The status.
+
+    """
+    start = obj.window.start(now_ms)
+    # one event per key: a row stored twice (before the table's replacing merge) counts once
+    unique = {e.key: e for e in events if start < e.at_ms <= now_ms}
+    inside = sorted(unique.values(), key=lambda e: e.at_ms)
+    valid = len(inside)
+    bad = tuple(e for e in inside if not e.good)
+    good = valid - len(bad)
+    window_ms = obj.window.length_ms(now_ms)
+    pairs = [(e.at_ms, e.good) for e in inside]
+    rates: dict[str, float | None] = {}
+    for tier in obj.alerting.tiers:
+        span = [g for at, g in pairs if now_ms - tier.long_ms < at <= now_ms]
+        rates[burn.span_label(tier.long_ms)] = burn.burn_rate(
+            sum(1 for g in span if not g), len(span), obj.target)
+    conditions: list[burn.Condition] = []
+    if valid:
+        consumed = burn.budget_consumed(len(bad), valid, obj.target)
+        allowed = (1.0 - obj.target) * valid
+        if obj.alerting.budget_exhausted and burn.exhausted(len(bad), valid, obj.target):
+            conditions.append(burn.Condition(
+                "budget_exhausted", "critical",
+                f"error budget exhausted: {len(bad)} bad of {valid} events, the target "
+                f"allows {allowed:.1f}"))
+        elif obj.alerting.next_bad_exhausts and burn.next_bad_exhausts(len(bad), valid,
+                                                                       obj.target):
+            conditions.append(burn.Condition(
+                "next_bad_exhausts", "warning",
+                f"the next bad event exhausts the error budget ({len(bad)} bad of {valid} "
+                f"events, the target allows {allowed:.1f})"))
+        conditions.extend(burn.burn_conditions(pairs, now_ms, window_ms, obj.target,
+                                               obj.alerting.tiers, obj.alerting.min_events))
+    else:
+        consumed = None
+    return Status(obj.name, obj.kind, obj.target, now_ms, start, good, valid,
+                  good / valid if valid else None, consumed, rates, tuple(conditions), bad)
+
+
+def probable_cause(kind: str, causes: Iterable[str]) -> str:
+    """Return the cause the bad events' own alerts name most, else the kind's signal class.
+
+    Args:
+        kind: The indicator kind.
+        causes: Probable causes of the alerts raised on the bad events' runs.
+
+    """
+    counted = Counter(c for c in causes if c in _CAUSES)
+    if counted:
+        return sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    return SIGNAL.get(kind, "unknown")
+
+
+def _context(obj: Objective, source: Source, labels: dict[str, str]) -> lifecycle.AlertContext:
+    return lifecycle.AlertContext(
+        run_id=f"slo:{obj.name}", source=source, team=obj.owner,
+        experiment_family=obj.params.get("family"), labels=labels)
+
+
+def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause: str,
+           source: Source, now_ms: int) -> tuple[dict[str, Any], list[Alert]]:
+    """Fire, keep or resolve the objective's alert.
+
+    Args:
+        obj: The objective.
+        st: Its status now.
+        book_state: Its alert book (:meth:`AlertBook.to_state`), None for a new one.
+        cause: The probable cause (:func:`probable_cause`).
+        source: The evaluator's Source.
+        now_ms: Evaluation time (stamps the records).
+
+    Returns:
+        The new book state and the Alert records to publish (maybe none).
+
+    """
+    book = lifecycle.AlertBook.from_state(book_state or {})
+    detector = f"slo:{obj.name}"
+    if st.no_data:
+        return book.to_state(), []
+    bad_runs = sorted({r for e in st.bad for r in e.run_ids})
+    labels = {"slo": obj.name, "slo_kind": obj.kind}
+    if not st.conditions:
+        ctx = _context(obj, source, labels)
+        out = lifecycle.healthy(book, ctx.run_id, detector, obj.kind, "", ctx, now_ms, POLICY)
+        return book.to_state(), [replace(a, run_id=None) for a in out]
+    worst = max(st.conditions, key=lambda c: _RANK[c.severity])
+    labels |= {"slo_condition": worst.name, "bad_runs": ",".join(bad_runs)}
+    ctx = _context(obj, source, labels)
+    sli = st.sli if st.sli is not None else 0.0
+    title = (f"SLO {obj.name}: {worst.detail}; SLI {st.good}/{st.valid} = {sli:.1%} "
+             f"(target {obj.target:.1%})")
+    finding = Finding(
+        detector=detector, indicator=obj.kind, signal=SIGNAL[obj.kind],  # type: ignore[arg-type]
+        severity=worst.severity, observed=sli, expected=obj.target,
+        score=min(1.0, st.budget_consumed or 0.0), at_ms=now_ms, title=title,
+        detail="; ".join(c.detail for c in st.conditions), subject="")
+    out = lifecycle.fire(book, finding, Verdict(cause, 1.0, (finding,)),  # type: ignore[arg-type]
+                         ctx, now_ms, POLICY, one_shot=False)
+    evidence = tuple(
+        Evidence(signal=SIGNAL[obj.kind], indicator=obj.kind, observed=e.observed,
+                 expected=e.expected, at_ms=e.at_ms, detail=e.detail)
+        for e in st.bad[-POLICY.evidence_max:])
+    return book.to_state(), [replace(a, run_id=None, evidence=evidence) for a in out]

@@ -1,0 +1,1 @@
+"""The SLO evaluator service (``runwatch slo``): see :mod:`runwatch.slo.service`."""

@@ -1,0 +1,251 @@
+"""The SLO evaluator: objectives from ``slos.yaml``, SLIs from ClickHouse, alerts to rw.alerts.
+
+Thin wiring: settings → the store adapter (:mod:`runwatch.adapters.clickhouse`)
+and the producer adapter (:class:`~runwatch.adapters.kafka.KafkaTransport`,
+records encoded by the :class:`~runwatch.adapters.publisher.Publisher`) →
+the pure logic of :mod:`runwatch.core.slo`.
+
+One evaluation round reads every objective's rows, computes its status and
+decides its alert on a copy of its alert book. A store that does not answer
+during the reads **pauses** the round: nothing is written, nothing published,
+no book changes, and the next round starts over from the store (SLIs are
+recomputed from stored rows, never accumulated, so nothing is counted twice
+and a missed round raises no alert). After the reads, the alerts are
+published, the books kept, and the round's SLI points and books written to
+``slo_points`` and ``slo_state``; writes that fail are kept and retried with
+the next round (both tables are replacing, keyed by objective and time).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runwatch.adapters import clickhouse as ch
+from runwatch.core.records import Alert, Source
+from runwatch.core.slo.evaluate import Status, decide, probable_cause, status
+from runwatch.core.slo.indicators import COMPUTE
+from runwatch.core.slo.spec import Objective, parse_slos
+from runwatch.resources import resource
+from runwatch.slo.queries import causes_sql, query_for, to_rows
+
+logger = logging.getLogger(__name__)
+
+POINT_COLUMNS = ("objective", "evaluated_at", "kind", "window_start", "good", "valid", "sli",
+                 "target", "budget_consumed", "state", "burn_rates", "conditions", "bad_keys",
+                 "bad_runs")
+STATE_COLUMNS = ("objective", "updated_at", "book")
+
+
+def slo_file() -> Path:
+    """Return the shipped example objectives (``infra/slo/slos.yaml``, packaged)."""
+    return resource("infra", "slo", "slos.yaml")
+
+
+class SloSettings(BaseSettings):
+    """Evaluator settings (env prefix ``RUNWATCH_SLO_``).
+
+    Attributes:
+        file: The objectives (default: the shipped example, ``infra/slo/slos.yaml``).
+        interval_s: Seconds between evaluation rounds of ``runwatch slo serve``.
+        alerts_topic: Where SLO alerts go.
+
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RUNWATCH_SLO_", extra="ignore")
+
+    file: Path = Field(default_factory=slo_file)
+    interval_s: float = 60.0
+    alerts_topic: str = "rw.alerts"
+
+
+def load_objectives(path: Path) -> list[Objective]:
+    """Read and validate an SLO file.
+
+    Raises:
+        SloConfigError: With the file, line and key of the problem.
+        OSError: The file cannot be read.
+
+    """
+    return parse_slos(path.read_text(encoding="utf-8"), str(path))
+
+
+class Store(Protocol):
+    """What the evaluator needs from the store."""
+
+    def query(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a query; raise ClickHouseUnavailable when the store does not answer."""
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert rows; raise ClickHouseUnavailable when the store does not answer."""
+
+
+class ClickHouseStore:
+    """The store adapter behind :class:`Store`."""
+
+    def __init__(self, client: Any) -> None:
+        """Wrap a clickhouse-connect client (``runwatch.adapters.clickhouse.make_client``)."""
+        self.client = client
+
+    def query(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a query."""
+        return ch.query_rows(self.client, sql, params)
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert rows."""
+        ch.insert_rows(self.client, table, columns, rows)
+
+
+@dataclass(slots=True)
+class Round:
+    """One evaluation round.
+
+    Attributes:
+        now_ms: Evaluation time.
+        statuses: Each objective's status (empty when paused).
+        alerts: Alert records published.
+        paused: The store did not answer; nothing was evaluated.
+        error: Why it paused.
+
+    """
+
+    now_ms: int
+    statuses: list[Status] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    paused: bool = False
+    error: str = ""
+
+
+class Evaluator:
+    """Evaluates objectives against the store and publishes their alerts."""
+
+    def __init__(self, objectives: Sequence[Objective], store: Store, db: str, *,
+                 source: Source, publish: Callable[[list[Alert]], None] | None = None) -> None:
+        """Create an evaluator.
+
+        Args:
+            objectives: What to evaluate.
+            store: The store.
+            db: Its database.
+            source: The Source stamped on alerts.
+            publish: Hands alerts to Kafka (None: evaluate without alerting).
+
+        """
+        self.objectives = list(objectives)
+        self.store = store
+        self.db = db
+        self.source = source
+        self.publish = publish
+        self.books: dict[str, dict[str, Any]] | None = None
+        self._pending_points: list[tuple[Any, ...]] = []
+        self._pending_state: dict[str, tuple[Any, ...]] = {}
+
+    def statuses(self, now_ms: int) -> list[Status]:
+        """Compute every objective's status (reads only).
+
+        Raises:
+            ClickHouseUnavailable: The store does not answer.
+            ClickHouseRejected: A query was refused (a broken database).
+
+        """
+        cache: dict[str, list[Any]] = {}
+        out = []
+        for obj in self.objectives:
+            sql, params = query_for(obj, self.db, now_ms)
+            key = sql + json.dumps(params, sort_keys=True)
+            if key not in cache:
+                cache[key] = to_rows(obj.kind, self.store.query(sql, params))
+            _row_type, compute = COMPUTE[obj.kind]
+            events = compute(obj.params, cache[key], obj.window.start(now_ms), now_ms)
+            out.append(status(obj, events, now_ms))
+        return out
+
+    def _load_books(self) -> dict[str, dict[str, Any]]:
+        rows = self.store.query(
+            f"SELECT objective, argMax(book, updated_at) FROM {self.db}.slo_state "  # noqa: S608
+            "GROUP BY objective", {})
+        return {str(name): json.loads(book) for name, book in rows}
+
+    def _causes(self, st: Status) -> list[str]:
+        runs = sorted({r for e in st.bad for r in e.run_ids})
+        if not runs or not st.conditions:
+            return []
+        return [str(c) for (c,) in self.store.query(causes_sql(self.db), {"runs": runs})]
+
+    def evaluate(self, now_ms: int) -> Round:
+        """Run one round: read, decide, publish, store.
+
+        Args:
+            now_ms: Evaluation time (UTC epoch ms).
+
+        Returns:
+            What happened; ``paused`` when the store did not answer the reads.
+
+        """
+        try:
+            books = self.books if self.books is not None else self._load_books()
+            statuses = self.statuses(now_ms)
+            causes = {st.name: self._causes(st) for st in statuses}
+        except ch.ClickHouseUnavailable as exc:
+            logger.warning("store unavailable, evaluation paused: %s", exc)
+            return Round(now_ms, paused=True, error=str(exc))
+        self.books = books
+        alerts: list[Alert] = []
+        for obj, st in zip(self.objectives, statuses, strict=True):
+            cause = probable_cause(obj.kind, causes[obj.name])
+            book, out = decide(obj, st, books.get(obj.name), cause, self.source, now_ms)
+            if out or book != books.get(obj.name):
+                self._pending_state[obj.name] = (obj.name, now_ms, json.dumps(book))
+            books[obj.name] = book
+            alerts.extend(out)
+            self._pending_points.append(_point(st))
+        if alerts and self.publish is not None:
+            self.publish(alerts)
+        self._flush_writes()
+        return Round(now_ms, statuses, alerts)
+
+    def _flush_writes(self) -> None:
+        try:
+            if self._pending_points:
+                self.store.insert(f"{self.db}.slo_points", POINT_COLUMNS, self._pending_points)
+                self._pending_points = []
+            if self._pending_state:
+                self.store.insert(f"{self.db}.slo_state", STATE_COLUMNS,
+                                  list(self._pending_state.values()))
+                self._pending_state = {}
+        except ch.ClickHouseUnavailable as exc:
+            logger.warning("store unavailable, SLI points kept for the next round: %s", exc)
+
+    def serve(self, interval_s: float, stop: threading.Event,
+              clock: Callable[[], int] | None = None) -> None:
+        """Evaluate every ``interval_s`` until ``stop`` is set.
+
+        Args:
+            interval_s: Seconds between rounds.
+            stop: Set to stop.
+            clock: Epoch milliseconds (default: the wall clock).
+
+        """
+        now = clock or (lambda: int(time.time() * 1000))
+        while not stop.is_set():
+            r = self.evaluate(now())
+            if not r.paused:
+                logger.info("evaluated %d objectives, %d alerts", len(r.statuses), len(r.alerts))
+            stop.wait(interval_s)
+
+
+def _point(st: Status) -> tuple[Any, ...]:
+    return (st.name, st.now_ms, st.kind, st.window_start_ms, st.good, st.valid, st.sli,
+            st.target, st.budget_consumed, st.state,
+            {k: v for k, v in st.burn_rates.items() if v is not None and v != float("inf")},
+            [c.name for c in st.conditions], [e.key for e in st.bad],
+            sorted({r for e in st.bad for r in e.run_ids}))

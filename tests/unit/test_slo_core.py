@@ -1,0 +1,429 @@
+"""SLO core: the file, cutoffs and windows, burn-rate maths, every indicator kind, alerts.
+
+Indicator kinds are tested on hand-made event tables (the rows the
+evaluator's queries return), with window edges, time zones, empty windows
+and late events. Burn-rate maths is checked against the worked examples of
+the Google SRE workbook, chapter "Alerting on SLOs".
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runwatch.core.records import Source
+from runwatch.core.slo import burn
+from runwatch.core.slo import indicators as ind
+from runwatch.core.slo.evaluate import decide, probable_cause, status
+from runwatch.core.slo.spec import KINDS, REQUIRED, SloConfigError, parse_slos
+from runwatch.core.slo.timewin import Window, cutoffs, next_cutoff, parse_cron, zone
+
+ROOT = Path(__file__).resolve().parents[2]
+H = 3_600_000
+M = 60_000
+D = 24 * H
+
+
+def ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def doc(indicator: str, target: str = "0.9", extra: str = "", window: str = "30d") -> str:
+    return f"""apiVersion: openslo/v1
+kind: SLO
+metadata:
+  name: x
+spec:
+  indicator:
+    spec: {indicator}
+  timeWindow: [{{duration: {window}, isRolling: true}}]
+  objectives: [{{target: {target}}}]
+{extra}"""
+
+
+def one(indicator: str, **kw: Any) -> Any:
+    return parse_slos(doc(indicator, **kw), "slos.yaml")[0]
+
+
+# ------------------------------------------------------------------ the file
+
+
+def test_the_shipped_example_covers_every_kind() -> None:
+    path = ROOT / "infra" / "slo" / "slos.yaml"
+    objs = parse_slos(path.read_text(), str(path))
+    assert {o.kind for o in objs} == set(KINDS)
+    window = next(o for o in objs if o.kind == "training_window")
+    assert window.params["family"] == "llm-pretrain" and window.params["max_duration_ms"] == H
+    assert window.owner == "foundation" and window.window.duration_ms == 30 * D
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (doc("{kind: training_window, family: f, maxDuration: 2h, colour: red}"),
+         "slos.yaml:7: spec.indicator.spec.colour: unknown key for kind training_window"),
+        (doc("{kind: training_window, maxDuration: 2h}"),
+         "slos.yaml:7: spec.indicator.spec: kind training_window needs 'family'"),
+        (doc("{kind: training_window, family: f}"),
+         "needs 'maxDuration' or 'deadline'"),
+        (doc("{kind: data_availability, dataset: d, cutoff: '0 25 * * *'}"),
+         "slos.yaml:7: spec.indicator.spec.cutoff: '25' is outside 0-23 in the hour field"),
+        (doc("{kind: data_availability, dataset: d, cutoff: '0 6 * * *', timeZone: Mars/Base}"),
+         "spec.indicator.spec.timeZone: unknown time zone 'Mars/Base'"),
+        (doc("{kind: training_window, family: f, maxDuration: soon}"),
+         "spec.indicator.spec.maxDuration: bad duration 'soon'"),
+        (doc("{kind: teleport}"), "spec.indicator.spec.kind: unknown indicator kind 'teleport'"),
+        (doc("{kind: fairness, team: t, quota: 1.5}"),
+         "spec.indicator.spec.quota: must be between 0 and 1"),
+        (doc("{kind: resumability, maxLoss: 30m}", target="99.9"),
+         "slos.yaml:9: spec.objectives[0].target: 99.9: a target is a ratio in (0, 1]"),
+        (doc("{kind: resumability, maxLoss: 30m}", window="forever"),
+         "slos.yaml:8: spec.timeWindow[0].duration: bad duration 'forever'"),
+        (doc("{kind: resumability, maxLoss: 30m}", extra="  alertPolicy: {minEvents: 0}\n"),
+         "slos.yaml:10: spec.alertPolicy.minEvents: must be a positive integer"),
+        (doc("{kind: resumability, maxLoss: 30m}").replace("openslo/v1", "openslo/v2"),
+         "slos.yaml:1: apiVersion: 'openslo/v2': only 'openslo/v1' is read"),
+        (doc("{kind: resumability, maxLoss: 30m}") + "---\n"
+         + doc("{kind: resumability, maxLoss: 30m}"),
+         "metadata.name: 'x' is already defined at slos.yaml:1"),
+        ("apiVersion: [", "slos.yaml: invalid YAML"),
+    ],
+)
+def test_invalid_files_name_file_line_and_key(text: str, expected: str) -> None:
+    with pytest.raises(SloConfigError) as err:
+        parse_slos(text, "slos.yaml")
+    assert expected in str(err.value)
+
+
+def test_alert_policy_tiers_and_calendar_window() -> None:
+    text = doc("{kind: resumability, maxLoss: 30m}", extra=(
+        "  alertPolicy:\n    burnRates: [{budget: 0.1, longWindow: 6h, severity: warning}]\n"))
+    text = text.replace("[{duration: 30d, isRolling: true}]",
+                        "[{duration: 1M, isRolling: false, calendar: {timeZone: Asia/Tokyo}}]")
+    obj = parse_slos(text, "s.yaml")[0]
+    assert obj.alerting.tiers == (burn.BurnTier(0.1, 6 * H, 30 * M, "warning"),)
+    assert obj.window.calendar == "month" and obj.window.tz == "Asia/Tokyo"
+    # 2026-12-01T00:00 in Tokyo is 2026-11-30T15:00Z: the window starts there
+    now = ms("2026-12-10T00:00:00")
+    assert obj.window.start(now) + 1 == ms("2026-11-30T15:00:00")
+    assert obj.window.length_ms(now) == 31 * D
+
+
+# ------------------------------------------------------------------ time
+
+
+def test_cutoffs_follow_the_time_zone_across_daylight_saving() -> None:
+    berlin = zone("Europe/Berlin")
+    six = parse_cron("0 6 * * *")
+    got = cutoffs(six, berlin, ms("2026-03-27T00:00:00"), ms("2026-03-31T00:00:00"))
+    # 06:00 CET is 05:00Z until 29 March, 06:00 CEST 04:00Z from then on
+    assert got == [ms("2026-03-27T05:00:00"), ms("2026-03-28T05:00:00"),
+                   ms("2026-03-29T04:00:00"), ms("2026-03-30T04:00:00")]
+
+
+def test_skipped_and_repeated_local_times() -> None:
+    berlin = zone("Europe/Berlin")
+    half_two = parse_cron("30 2 * * *")
+    # 02:30 does not exist on 29 March (02:00 -> 03:00): it falls after the gap, once
+    spring = cutoffs(half_two, berlin, ms("2026-03-29T00:00:00"), ms("2026-03-29T12:00:00"))
+    assert spring == [ms("2026-03-29T01:30:00")]
+    # 02:30 happens twice on 25 October: it counts once, at its first occurrence (CEST)
+    autumn = cutoffs(half_two, berlin, ms("2026-10-25T00:00:00"), ms("2026-10-25T12:00:00"))
+    assert autumn == [ms("2026-10-25T00:30:00")]
+
+
+def test_window_edges_are_exclusive_inclusive_and_cron_day_rules() -> None:
+    utc = zone("UTC")
+    hourly = parse_cron("0 * * * *")
+    assert cutoffs(hourly, utc, ms("2026-12-01T01:00:00"), ms("2026-12-01T03:00:00")) == [
+        ms("2026-12-01T02:00:00"), ms("2026-12-01T03:00:00")]
+    # day of month and day of week both restricted: either matches (cron)
+    friday_13 = parse_cron("0 0 13 * 5")
+    days = [datetime.fromtimestamp(t / 1000, UTC).day for t in
+            cutoffs(friday_13, utc, ms("2026-11-01T00:00:00"), ms("2026-11-30T00:00:00"))]
+    assert days == [6, 13, 20, 27]  # Fridays of November 2026, and the 13th (itself a Friday)
+    weekdays = parse_cron("0 6 * * 1-5")
+    assert next_cutoff(weekdays, utc, ms("2026-12-04T07:00:00")) == ms("2026-12-07T06:00:00")
+    for bad in ("0 6 * *", "*/0 * * * *", "x * * * *", "5-1 * * * *"):
+        with pytest.raises(ValueError, match="cron expression|field"):
+            parse_cron(bad)
+
+
+# ------------------------------------------------------------------ burn-rate maths
+
+
+def test_burn_thresholds_of_the_sre_workbook() -> None:
+    # SRE workbook, table 5-8 (99.9 % over 30 days): 2 % of the budget in 1 h = 14.4,
+    # 5 % in 6 h = 6, 10 % in 3 days = 1
+    month = 30 * D
+    assert burn.burn_threshold(0.02, month, H) == pytest.approx(14.4)
+    assert burn.burn_threshold(0.05, month, 6 * H) == pytest.approx(6.0)
+    assert burn.burn_threshold(0.10, month, 72 * H) == pytest.approx(1.0)
+    assert [t.rate(month) for t in burn.default_tiers()] == pytest.approx([14.4, 6.0, 1.0])
+    assert [t.short_ms for t in burn.default_tiers()] == [5 * M, 30 * M, 6 * H]
+    # 99.9 %: an error ratio of 1.44 % burns at 14.4; of 0.1 % at exactly 1 (budget lasts
+    # the window)
+    assert burn.burn_rate(144, 10_000, 0.999) == pytest.approx(14.4)
+    assert burn.burn_rate(1, 1000, 0.999) == pytest.approx(1.0)
+    assert burn.burn_rate(0, 0, 0.999) is None
+    assert burn.burn_rate(1, 10, 1.0) == float("inf")
+
+
+def test_budget_exhausted_and_next_bad_event() -> None:
+    assert burn.budget_consumed(3, 20, 0.9) == pytest.approx(1.5)
+    assert burn.budget_consumed(0, 0, 0.9) is None
+    assert burn.exhausted(3, 20, 0.9) and not burn.exhausted(2, 20, 0.9)
+    # 2 bad of 20 at 90 %: exactly the budget; one more (3 of 21) exhausts it
+    assert burn.next_bad_exhausts(2, 20, 0.9)
+    assert not burn.next_bad_exhausts(0, 20, 0.9)
+    assert not burn.next_bad_exhausts(3, 20, 0.9)  # already exhausted
+
+
+def _traffic(now: int, per_hour: int, hours: int, bad_share_last_h: float,
+             bad_in_short: bool = True) -> list[tuple[int, bool]]:
+    out = []
+    step = H // per_hour
+    for i in range(per_hour * hours):
+        at = now - i * step
+        recent = now - at < H
+        short = now - at < 5 * M
+        bad = recent and (i % int(1 / bad_share_last_h) == 0) and (bad_in_short or not short)
+        out.append((at, not bad))
+    return out
+
+
+def test_multiwindow_tiers_fire_only_while_the_short_window_burns() -> None:
+    now = ms("2026-12-01T12:00:00")
+    tiers = burn.default_tiers()
+    # 1000 events an hour, 2 % of them bad in the last hour: 20x over a 99.9 % budget
+    burning = burn.burn_conditions(_traffic(now, 1000, 80, 0.02), now, 30 * D, 0.999, tiers, 10)
+    assert [c.severity for c in burning] == ["critical"]
+    assert "threshold 14.4" in burning[0].detail
+    # the same hour, but the last 5 minutes clean: the problem ended, the page resets
+    ended = burn.burn_conditions(_traffic(now, 1000, 80, 0.02, bad_in_short=False), now,
+                                 30 * D, 0.999, tiers, 10)
+    assert ended == []
+
+
+def test_low_event_rates_need_min_events_for_a_burn_rate() -> None:
+    now = ms("2026-12-01T12:00:00")
+    events = [(now - 10 * M, False), (now - 2 * D, True)]  # two runs, the last one bad
+    tiers = burn.default_tiers()
+    assert burn.burn_conditions(events, now, 30 * D, 0.95, tiers, min_events=10) == []
+    fired = burn.burn_conditions(events, now, 30 * D, 0.95, tiers, min_events=1)
+    assert fired and fired[0].name == "burn_rate"
+
+
+# ------------------------------------------------------------------ indicator kinds
+
+NOW = ms("2026-12-01T12:00:00")
+START = NOW - 30 * D
+
+
+def _params(kind: str, **given: Any) -> dict[str, Any]:
+    out = {}
+    for _key, (name, _parse, default) in KINDS[kind].items():
+        out[name] = None if default is REQUIRED else default
+    out.update(given)
+    return out
+
+
+def test_training_window_runs() -> None:
+    p = _params("training_window", family="f", max_duration_ms=2 * H, deadline=None)
+    t0 = NOW - 10 * H
+    rows = [
+        ind.RunRow("ok", t0, t0 + 2 * H, "succeeded"),                 # exactly the limit: good
+        ind.RunRow("late", t0, t0 + 2 * H + 1, "succeeded"),           # a millisecond over
+        ind.RunRow("failed", t0, t0 + H, "failed"),
+        ind.RunRow("going", NOW - H, None, "running"),                 # within its 2 h: no event
+        ind.RunRow("stuck", NOW - 3 * H, None, "running"),             # overrunning now
+        ind.RunRow("old", START - 3 * H, START - H, "succeeded"),      # ended before the window
+        ind.RunRow("edge", START - 2 * H, START, "succeeded"),         # at the exclusive start
+    ]
+    events = {e.key: e for e in ind.training_window(p, rows, START, NOW)}
+    assert set(events) == {"ok", "late", "failed", "stuck"}
+    assert [k for k, e in events.items() if e.good] == ["ok"]
+    assert events["stuck"].at_ms == NOW - H  # the instant it overran
+    assert "still running" in events["stuck"].detail
+    assert ind.training_window(p, [], START, NOW) == []
+
+
+def test_training_window_deadline_in_a_time_zone() -> None:
+    # nightly retrain done by 06:00 Berlin (05:00Z in December)
+    p = _params("training_window", family="f", max_duration_ms=None,
+                deadline=parse_cron("0 6 * * *"), tz="Europe/Berlin")
+    start = ms("2026-12-01T01:00:00")
+    rows = [ind.RunRow("on-time", start, ms("2026-12-01T04:59:00"), "succeeded"),
+            ind.RunRow("after", start, ms("2026-12-01T05:01:00"), "succeeded")]
+    got = {e.key: e.good for e in ind.training_window(p, rows, START, NOW)}
+    assert got == {"on-time": True, "after": False}
+
+
+def test_data_availability_cutoffs_late_and_failing_reports() -> None:
+    p = _params("data_availability", dataset="s3://lake/ads/*", cutoff=parse_cron("0 6 * * *"),
+                tz="Europe/Berlin", version_pattern="v*")
+    now = ms("2026-12-04T12:00:00")
+    start = ms("2026-12-01T12:00:00")  # cutoffs in the window: 2, 3 and 4 Dec, 05:00Z
+
+    def rep(at: str, version: str = "v1", failures: int = 0, uri: str = "s3://lake/ads/a"):
+        return ind.DataReportRow(ms(at), version, 100, failures, 0, "", uri)
+
+    rows = [
+        rep("2026-12-02T04:00:00"),                      # before the 2 Dec cutoff: good
+        rep("2026-12-03T05:00:01"),                      # a second after the 3 Dec cutoff: late
+        rep("2026-12-03T04:00:00", failures=3),          # on time but failing
+        rep("2026-12-03T04:30:00", uri="s3://lake/perception/x"),  # another dataset
+        rep("2026-12-04T01:00:00", version="draft"),     # on time, unapproved version
+    ]
+    events = ind.data_availability(p, rows, start, now)
+    assert [(e.key.split("@")[1], e.good) for e in events] == [
+        ("2026-12-02T05:00:00Z", True), ("2026-12-03T05:00:00Z", False),
+        ("2026-12-04T05:00:00Z", True)]  # the late 3 Dec report counts for 4 Dec
+    # a report stored late, timed before the 3 Dec cutoff: the next evaluation counts it
+    events = ind.data_availability(p, [*rows, rep("2026-12-03T03:00:00")], start, now)
+    assert all(e.good for e in events)
+    assert ind.data_availability(p, [], start, now) == []  # no report at all: no data
+
+
+def test_evaluation_retained_with_grace() -> None:
+    p = _params("evaluation_retained", family="f")
+    rows = [
+        ind.RetainedRow("kept", NOW - 5 * H, "succeeded", 3, 1),
+        ind.RetainedRow("no-gate", NOW - 5 * H, "succeeded", 3, 0),
+        ind.RetainedRow("nothing", NOW - 5 * H, "succeeded", 0, 0),
+        ind.RetainedRow("fresh", NOW - 30 * M, "succeeded", 0, 0),  # inside its 1 h grace
+        ind.RetainedRow("failed", NOW - 5 * H, "failed", 0, 0),     # only successes count
+    ]
+    got = {e.key: (e.good, e.detail) for e in ind.evaluation_retained(p, rows, START, NOW)}
+    assert set(got) == {"kept", "no-gate", "nothing"}
+    assert got["kept"][0] and not got["no-gate"][0]
+    assert got["nothing"][1] == "run nothing: no validation results and no gate decision stored"
+
+
+def test_registry_control_needs_a_gate_before_registration() -> None:
+    p = _params("registry_control")
+    at = NOW - H
+    rows = [
+        ind.RegistryRow("e1", "gated", at, "s3://m/1", "registered", at - M),
+        ind.RegistryRow("e2", "ungated", at, "s3://m/2", "registered", None),
+        ind.RegistryRow("e3", "gated-after", at, "s3://m/3", "registered", at + M),
+        ind.RegistryRow("e4", "staged", at, "s3://m/4", "staged", None),  # not watched
+    ]
+    got = {e.run_ids[0]: e.good for e in ind.registry_control(p, rows, START, NOW)}
+    assert got == {"gated": True, "ungated": False, "gated-after": False}
+
+
+def test_resumability_lost_work() -> None:
+    p = _params("resumability", max_loss_ms=30 * M)
+    pre = NOW - H
+    rows = [
+        ind.PreemptionRow("close", pre, (pre - 10 * M, pre - 40 * M), (pre - 2 * H,)),
+        ind.PreemptionRow("far", pre, (pre - 45 * M,), (pre - 2 * H,)),
+        ind.PreemptionRow("no-ckpt", pre, (), (pre - 20 * M,)),      # since its start: 20 min
+        ind.PreemptionRow("later-ckpt", pre, (pre + M,), (pre - 50 * M,)),  # after: not counted
+    ]
+    got = {e.run_ids[0]: (e.good, e.observed) for e in ind.resumability(p, rows, START, NOW)}
+    assert got == {"close": (True, 10.0), "far": (False, 45.0), "no-ckpt": (True, 20.0),
+                   "later-ckpt": (False, 50.0)}
+
+
+def test_reproducibility_groups() -> None:
+    p = _params("reproducibility", family="f", metric="accuracy", tolerance=0.02)
+    at = NOW - H
+    rows = [ind.ReproRow("a1", "g1", at, 0.80), ind.ReproRow("a2", "g1", at, 0.81),
+            ind.ReproRow("a3", "g1", at, 0.70), ind.ReproRow("solo", "g2", at, 0.1),
+            ind.ReproRow("old", "g3", START - D, 0.5), ind.ReproRow("old2", "g3", at, 0.9)]
+    got = {e.key: e.good for e in ind.reproducibility(p, rows, START, NOW)}
+    # median of g1 is 0.80; a lone run (g2) and a group with one run in the window are no events
+    assert got == {"a1": True, "a2": True, "a3": False}
+    rel = _params("reproducibility", family="f", metric="loss", tolerance=0.1, relative=True)
+    rows = [ind.ReproRow("b1", "g", at, 10.0), ind.ReproRow("b2", "g", at, 10.5),
+            ind.ReproRow("b3", "g", at, 12.0)]
+    assert {e.key: e.good for e in ind.reproducibility(rel, rows, START, NOW)} == {
+        "b1": True, "b2": True, "b3": False}
+
+
+def test_fairness_shares_per_bucket() -> None:
+    p = _params("fairness", team="a", quota=0.6)
+    day = ms("2026-11-30T00:00:00")
+    rows = [
+        ind.UsageRow("a1", "a", day, day + 12 * H, 8),         # 96 GPU-h of team a on the 30th
+        ind.UsageRow("b1", "b", day, day + 12 * H, 4),         # 48 of team b: a has 2/3
+        ind.UsageRow("b2", "b", day + D, day + D + 12 * H, 8),  # 1 Dec: only b (bucket unfinished)
+        ind.UsageRow("a2", "a", day - D, day - 12 * H, 1),     # 29 Nov: a alone, 100 %
+        ind.UsageRow("c1", "c", day - D, day - 12 * H, 1),
+    ]
+    now = ms("2026-12-01T13:00:00")
+    got = {e.key: (e.good, round(e.observed or 0, 3)) for e in
+           ind.fairness(p, rows, now - 30 * D, now)}
+    assert got == {"a@2026-11-29T00:00:00Z": (True, 0.5), "a@2026-11-30T00:00:00Z": (False, 0.667)}
+
+
+# ------------------------------------------------------------------ status and alerts
+
+SRC = Source(kind="slo", host="h", runwatch_version="0")
+
+
+def _window_objective(target: float = 0.9) -> Any:
+    return one("{kind: training_window, family: f, maxDuration: 2h}", target=str(target))
+
+
+def _twenty(bad: int) -> list[ind.SliEvent]:
+    return [ind.SliEvent(f"r{i}", NOW - (i + 1) * H, i >= bad, (f"r{i}",), detail=f"run r{i}")
+            for i in range(20)]
+
+
+def test_status_counts_budget_and_no_data() -> None:
+    obj = _window_objective()
+    st = status(obj, _twenty(3), NOW)
+    assert (st.good, st.valid, st.sli) == (17, 20, 0.85)
+    assert st.budget_consumed == pytest.approx(1.5) and st.budget_left == pytest.approx(-0.5)
+    assert st.state == "exhausted" and [e.key for e in st.bad] == ["r2", "r1", "r0"]
+    doubled = status(obj, _twenty(3) + _twenty(3)[:3], NOW)  # rows stored twice count once
+    assert (doubled.good, doubled.valid) == (17, 20)
+    empty = status(obj, [], NOW)
+    assert empty.sli is None and empty.state == "no_data" and empty.budget_left is None
+    assert empty.to_json()["sli"] is None
+
+
+def test_one_alert_per_objective_fired_kept_and_resolved() -> None:
+    obj = _window_objective()
+    st = status(obj, _twenty(3), NOW)
+    book, alerts = decide(obj, st, None, "execution", SRC, NOW)
+    assert len(alerts) == 1
+    a = alerts[0]
+    assert a.detector == "slo:x" and a.run_id is None and a.status == "firing"
+    assert a.severity == "critical" and a.probable_cause == "execution"
+    assert [e.detail for e in a.evidence] == ["run r2", "run r1", "run r0"]
+    assert a.labels["bad_runs"] == "r0,r1,r2" and a.labels["slo_condition"] == "budget_exhausted"
+    assert "SLI 17/20 = 85.0%" in a.title
+    # the next round, still bad: nothing new; no data: nothing, still firing
+    book, again = decide(obj, status(obj, _twenty(3), NOW + M), book, "execution", SRC, NOW + M)
+    assert again == []
+    book, quiet = decide(obj, status(obj, [], NOW + 2 * M), book, "execution", SRC, NOW + 2 * M)
+    assert quiet == []
+    # healthy: resolved, same alert id
+    book, resolved = decide(obj, status(obj, _twenty(0), NOW + 3 * M), book, "execution", SRC,
+                            NOW + 3 * M)
+    assert [r.status for r in resolved] == ["resolved"]
+    assert resolved[0].alert_id == a.alert_id and resolved[0].dedup_key == a.dedup_key
+
+
+def test_next_bad_event_warns() -> None:
+    obj = _window_objective()
+    _book, alerts = decide(obj, status(obj, _twenty(2), NOW), None, "execution", SRC, NOW)
+    assert [(a.severity, a.labels["slo_condition"]) for a in alerts] == [
+        ("warning", "next_bad_exhausts")]
+
+
+def test_probable_cause_from_the_bad_events_alerts() -> None:
+    assert probable_cause("training_window", ["data", "data", "execution", "unknown"]) == "data"
+    assert probable_cause("training_window", []) == "execution"
+    assert probable_cause("registry_control", ["unknown"]) == "artifact"
+
+
+def test_window_rolling_start() -> None:
+    assert Window(30 * D).start(NOW) == NOW - 30 * D

@@ -1,0 +1,140 @@
+"""The SLO evaluator's rounds with a store double: outage pause and resume, retried writes.
+
+The store outage is tested here, with a double that answers like the store
+(rows of the evaluator's own queries) and can be made to fail as
+``ClickHouseUnavailable``; the live test (tests/integration/test_slo_live.py)
+runs the same evaluator against the real store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from runwatch.adapters.clickhouse import ClickHouseUnavailable
+from runwatch.core.records import Alert, Source
+from runwatch.core.slo.spec import parse_slos
+from runwatch.slo.service import Evaluator
+
+H = 3_600_000
+NOW = 1_796_000_000_000
+SLO = """apiVersion: openslo/v1
+kind: SLO
+metadata: {name: window}
+spec:
+  owner: foundation
+  indicator: {spec: {kind: training_window, family: f, maxDuration: 2h}}
+  timeWindow: [{duration: 30d, isRolling: true}]
+  objectives: [{target: 0.9}]
+"""
+SRC = Source(kind="slo", host="h", runwatch_version="0")
+
+
+class StoreDouble:
+    """Answers the evaluator's queries from a table of runs; ``down`` makes it fail."""
+
+    def __init__(self, runs: list[tuple[str, int, int | None, str]]) -> None:
+        self.runs = runs
+        self.down = False
+        self.fail_inserts = 0
+        self.inserted: dict[str, list[tuple[Any, ...]]] = {}
+
+    def query(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        if self.down:
+            msg = "statement failed: [Errno 111] Connection refused"
+            raise ClickHouseUnavailable(msg)
+        if "slo_state" in sql:
+            latest: dict[str, tuple[int, str]] = {}
+            for name, at, book in self.inserted.get("db.slo_state", []):
+                if name not in latest or at >= latest[name][0]:
+                    latest[name] = (at, book)
+            return [(n, b) for n, (_at, b) in latest.items()]
+        if "FROM db.alerts" in sql:
+            return [("data",)] if "r0" in params["runs"] else []
+        assert "db.job_events" in sql and params["family"] == "f"
+        return [(r, s, e, st) for r, s, e, st in self.runs if e is None or e <= params["now"]]
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        if self.down or self.fail_inserts:
+            self.fail_inserts = max(0, self.fail_inserts - 1)
+            msg = "insert failed: timed out"
+            raise ClickHouseUnavailable(msg)
+        self.inserted.setdefault(table, []).extend(tuple(r) for r in rows)
+
+
+def _runs(bad: int) -> list[tuple[str, int, int | None, str]]:
+    out = []
+    for i in range(20):
+        start = NOW - 40 * H + i * H
+        took = 3 * H if i < bad else H
+        out.append((f"r{i}", start, start + took, "succeeded"))
+    return out
+
+
+def _evaluator(store: StoreDouble, sent: list[Alert]) -> Evaluator:
+    return Evaluator(parse_slos(SLO, "slos.yaml"), store, "db", source=SRC, publish=sent.extend)
+
+
+def test_outage_pauses_and_resumes_without_double_counting_or_false_alert() -> None:
+    store = StoreDouble(_runs(3))
+    sent: list[Alert] = []
+    ev = _evaluator(store, sent)
+    first = ev.evaluate(NOW)
+    assert not first.paused and [(s.good, s.valid) for s in first.statuses] == [(17, 20)]
+    assert len(sent) == 1 and sent[0].probable_cause == "data"  # r0's own alert names data
+    assert {e.detail.split(":")[0] for e in sent[0].evidence} == {"run r0", "run r1", "run r2"}
+
+    store.down = True
+    paused = ev.evaluate(NOW + 60_000)
+    assert paused.paused and "Connection refused" in paused.error
+    assert paused.statuses == [] and len(sent) == 1
+
+    store.down = False
+    back = ev.evaluate(NOW + 120_000)
+    assert [(s.good, s.valid) for s in back.statuses] == [(17, 20)]  # recomputed, not added
+    assert len(sent) == 1  # the alert is still firing: not sent again
+    points = store.inserted["db.slo_points"]
+    assert [(p[1], p[4], p[5]) for p in points] == [(NOW, 17, 20), (NOW + 120_000, 17, 20)]
+
+
+def test_a_restarted_evaluator_resumes_from_the_stored_book() -> None:
+    store = StoreDouble(_runs(3))
+    sent: list[Alert] = []
+    _evaluator(store, sent).evaluate(NOW)
+    assert len(sent) == 1
+    book = json.loads(store.inserted["db.slo_state"][-1][2])
+    assert book["fired"] == 1
+    again: list[Alert] = []
+    _evaluator(store, again).evaluate(NOW + 60_000)  # a new process: no second page
+    assert again == []
+
+
+def test_a_store_that_is_down_at_start_raises_no_alert() -> None:
+    store = StoreDouble(_runs(3))
+    store.down = True
+    sent: list[Alert] = []
+    ev = _evaluator(store, sent)
+    assert ev.evaluate(NOW).paused and sent == [] and ev.books is None
+    store.down = False
+    assert len(ev.evaluate(NOW + 60_000).alerts) == 1
+
+
+def test_failed_writes_are_kept_for_the_next_round() -> None:
+    store = StoreDouble(_runs(0))
+    sent: list[Alert] = []
+    ev = _evaluator(store, sent)
+    store.fail_inserts = 1
+    ev.evaluate(NOW)
+    assert "db.slo_points" not in store.inserted
+    ev.evaluate(NOW + 60_000)
+    assert [p[1] for p in store.inserted["db.slo_points"]] == [NOW, NOW + 60_000]
+    assert sent == []  # 20/20: no condition, no alert
+
+
+def test_no_data_reports_no_data_and_no_alert() -> None:
+    store = StoreDouble([])
+    sent: list[Alert] = []
+    r = _evaluator(store, sent).evaluate(NOW)
+    assert [(s.state, s.sli) for s in r.statuses] == [("no_data", None)] and sent == []
+    assert store.inserted["db.slo_points"][0][6] is None
