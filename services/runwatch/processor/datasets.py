@@ -7,6 +7,12 @@ agent sends one ``{"v":1,"run","uri","ref"}`` record per manifest dataset to
 index (``dataset-index``, keyed by uri: JSON ``{ref: [run ids]}``) and the
 reports kept per reference (``dataset-reports``: JSON ``{"first", "recent"}``,
 base64 Avro) are local tables of one worker: no cross-worker race.
+
+Stage events (``StageEvent``, keyed by their output dataset on ``rw.data``)
+take the same path: kept per output reference under ``stage|<ref>`` in
+``dataset-reports`` and forwarded to the runs reading that dataset version
+(and to the run the stage names, without subscribing it: a run that writes a
+dataset does not read it), so a run knows its upstream stages.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from runwatch.core.records import DataQualityReport
+from runwatch.core.records import DataQualityReport, StageEvent
 from runwatch.core.stream import rekey
 from runwatch.processor.outbox import DATA_BY_RUN, MANIFEST_BY_DATASET, Outbox
 
 RECENT_MAX = 16  # latest reports kept per dataset reference (besides the first one)
+STAGE = "stage|"  # dataset-reports key prefix of the stage events of an output reference
 Table = Any  # a faust table of bytes → bytes, or a dict in memory
 TableFactory = Callable[..., Table]
 
@@ -72,8 +79,21 @@ class DatasetRekeyer:
         index = self._index(uri)
         if rekey.add_run(index, ref, run_id):
             self.dataset_index[uri.encode()] = json.dumps(index).encode()
-        for report in self.recent_reports(ref):
+        for report in self.recent_reports(STAGE + ref) + self.recent_reports(ref):
             await self.out.send(DATA_BY_RUN, run_id.encode(), report)
+
+    async def _stage(self, event: Any, rec: StageEvent) -> None:
+        """Remember a stage event per output dataset; forward it to the runs reading that."""
+        value = bytes(event.value)
+        b64 = base64.b64encode(value).decode()
+        self.remember(STAGE + rekey.report_ref(rec), b64)
+        if rec.dataset_version:  # for runs that declare the dataset unversioned (any version)
+            self.remember(STAGE + rec.dataset_uri, b64)
+        runs = rekey.runs_for_report(self._index(rec.dataset_uri), rec)
+        if rec.run_id and rec.run_id not in runs:
+            runs.append(rec.run_id)  # the run the stage ran in: it knows the stage too
+        for run_id in runs:
+            await self.out.send(DATA_BY_RUN, run_id.encode(), value)
 
     async def _report(self, event: Any) -> None:
         """Remember a data report per dataset and forward it to the runs consuming it.
@@ -84,6 +104,9 @@ class DatasetRekeyer:
         """
         out = self.out
         rec = out.decode(event.message.topic, event.value)
+        if isinstance(rec, StageEvent):
+            await self._stage(event, rec)
+            return
         if isinstance(rec, str) or not isinstance(rec, DataQualityReport):
             reason = rec if isinstance(rec, str) else "not a DataQualityReport"
             await out.dead(event.message, reason, event.value, event.key)

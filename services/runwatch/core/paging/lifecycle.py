@@ -141,9 +141,10 @@ def _evidence(findings: tuple[Finding, ...], limit: int) -> tuple[Evidence, ...]
     )
 
 
-def _identity(ctx: AlertContext) -> dict[str, Any]:
+def _identity(ctx: AlertContext, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """The alert's identity: the run's context, its labels and the finding's own labels."""
     return {"team": ctx.team, "family": ctx.experiment_family, "node": ctx.node,
-            "labels": dict(ctx.labels)}
+            "labels": {**ctx.labels, **(extra or {})}}
 
 
 def _build(book: AlertBook, key: str, entry: dict[str, Any], status: str,
@@ -214,7 +215,8 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
         "indicator": finding.indicator, "observed": finding.observed,
         "expected": finding.expected, "score": finding.score, "cause": verdict.cause,
         "title": finding.title, "first_seen_ms": finding.at_ms, "last_seen_ms": finding.at_ms,
-        "clear_streak": 0, "one_shot": one_shot, "sent_ms": now_ms, "ident": _identity(ctx),
+        "clear_streak": 0, "one_shot": one_shot, "sent_ms": now_ms,
+        "ident": _identity(ctx, finding.labels),
         "owner": _owner(policy, verdict.cause, ctx, finding),
     }
     book.entries[key] = entry

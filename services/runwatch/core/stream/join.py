@@ -23,13 +23,14 @@ from runwatch.core.records import (
     JobEvent,
     LearningStep,
     RunManifest,
+    StageEvent,
     StepTiming,
     ValidationResult,
 )
 from runwatch.core.signals import datachecks, rules
 from runwatch.core.signals import indicators as ind
 from runwatch.core.signals.rules import Finding
-from runwatch.core.stream import join_artifact
+from runwatch.core.stream import join_artifact, join_lineage
 from runwatch.core.stream.eventtime import absurd_event_time
 from runwatch.core.stream.held import expire_pending, hold, take_pending
 from runwatch.core.stream.join_node import (
@@ -87,6 +88,8 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
         return state, [dead_letter(state, cfg, absurd, raw, topic, now_ms)]
     if isinstance(event, DataQualityReport) and report_seen(state, event):
         return state, []  # the same report twice (redelivered, or forwarded again)
+    if isinstance(event, StageEvent) and join_lineage.stage_seen(state, event):
+        return state, []
     # One watermark per record type: topics (and partitions) are consumed
     # independently, so only a stream's own order says whether it is late.
     stream = _stream(event)
@@ -117,7 +120,7 @@ def _stream(event: Any) -> str:
     replayed when the run starts, oldest first per dataset but datasets in
     any order.
     """
-    if isinstance(event, DataQualityReport):
+    if isinstance(event, DataQualityReport | StageEvent):  # stages: one per output dataset
         return f"{event.AVRO_NAME}|{report_ref(event)}"
     return str(event.AVRO_NAME)
 
@@ -149,6 +152,8 @@ def _dispatch(state: RunState, e: Any, at: int, now: int, cfg: RunConfig,
         return _manifest(state, e, at, now, cfg)
     if isinstance(e, DataQualityReport):
         return _data(state, e, at, now, cfg, bl)
+    if isinstance(e, StageEvent):
+        return join_lineage.stage(state, e, at, now, cfg)
     if isinstance(e, ArtifactEvent):
         return join_artifact.artifact(state, e, at, now, cfg)
     if isinstance(e, GateDecision):
@@ -377,8 +382,9 @@ def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) ->
     if e.hardware is not None:
         s.gpu_model = e.hardware.gpu_model or s.gpu_model
         s.gpu_count = e.hardware.gpu_count or s.gpu_count
+    out = join_lineage.manifest_lineage(s, e, at, now, cfg)  # rule:lineage_mutated
     f = rules.image_allowed(s.image or "", cfg.image_allow_list, at, cfg.image_missing)
-    return emit(s, cfg, f, now, one_shot=True) if f else []
+    return out + (emit(s, cfg, f, now, one_shot=True) if f else [])
 
 
 def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
 from typing import Any, TypeVar
 
-from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent
+from runwatch.core.records import DataQualityReport, DatasetRef, JobEvent, StageEvent
 from runwatch.core.stream.join_node import AllocChange, NodeEntry, gpu_of
 
 T = TypeVar("T")
@@ -173,8 +173,8 @@ def add_run(index: dict[str, list[str]], ref: str, run_id: str) -> bool:
     return True
 
 
-def report_ref(report: DataQualityReport) -> str:
-    """Return the dataset reference a data-quality report is about.
+def report_ref(report: DataQualityReport | StageEvent) -> str:
+    """Return the dataset reference a data-quality report (or a stage's output) is about.
 
     Args:
         report: The report.
@@ -207,8 +207,9 @@ def _assign(attributed_pairs: list[tuple[int, str]], all_gpus: set[int], busy: s
     return {r: sorted(g) for r, g in out.items()}
 
 
-def runs_for_report(index: dict[str, list[str]], report: DataQualityReport) -> list[str]:
-    """Return the runs consuming the dataset version a report is about.
+def runs_for_report(index: dict[str, list[str]],
+                    report: DataQualityReport | StageEvent) -> list[str]:
+    """Return the runs consuming the dataset version a report (or a stage's output) is about.
 
     A report on an unversioned dataset reaches every run of any version of it,
     and a run that declared the dataset unversioned gets the reports of every
