@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 RW := $(BIN)/runwatch
 KAFKA_LIB := infra/kafka/lib
-APT_PACKAGES := prometheus-alertmanager kcat
+APT_PACKAGES := prometheus-alertmanager kcat chromium
 PYTEST_ARGS ?=
 
 .PHONY: deps venv jars apt up down status test unit packaging chaos lint demo bench bench-all clean
