@@ -1,0 +1,234 @@
+"""``runwatch investigate RUN_ID`` / ``--since 6h [--family F]``: the incident questions answered.
+
+Reads ClickHouse as the readonly user (like ``runwatch sql``). Output: a
+terminal view, ``--json`` (shape version 1, docs/investigation.md) or
+``--html FILE`` (one self-contained page). Exit status 0; 1 when the run is
+unknown (nothing recorded); 2 (``error: ...``) when the store cannot be read
+or a file is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runwatch.errors import FatalError
+
+
+def _ownership(path: Path | None) -> Any:
+    from runwatch.core.paging.ownership import RulesError, load_ownership
+    from runwatch.resources import ownership_file
+
+    env = os.environ.get("RUNWATCH_PROCESSOR_OWNERSHIP_FILE")
+    chosen = path or (Path(env) if env else ownership_file())
+    try:
+        return load_ownership(chosen)
+    except RulesError as exc:
+        raise FatalError(str(exc)) from exc
+
+
+def _router(path: Path | None) -> Any:
+    from runwatch.core.paging.routes import RulesError, parse_rules, receivers_for
+    from runwatch.resources import pager_routes_file
+
+    env = os.environ.get("RUNWATCH_PAGER_RULES_FILE")
+    chosen = path or (Path(env) if env else pager_routes_file())
+    try:
+        rules = parse_rules(chosen.read_text(encoding="utf-8"), str(chosen))
+    except (RulesError, OSError) as exc:
+        msg = f"pager rules: {exc}"
+        raise FatalError(msg) from exc
+
+    def route(attrs: Mapping[str, str]) -> list[str]:
+        return [r.name for r in receivers_for(rules, attrs)]
+
+    return route
+
+
+def _client(database: str | None) -> tuple[Any, str]:
+    from runwatch.adapters.evidence import EvidenceError, connect
+    from runwatch.adapters.settings import ClickHouseSettings
+
+    settings = ClickHouseSettings(database=database) if database else ClickHouseSettings()
+    try:
+        return connect(settings), settings.database
+    except EvidenceError as exc:
+        raise FatalError(str(exc)) from exc
+
+
+def _run(args: argparse.Namespace) -> int:
+    from runwatch.adapters.evidence import EvidenceError, EvidenceReader, investigate_run
+    from runwatch.core.investigate import answers
+    from runwatch.core.paging.routes import parse_duration_ms
+
+    if bool(args.run_id) == bool(args.since):
+        msg = "give a RUN_ID or --since DURATION (e.g. --since 6h), not both"
+        raise FatalError(msg)
+    if args.family and not args.since:
+        msg = "--family goes with --since"
+        raise FatalError(msg)
+    ownership = _ownership(args.ownership)
+    client, database = _client(args.database)
+    now_ms = int(time.time() * 1000)
+    try:
+        if args.since:
+            try:
+                window = parse_duration_ms(args.since)
+            except ValueError as exc:
+                msg = f"--since: {exc}"
+                raise FatalError(msg) from exc
+            reader = EvidenceReader(client, database)
+            result = answers.hurting(reader.hurting(now_ms - window, args.family), now_ms - window,
+                                     now_ms, args.family, ownership, database)
+            series: dict[str, Any] = {}
+        else:
+            result, series = investigate_run(client, database, args.run_id, now_ms,
+                                             ownership=ownership, route=_router(args.routes))
+    except EvidenceError as exc:
+        raise FatalError(str(exc)) from exc
+    if args.html:
+        if args.since:
+            msg = "--html draws one run's page: give a RUN_ID"
+            raise FatalError(msg)
+        from runwatch.core.investigate.html import render
+
+        try:
+            args.html.parent.mkdir(parents=True, exist_ok=True)
+            args.html.write_text(render(result, series), encoding="utf-8")
+        except OSError as exc:
+            msg = f"cannot write {args.html}: {exc}"
+            raise FatalError(msg) from exc
+        print(f"wrote {args.html}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result, default=str, sort_keys=False))
+    elif not args.html:
+        _show(result)
+    return 0 if result.get("found", True) else 1
+
+
+def _when(ms: Any) -> str:
+    from datetime import UTC, datetime
+
+    if ms is None:
+        return "?"
+    return datetime.fromtimestamp(int(ms) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _show(result: Mapping[str, Any]) -> None:
+    """Print the answer for people: one section per question, evidence under each."""
+    from rich.console import Console
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    con = Console(width=min(160, max(100, Console().width)), highlight=False)
+    if result.get("kind") == "since":
+        runs = result["runs"]
+        con.print(f"[bold]Runs with firing alerts since {_when(result['since_ms'])} UTC"
+                  + (f" (family {esc(result['experiment_family'])})"
+                     if result.get("experiment_family") else "") + "[/bold]")
+        if not runs:
+            con.print("  none: no firing alert in the window")
+            return
+        table = Table("run", "family", "team", "state", "alerts", "critical", "causes", "owner",
+                      "first onset (UTC)")
+        for r in runs:
+            table.add_row(esc(r["run_id"]), esc(r["experiment_family"]), esc(r["team"]),
+                          esc(r["state"]), str(r["alerts"]), str(r["critical"]),
+                          esc(", ".join(r["causes"])), esc(r["owner"]),
+                          _when(r["first_onset_ms"]))
+        con.print(table)
+        return
+    run = result["run"]
+    con.print(f"[bold]Run {esc(result['run_id'])}[/bold]  family {esc(run['experiment_family'])}"
+              f" · team {esc(run['team'])} · state {esc(run['state'] or '?')} · "
+              f"{run['gpu_count']} GPUs on {esc(', '.join(run['nodes']) or '?')}")
+    for m in result["missing"]:
+        con.print(f"  [yellow]missing:[/yellow] {esc(m)}")
+    if not result["found"]:
+        return
+    for a in result["alerts"]:
+        con.print(f"  alert {esc(str(a['status']))} {esc(str(a['detector']))} "
+                  f"({esc(str(a['probable_cause']))}) from {_when(a['onset_ms'])}: "
+                  f"{esc(str(a['title']))}")
+    changed = result["what_changed"]
+    con.print("\n[bold]What changed[/bold]  " + esc(
+        f"against {changed['reference_run_id']} ({changed['reference']})"
+        if changed["reference_run_id"] else changed["reference"]))
+    for c in changed["changes"]:
+        tag = "[dim]intentional[/dim]" if c["intentional"] else "[red]suspect[/red]"
+        con.print(f"  {tag} {esc(c['kind'])} {esc(c['key'])}: {esc(c['old'] or '—')} → "
+                  f"{esc(c['new'] or '—')}")
+    for q in changed["input_quality"]:
+        con.print(f"  [red]input quality[/red] {esc(q['dataset_uri'])}@"
+                  f"{esc(q['dataset_version'])}: {esc('; '.join(q['problems']))} "
+                  f"({_when(q['ts_ms'])})")
+    for g in changed["infrastructure"]:
+        con.print(f"  [red]GPU fault[/red] {esc(g['node'])}/{g['gpu_index']} xid {g['xid']} "
+                  f"from {_when(g['first_ms'])}")
+    aff = result["affected_runs"]
+    con.print("\n[bold]Affected runs[/bold]" + ("" if aff["runs"] else
+                                               f"  {esc(aff['note'] or 'none')}"))
+    for r in aff["runs"]:
+        con.print(f"  {esc(r['run_id'])} ({esc(r['experiment_family'])}, {esc(r['state'])}, "
+                  f"{r['alerts']} firing) shares {esc('; '.join(r['shared']))}")
+    det = result["deterministic"]
+    verdict = {True: "yes", False: "no", None: "unknown"}[det["deterministic"]]
+    con.print(f"\n[bold]Deterministic[/bold]  {verdict}: {esc(det['reason'])}")
+    con.print("\n[bold]Trustworthy artifacts[/bold]")
+    for c in result["trustworthy"]["checkpoints"]:
+        mark = "[green]yes[/green]" if c["trustworthy"] else "[red]no[/red] "
+        con.print(f"  {mark} checkpoint step {c['step']} {esc(c['uri'])}"
+                  + (f"  ({esc('; '.join(c['reasons']))})" if c["reasons"] else ""))
+    for a in result["trustworthy"]["artifacts"]:
+        mark = "[green]yes[/green]" if a["trustworthy"] else "[red]no[/red] "
+        con.print(f"  {mark} {esc(a['kind'])} {esc(a['uri'])}"
+                  + (f"  ({esc('; '.join(a['reasons']))})" if a["reasons"] else ""))
+    res = result["resume_point"]
+    con.print("\n[bold]Resume point[/bold]  " + (
+        f"step {res['step']} ({esc(res['uri'])}), loses {res['gpu_hours_lost']} GPU-hours"
+        if res["step"] is not None else esc(res["reason"])))
+    rel = result["release"]
+    con.print("\n[bold]Release[/bold]  " + ("[red]blocked[/red]: " + esc("; ".join(rel["reasons"]))
+                                           if rel["blocked"] else "not blocked "
+                                           + esc(rel["note"])))
+    own = result["owner"]
+    con.print(f"\n[bold]Owner[/bold]  {esc(own['team'] or 'nobody')} (receiver "
+              f"{esc(own['receiver'] or '?')}): {esc(own['why'])}")
+    for p in own["paged"]:
+        con.print(f"  {esc(p['detector'])} → {esc(p['team'])} via "
+                  f"{esc(', '.join(p['receivers']) or p['receiver'])}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``investigate``.
+
+    Args:
+        sub: The top-level sub-parsers.
+    """
+    p = sub.add_parser(
+        "investigate",
+        help="answer the incident questions about a run (or: which runs hurt now)",
+        description="What changed, affected runs, deterministic, trustworthy artifacts, resume "
+                    "point, release, owner: each answered with its evidence from ClickHouse "
+                    "(docs/investigation.md).")
+    p.add_argument("run_id", nargs="?", help="the run to investigate")
+    p.add_argument("--since", help="instead of a run: runs with firing alerts in the last "
+                                   "DURATION (30m, 6h, 2d)")
+    p.add_argument("--family", help="with --since: only this experiment family")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON (version 1)")
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="write the self-contained investigation page to FILE")
+    p.add_argument("--database", help="database (default CLICKHOUSE_DATABASE or runwatch)")
+    p.add_argument("--ownership", type=Path, metavar="FILE",
+                   help="ownership file (default RUNWATCH_PROCESSOR_OWNERSHIP_FILE or the "
+                        "packaged infra/pager/ownership.yaml)")
+    p.add_argument("--routes", type=Path, metavar="FILE",
+                   help="pager rules, to say who is paged (default RUNWATCH_PAGER_RULES_FILE "
+                        "or the packaged infra/pager/routes.yaml)")
+    p.set_defaults(func=_run)

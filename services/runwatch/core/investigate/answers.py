@@ -1,0 +1,589 @@
+"""The answers of ``runwatch investigate RUN_ID``, from the evidence rows the store gave.
+
+Size: the seven answers (what changed, affected runs, deterministic, trustworthy
+artifacts, resume point, release, owner) share one evidence bundle and one onset;
+splitting them would pass the same half-dozen values between modules.
+
+The adapter (:mod:`runwatch.adapters.evidence`) reads rows; this module decides.
+Rows are plain mappings with epoch-millisecond times (``ts_ms``). The result
+is the JSON shape ``version 1`` documented in ``docs/investigation.md``.
+
+Rules:
+
+* **onset**: the earliest firing alert of the run about its computation (not
+  a policy, gate or record finding: :data:`POLICY_DETECTORS`), at the
+  earliest of its first sighting and its evidence times;
+* **reference** (what changed is measured against): the latest run of the same
+  family whose manifest is older, that succeeded and fired no warning or
+  critical alert;
+* **quality problem** of an input: a data-quality report of the dataset
+  version with drifted features, schema failures or zero rows;
+* **trustworthy** checkpoint: outcome ok, its sha256 equals the expected one
+  (when one is given), written before the onset and before any quality
+  problem of the run's inputs; an artifact: the same with its serialization
+  check;
+* **resume point**: the latest trustworthy checkpoint; resuming from it loses
+  the GPU time from it to the run's last activity (GPUs × hours);
+* **deterministic**: the same detector fired at the same step (within 1 %) in
+  two attempts of the run, or in another run of the same lineage without the
+  seed (:func:`~runwatch.core.investigate.lineage.repeat_key`);
+* **release**: blocked when the latest decision of a gate of the run is
+  ``fail`` or ``review``;
+* **owner**: the ownership file's owner of each firing alert, and the pager
+  receivers its routes send it to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runwatch.core.investigate import lineage as lin
+from runwatch.core.paging.ownership import Ownership
+
+VERSION = 1
+#: Findings about where a run stands (policy, gates, the record), not about its
+#: computation: they set no onset (see runwatch.core.signals.cause).
+POLICY_DETECTORS = frozenset({
+    "rule:image_allow_list", "rule:image_missing", "rule:failed_gate", "rule:missing_gate",
+    "rule:lineage_mutated", "rule:missing_data_report", "alerting",
+})
+BAD_SEVERITIES = frozenset({"warning", "critical"})
+GOOD_STATES = frozenset({"succeeded"})
+Row = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Evidence:
+    """What the store holds about a run (rows as mappings, times in epoch ms).
+
+    Attributes:
+        run_id: The run asked about.
+        database: The database read.
+        now_ms: When the question was asked.
+        manifests: The run's manifest rows, oldest first (the first is its lineage).
+        jobs: Job events (ts_ms, state, attempt, nodes, gpu_count, team, experiment_family).
+        alerts: Alert rows (every status row; the latest per alert_id counts).
+        checkpoints: Checkpoint rows (ts_ms, step, sha256, expected_sha256, outcome, uri).
+        artifacts: Artifact rows (ts_ms, uri, kind, sha256, serialization_ok, registry_status).
+        gates: The run's gate decisions (ts_ms, gate, decision, reasons).
+        family_gates: Gate decisions of the family's other runs (with run_id).
+        quality: Data-quality reports of the run's input dataset versions.
+        stages: Stage events producing the run's inputs (None: no stage table).
+        infra: GPU fault samples on the run's nodes in its span (ts_ms, node, gpu_index,
+            xid, ecc_uncorrected).
+        family_runs: Earlier runs of the family: run_id, ts_ms (manifest), state,
+            bad_alerts, manifest (row).
+        sharing: Other runs sharing an input: run_id, experiment_family, team, state,
+            manifest (row), alerts (firing alert rows).
+        repeats: Alerts of other runs with the same repeat key (run_id, detector,
+            indicator, first_seen_ms, step).
+        steps_at: (ts_ms, step) pairs of the run, ascending, to place alerts at a step.
+        series: Indicator name → [(ts_ms, value)] for the page.
+        missing: What the adapter could not read (tables absent, errors).
+    """
+
+    run_id: str
+    database: str
+    now_ms: int
+    manifests: list[Row] = field(default_factory=list)
+    jobs: list[Row] = field(default_factory=list)
+    alerts: list[Row] = field(default_factory=list)
+    checkpoints: list[Row] = field(default_factory=list)
+    artifacts: list[Row] = field(default_factory=list)
+    gates: list[Row] = field(default_factory=list)
+    family_gates: list[Row] = field(default_factory=list)
+    quality: list[Row] = field(default_factory=list)
+    stages: list[Row] | None = None
+    infra: list[Row] = field(default_factory=list)
+    family_runs: list[Row] = field(default_factory=list)
+    sharing: list[Row] = field(default_factory=list)
+    repeats: list[Row] = field(default_factory=list)
+    steps_at: list[tuple[int, int]] = field(default_factory=list)
+    series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+#: (alert attributes) -> receiver names the pager routes it to.
+Router = Callable[[Mapping[str, str]], list[str]]
+
+
+def latest_alerts(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Return one row per alert id (its latest), ordered by first sighting."""
+    by_id: dict[str, Row] = {}
+    for r in sorted(rows, key=lambda r: int(r.get("ts_ms") or 0)):
+        by_id[str(r["alert_id"])] = r
+    out = [dict(r) for r in by_id.values()]
+    out.sort(key=lambda r: (int(r.get("first_seen_ms") or 0), str(r.get("detector"))))
+    return out
+
+
+def onset_of(alert: Row) -> int:
+    """Return an alert's onset: the earliest of its first sighting and its evidence."""
+    times = [int(t) for t in alert.get("evidence_at_ms") or () if t]
+    return min([int(alert.get("first_seen_ms") or 0), *times])
+
+
+def quality_problems(row: Row) -> list[str]:
+    """Return what is wrong in one data-quality report (empty: it passed)."""
+    out = []
+    drifted = list(row.get("drifted_features") or ())
+    if drifted:
+        out.append(f"drift in {', '.join(map(str, drifted))}")
+    if int(row.get("schema_failures") or 0) > 0:
+        out.append(f"{int(row['schema_failures'])} schema failures")
+    if row.get("row_count") is not None and int(row["row_count"]) == 0:
+        out.append("zero rows")
+    return out
+
+
+def step_at(steps_at: Sequence[tuple[int, int]], ts_ms: int) -> int | None:
+    """Return the run's step at a time (the last step at or before it)."""
+    best = None
+    for t, s in steps_at:
+        if t > ts_ms:
+            break
+        best = s
+    return best
+
+
+def _same_step(a: int | None, b: int | None) -> bool:
+    if a is None or b is None:
+        return False
+    return abs(a - b) <= max(1, 0.01 * max(a, b))
+
+
+def _state(jobs: Sequence[Row]) -> str:
+    if not jobs:
+        return ""
+    return str(max(jobs, key=lambda j: int(j.get("ts_ms") or 0)).get("state") or "")
+
+
+def _reference(ev: Evidence, family: str) -> tuple[Row | None, str]:
+    if not family:
+        return None, "the run names no experiment family: nothing to compare with"
+    good = [r for r in ev.family_runs
+            if r.get("state") in GOOD_STATES and not int(r.get("bad_alerts") or 0)]
+    if not good:
+        return None, (f"no previous good run in family {family!r} (an earlier run that "
+                      "succeeded without warning or critical alerts)")
+    ref = max(good, key=lambda r: int(r.get("ts_ms") or 0))
+    return ref, f"the last good run of family {family!r}"
+
+
+def _what_changed(ev: Evidence, me: dict[str, Any] | None, family: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"reference_run_id": None, "reference": "", "changes": [],
+                           "input_quality": [], "stages": [], "infrastructure": []}
+    if me is None:
+        out["reference"] = "no manifest recorded for this run: no lineage to compare"
+    else:
+        ref, why = _reference(ev, family)
+        out["reference"] = why
+        if ref is not None:
+            out["reference_run_id"] = str(ref["run_id"])
+            changes = lin.diff(lin.normalize(ref["manifest"]), me)
+            out["changes"] = [c.to_json() for c in changes]
+    for q in sorted(ev.quality, key=lambda r: int(r.get("ts_ms") or 0)):
+        problems = quality_problems(q)
+        if problems:
+            out["input_quality"].append({
+                "ts_ms": int(q["ts_ms"]), "dataset_uri": str(q.get("dataset_uri") or ""),
+                "dataset_version": str(q.get("dataset_version") or ""), "problems": problems,
+                "max_psi": q.get("max_psi")})
+    if ev.stages is None:
+        out["stages"] = None
+        out["stages_note"] = "no stage events recorded (no stage_events table)"
+    else:
+        for s in sorted(ev.stages, key=lambda r: int(r.get("ts_ms") or 0)):
+            out["stages"].append({k: s.get(k) for k in (
+                "ts_ms", "stage", "code_version", "dataset_uri", "dataset_version", "outcome",
+                "rows_in", "rows_out", "drifted_features")})
+        if not ev.stages:
+            out["stages_note"] = "no stage events recorded for the run's inputs"
+    groups: dict[tuple[str, int, int | None], dict[str, Any]] = {}
+    for r in ev.infra:
+        key = (str(r.get("node")), int(r.get("gpu_index") or 0), r.get("xid"))
+        g = groups.setdefault(key, {"node": key[0], "gpu_index": key[1], "xid": key[2],
+                                    "ecc_uncorrected": 0, "first_ms": int(r["ts_ms"]),
+                                    "samples": 0})
+        g["samples"] += 1
+        g["first_ms"] = min(g["first_ms"], int(r["ts_ms"]))
+        g["ecc_uncorrected"] = max(g["ecc_uncorrected"], int(r.get("ecc_uncorrected") or 0))
+    out["infrastructure"] = sorted(groups.values(), key=lambda g: g["first_ms"])
+    return out
+
+
+def _suspects(me: dict[str, Any] | None, changed: dict[str, Any]) -> list[dict[str, str]]:
+    if me is None:
+        return []
+    out: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(kind: str, value: str, why: str) -> None:
+        if value and (kind, value) not in seen:
+            seen.add((kind, value))
+            out.append({"kind": kind, "value": value, "why": why})
+
+    for c in changed["changes"]:
+        if c["intentional"] or not c["new"]:
+            continue
+        if c["kind"] == "dataset":
+            add("dataset", f"{c['key']}@{c['new']}", "new since the reference run")
+        elif c["kind"] == "image":
+            add("image", c["new"], "new since the reference run")
+        elif c["kind"] == "code":
+            add("code", me["code_revision"], "new since the reference run")
+    for q in changed["input_quality"]:
+        add("dataset", f"{q['dataset_uri']}@{q['dataset_version']}",
+            "data-quality problem: " + "; ".join(q["problems"]))
+    for s in changed["stages"] or ():
+        if s.get("outcome") not in (None, "", "ok", "succeeded"):
+            add("dataset", f"{s['dataset_uri']}@{s['dataset_version']}",
+                f"stage {s['stage']} ended {s['outcome']}")
+    for g in changed["infrastructure"]:
+        add("node", g["node"], "GPU faults on the node during the run")
+    return out
+
+
+def _shares(suspects: Sequence[Mapping[str, str]], other: dict[str, Any]) -> list[str]:
+    mine = {f"{u}@{v}" for u, v in other["datasets"].items()}
+    out = []
+    for s in suspects:
+        kind, value = s["kind"], s["value"]
+        hit = ((kind == "dataset" and value in mine)
+               or (kind == "image" and value == other["image_digest"])
+               or (kind == "code" and value == other["code_revision"])
+               or (kind == "node" and value in other["hardware"]["nodes"]))
+        if hit:
+            out.append(f"{kind} {value}")
+    return out
+
+
+def _affected(ev: Evidence, suspects: list[dict[str, str]]) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
+    for r in ev.sharing:
+        if str(r["run_id"]) == ev.run_id:
+            continue
+        other = lin.normalize(r.get("manifest") or {})
+        shared = _shares(suspects, other)
+        if not shared:
+            continue
+        alerts = latest_alerts(r.get("alerts") or ())
+        firing = [a for a in alerts if a.get("status") == "firing"]
+        runs.append({"run_id": str(r["run_id"]),
+                     "experiment_family": str(r.get("experiment_family") or ""),
+                     "team": str(r.get("team") or ""), "state": str(r.get("state") or ""),
+                     "alerts": len(firing),
+                     "detectors": sorted({str(a.get("detector")) for a in firing}),
+                     "shared": shared})
+    runs.sort(key=lambda r: r["run_id"])
+    note = "" if suspects else "no suspect input (no change against a reference, no quality " \
+                               "problem, no GPU fault): no run is affected through one"
+    return {"suspects": suspects, "runs": runs, "note": note}
+
+
+def _deterministic(ev: Evidence, firing: list[dict[str, Any]]) -> dict[str, Any]:
+    attempts = sorted({int(j.get("attempt") or 0) for j in ev.jobs})
+    others = sorted({str(r["run_id"]) for r in ev.repeats})
+    if not firing:
+        return {"deterministic": None, "reason": "no alert fired for this run",
+                "attempts": attempts, "same_lineage_runs": others, "evidence": []}
+    evidence: list[dict[str, Any]] = []
+    # across attempts: the same detector again, at the same step, in a later attempt
+    by_det: dict[tuple[str, str], list[tuple[int, int | None]]] = {}
+    for a in firing:
+        first = int(a.get("first_seen_ms") or 0)
+        by_det.setdefault((str(a["detector"]), str(a["indicator"])), []).append(
+            (_attempt_at(ev.jobs, first), step_at(ev.steps_at, first)))
+    for (det, ind), seen in by_det.items():
+        for i, (att_a, step_a) in enumerate(seen):
+            for att_b, step_b in seen[i + 1:]:
+                if att_a != att_b and _same_step(step_a, step_b):
+                    evidence.append({"detector": det, "indicator": ind, "step": step_b,
+                                     "where": f"attempts {att_a} and {att_b}"})
+    for a in firing:
+        mine = step_at(ev.steps_at, int(a.get("first_seen_ms") or 0))
+        for r in ev.repeats:
+            if r.get("detector") == a["detector"] and _same_step(mine, r.get("step")):
+                evidence.append({"detector": str(a["detector"]), "indicator": str(a["indicator"]),
+                                 "step": mine, "where": f"run {r['run_id']} (same lineage)"})
+    if evidence:
+        return {"deterministic": True, "reason": "the same failure at the same step "
+                + ("across attempts" if any("attempts" in e["where"] for e in evidence)
+                   else "in another run of the same lineage"),
+                "attempts": attempts, "same_lineage_runs": others, "evidence": evidence}
+    if len(attempts) <= 1 and not others:
+        return {"deterministic": None, "reason": "one attempt and no other run with "
+                "the same lineage (without the seed) to compare with",
+                "attempts": attempts, "same_lineage_runs": others, "evidence": []}
+    return {"deterministic": False, "reason": "the failure did not recur at the same step "
+            f"in {len(attempts)} attempt(s) and {len(others)} run(s) of the same lineage",
+            "attempts": attempts, "same_lineage_runs": others, "evidence": []}
+
+
+def _attempt_at(jobs: Sequence[Row], ts_ms: int) -> int:
+    att = 0
+    for j in sorted(jobs, key=lambda j: int(j.get("ts_ms") or 0)):
+        if int(j.get("ts_ms") or 0) > ts_ms:
+            break
+        att = int(j.get("attempt") or 0)
+    return att
+
+
+def _trust(ev: Evidence, onset: int | None, bad_input_ms: int | None) -> dict[str, Any]:
+    def judge(ts: int, checksum_ok: bool | None, serial_ok: bool) -> list[str]:
+        why = []
+        if checksum_ok is False:
+            why.append("checksum mismatch")
+        if not serial_ok:
+            why.append("serialization failed")
+        if onset is not None and ts >= onset:
+            why.append("written at or after the onset")
+        if bad_input_ms is not None and ts >= bad_input_ms:
+            why.append("written after an input failed quality")
+        return why
+
+    cks = []
+    for c in sorted(ev.checkpoints, key=lambda r: (int(r.get("ts_ms") or 0), int(r["step"]))):
+        sha, exp = str(c.get("sha256") or ""), str(c.get("expected_sha256") or "")
+        outcome = str(c.get("outcome") or "")
+        checksum_ok: bool | None = (sha == exp) if (sha and exp) else None
+        if outcome == "corrupt":
+            checksum_ok = False
+        why = judge(int(c["ts_ms"]), checksum_ok, outcome not in ("failed", "timeout"))
+        if outcome not in ("ok", "corrupt", "failed", "timeout"):
+            why.append(f"outcome {outcome or 'unknown'}")
+        cks.append({"step": int(c["step"]), "uri": str(c.get("uri") or ""),
+                    "ts_ms": int(c["ts_ms"]), "outcome": outcome, "checksum_ok": checksum_ok,
+                    "trustworthy": not why, "reasons": why})
+    arts = []
+    for a in sorted(ev.artifacts, key=lambda r: int(r.get("ts_ms") or 0)):
+        why = judge(int(a["ts_ms"]), None, bool(a.get("serialization_ok", True)))
+        arts.append({"uri": str(a.get("uri") or ""), "kind": str(a.get("kind") or ""),
+                     "ts_ms": int(a["ts_ms"]), "registry_status": str(a.get("registry_status")
+                                                                       or ""),
+                     "trustworthy": not why, "reasons": why})
+    return {"checkpoints": cks, "artifacts": arts,
+            "onset_ms": onset, "first_bad_input_ms": bad_input_ms}
+
+
+def _gpu_count(ev: Evidence, me: dict[str, Any] | None) -> int:
+    counts = [int(j.get("gpu_count") or 0) for j in ev.jobs]
+    best = max(counts, default=0)
+    if not best and me is not None:
+        best = int(me["hardware"]["gpu_count"] or 0)
+    return best
+
+
+def _last_activity(ev: Evidence) -> int | None:
+    times = [t for t, _s in ev.steps_at] + [int(j["ts_ms"]) for j in ev.jobs]
+    return max(times, default=None)
+
+
+def _resume(ev: Evidence, trust: dict[str, Any], me: dict[str, Any] | None) -> dict[str, Any]:
+    good = [c for c in trust["checkpoints"] if c["trustworthy"]]
+    if not good:
+        why = ("no checkpoint recorded" if not trust["checkpoints"]
+               else "no trustworthy checkpoint: start over")
+        return {"step": None, "uri": None, "ts_ms": None, "gpu_hours_lost": None,
+                "gpu_count": _gpu_count(ev, me), "reason": why}
+    best = max(good, key=lambda c: (c["ts_ms"], c["step"]))
+    gpus, last = _gpu_count(ev, me), _last_activity(ev)
+    lost = None
+    reason = f"latest trustworthy checkpoint (step {best['step']})"
+    if last is not None and gpus:
+        lost = round(max(last - best["ts_ms"], 0) / 3_600_000 * gpus, 3)
+    elif not gpus:
+        reason += "; GPU count unknown (no allocation or hardware recorded)"
+    return {"step": best["step"], "uri": best["uri"], "ts_ms": best["ts_ms"],
+            "gpu_hours_lost": lost, "gpu_count": gpus, "reason": reason}
+
+
+def _latest_per_gate(rows: Sequence[Row]) -> dict[tuple[str, str], Row]:
+    out: dict[tuple[str, str], Row] = {}
+    for r in sorted(rows, key=lambda r: int(r.get("ts_ms") or 0)):
+        out[(str(r.get("run_id") or ""), str(r["gate"]))] = r
+    return out
+
+
+def _release(ev: Evidence) -> dict[str, Any]:
+    gates = []
+    reasons: list[str] = []
+    for (_rid, gate), r in sorted(_latest_per_gate(ev.gates).items()):
+        decision = str(r.get("decision") or "")
+        why = [str(x) for x in r.get("reasons") or ()]
+        gates.append({"gate": gate, "decision": decision, "ts_ms": int(r["ts_ms"]),
+                      "reasons": why})
+        if decision in ("fail", "review"):
+            verb = "failed" if decision == "fail" else "awaits review"
+            reasons.append(f"gate {gate} {verb}" + (f": {'; '.join(why)}" if why else ""))
+    family = [{"run_id": rid, "gate": gate, "decision": str(r.get("decision") or ""),
+               "ts_ms": int(r["ts_ms"])}
+              for (rid, gate), r in sorted(_latest_per_gate(ev.family_gates).items())
+              if rid != ev.run_id]
+    note = "" if gates else "no gate decision recorded for this run"
+    return {"blocked": bool(reasons), "reasons": reasons, "gates": gates, "family": family,
+            "note": note}
+
+
+def _owner(ev: Evidence, firing: list[dict[str, Any]], ownership: Ownership | None,
+           route: Router | None, me: dict[str, Any] | None) -> dict[str, Any]:
+    if ownership is None:
+        return {"team": "", "receiver": "", "owns": "", "why": "no ownership file",
+                "paged": []}
+    paged: list[dict[str, Any]] = []
+    for a in firing:
+        o = ownership.owner_for(str(a.get("probable_cause") or "unknown"),
+                                team=a.get("team") or None,
+                                experiment_family=a.get("experiment_family") or None)
+        attrs = {k: str(a.get(k) or "") for k in ("severity", "probable_cause", "team",
+                                                   "experiment_family", "detector",
+                                                   "indicator", "run_id", "node", "status")}
+        attrs["owner"] = o.team
+        attrs.update({f"labels.{k}": str(v) for k, v in (a.get("labels") or {}).items()})
+        paged.append({"alert_id": str(a["alert_id"]), "detector": str(a["detector"]),
+                      "probable_cause": str(a.get("probable_cause") or ""), "team": o.team,
+                      "receiver": o.receiver, "receivers": route(attrs) if route else [],
+                      "why": o.why})
+    if paged:
+        computing = [p for p in paged if p["detector"] not in POLICY_DETECTORS]
+        first = (computing or paged)[0]
+        return {"team": first["team"], "receiver": first["receiver"],
+                "owns": ownership.teams.get(first["team"], ("", ""))[1],
+                "why": f"the first alert ({first['detector']}, probable cause "
+                       f"{first['probable_cause']}): {first['why']}", "paged": paged}
+    family = me["experiment_family"] if me else ""
+    team = me["team"] if me else ""
+    o = ownership.owner_for("unknown", team=team or None, experiment_family=family or None)
+    return {"team": o.team, "receiver": o.receiver, "owns": o.owns,
+            "why": f"no alert fired for this run; nobody is paged (the owner of an alert "
+                   f"without a cause would be {o.team or 'nobody'}: {o.why})", "paged": []}
+
+
+def _run_facts(ev: Evidence, me: dict[str, Any] | None) -> dict[str, Any]:
+    jobs = sorted(ev.jobs, key=lambda j: int(j.get("ts_ms") or 0))
+    nodes = sorted({str(n) for j in jobs for n in j.get("nodes") or ()}
+                   or set(me["hardware"]["nodes"] if me else ()))
+    fam = (me or {}).get("experiment_family") or next(
+        (str(j["experiment_family"]) for j in jobs if j.get("experiment_family")), "")
+    team = (me or {}).get("team") or next((str(j["team"]) for j in jobs if j.get("team")), "")
+    starts = [int(jobs[0]["ts_ms"])] if jobs else []
+    return {"experiment_family": fam, "team": team, "state": _state(jobs),
+            "attempts": len({int(j.get("attempt") or 0) for j in jobs}),
+            "started_ms": min(starts + [t for t, _s in ev.steps_at[:1]], default=None),
+            "ended_ms": _last_activity(ev), "nodes": nodes, "gpu_count": _gpu_count(ev, me),
+            "manifest_versions": len({str(m.get("lineage_hash") or m.get("event_id"))
+                                      for m in ev.manifests})}
+
+
+def suspects(ev: Evidence) -> list[dict[str, str]]:
+    """Return the run's suspect inputs (what the runs sharing them are looked up by).
+
+    Args:
+        ev: What the store holds (``sharing`` not needed).
+
+    Returns:
+        ``{"kind": dataset|image|code|node, "value": ..., "why": ...}`` items.
+    """
+    me = lin.normalize(ev.manifests[0]) if ev.manifests else None
+    family = _run_facts(ev, me)["experiment_family"]
+    return _suspects(me, _what_changed(ev, me, family))
+
+
+def investigate(ev: Evidence, ownership: Ownership | None = None,
+                route: Router | None = None) -> dict[str, Any]:
+    """Answer the incident questions about one run.
+
+    Args:
+        ev: What the store holds.
+        ownership: The ownership file (None: no owner answer).
+        route: Pager routing (alert attributes → receiver names), when known.
+
+    Returns:
+        The JSON shape ``version 1`` (docs/investigation.md).
+    """
+    me = lin.normalize(ev.manifests[0]) if ev.manifests else None
+    found = bool(ev.manifests or ev.jobs or ev.alerts or ev.steps_at or ev.checkpoints)
+    missing = list(ev.missing)
+    if not found:
+        missing.insert(0, f"nothing recorded for run {ev.run_id!r} in database {ev.database!r} "
+                          "(no manifest, job events, learning steps, checkpoints or alerts)")
+    else:
+        for what, rows in (("manifest (lineage)", ev.manifests), ("job events", ev.jobs),
+                           ("learning steps", ev.steps_at), ("checkpoints", ev.checkpoints)):
+            if not rows:
+                missing.append(f"no {what} recorded for this run")
+        for name in ("loss", "gpu_util"):
+            if not ev.series.get(name):
+                missing.append(f"no {name.replace('_', ' ')} telemetry recorded for this run")
+    facts = _run_facts(ev, me)
+    alerts = latest_alerts(ev.alerts)
+    firing = [a for a in alerts if a.get("status") == "firing"]
+    onset = min((onset_of(a) for a in firing if a["detector"] not in POLICY_DETECTORS),
+                default=None)
+    changed = _what_changed(ev, me, facts["experiment_family"])
+    if me is not None and changed["reference_run_id"] is None:
+        missing.append(changed["reference"])
+    if changed["stages"] is None or not changed["stages"]:
+        missing.append(changed.get("stages_note", "no stage events recorded"))
+    bad_inputs = [q["ts_ms"] for q in changed["input_quality"]]
+    trust = _trust(ev, onset, min(bad_inputs, default=None))
+    suspects = _suspects(me, changed)
+    return {
+        "version": VERSION, "kind": "run", "run_id": ev.run_id, "database": ev.database,
+        "generated_at_ms": ev.now_ms, "found": found, "run": facts,
+        "lineage": me, "missing": missing, "onset_ms": onset,
+        "alerts": [{k: a.get(k) for k in ("alert_id", "status", "severity", "detector",
+                                           "indicator", "probable_cause", "first_seen_ms",
+                                           "title")} | {"onset_ms": onset_of(a)}
+                   for a in alerts],
+        "what_changed": changed,
+        "affected_runs": _affected(ev, suspects),
+        "deterministic": _deterministic(ev, firing),
+        "trustworthy": trust,
+        "resume_point": _resume(ev, trust, me),
+        "release": _release(ev),
+        "owner": _owner(ev, firing, ownership, route, me),
+    }
+
+
+def hurting(rows: Sequence[Row], since_ms: int, now_ms: int, family: str | None,
+            ownership: Ownership | None, database: str) -> dict[str, Any]:
+    """Answer "which runs are hurting right now": runs with firing alerts since a time.
+
+    Args:
+        rows: Latest alert rows (one per alert id) since ``since_ms``, with the run's state.
+        since_ms: Start of the window.
+        now_ms: Now.
+        family: The family asked about (None: all).
+        ownership: The ownership file.
+        database: The database read.
+
+    Returns:
+        The JSON shape ``version 1``, kind ``since`` (docs/investigation.md).
+    """
+    runs: dict[str, dict[str, Any]] = {}
+    for a in sorted(rows, key=lambda r: int(r.get("first_seen_ms") or 0)):
+        if a.get("status") != "firing":
+            continue
+        rid = str(a.get("run_id") or "")
+        r = runs.setdefault(rid, {
+            "run_id": rid, "experiment_family": str(a.get("experiment_family") or ""),
+            "team": str(a.get("team") or ""), "state": str(a.get("state") or ""),
+            "alerts": 0, "critical": 0, "detectors": [], "causes": [],
+            "first_onset_ms": onset_of(a), "owner": ""})
+        r["alerts"] += 1
+        r["critical"] += a.get("severity") == "critical"
+        for key, value in (("detectors", a.get("detector")), ("causes", a.get("probable_cause"))):
+            if value and value not in r[key]:
+                r[key].append(str(value))
+        if not r["owner"] and ownership is not None:
+            r["owner"] = ownership.owner_for(
+                str(a.get("probable_cause") or "unknown"), team=a.get("team") or None,
+                experiment_family=a.get("experiment_family") or None).team
+    ordered = sorted(runs.values(), key=lambda r: (-r["critical"], -r["alerts"],
+                                                   r["first_onset_ms"]))
+    return {"version": VERSION, "kind": "since", "database": database, "since_ms": since_ms,
+            "generated_at_ms": now_ms, "experiment_family": family, "runs": ordered,
+            "missing": [] if ordered else ["no firing alert in the window"]}

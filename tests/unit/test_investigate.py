@@ -1,0 +1,240 @@
+"""runwatch investigate's pure logic: lineage diff, trust rules, resume point, determinism,
+release, owner, bad input (nothing recorded, no manifest, no reference), and the page."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from runwatch.core.investigate import answers
+from runwatch.core.investigate import lineage as lin
+from runwatch.core.investigate.answers import Evidence, investigate
+from runwatch.core.investigate.html import PLOTS, checkpoint_share, render
+from runwatch.core.paging.ownership import load_ownership
+from runwatch.resources import ownership_file
+
+T0 = 1_800_000_000_000
+MIN = 60_000
+OWN = load_ownership(ownership_file())
+
+
+def manifest(run_id: str, ts: int, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "run_id": run_id, "ts_ms": ts, "event_id": f"e-{run_id}",
+        "dataset_uris": ["s3://d/train"], "dataset_versions": ["v1"],
+        "transform_names": ["tok"], "transform_versions": ["1.0"], "code_revision": "abc",
+        "code_dirty": False, "image_digest": "img@sha256:1", "config_hash": "h1",
+        "config": {"lr": "0.001", "batch": "256"}, "hardware_nodes": ["n1"], "gpu_count": 8,
+        "gpu_model": "H100", "seed_policy": "fixed:1", "framework_versions": {"torch": "2.5"},
+        "experiment_family": "fam", "team": "vision", "labels": {},
+    }
+    row.update(over)
+    return row
+
+
+def test_diff_names_each_kind_old_to_new_and_intentional_changes() -> None:
+    ref = lin.normalize(manifest("a", T0))
+    run = lin.normalize(manifest(
+        "b", T0, dataset_versions=["v2"], config={"lr": "0.003", "batch": "256",
+                                                  "objective": "focal"},
+        code_revision="def", code_dirty=True, image_digest="img@sha256:2", gpu_count=16,
+        seed_policy="per-rank", framework_versions={"torch": "2.6"}, transform_versions=["1.1"],
+        labels={"intended_changes": "config.lr, image"}))
+    got = {(c.kind, c.key): (c.old, c.new, c.intentional) for c in lin.diff(ref, run)}
+    assert got == {
+        ("dataset", "s3://d/train"): ("v1", "v2", False),
+        ("transform", "tok"): ("1.0", "1.1", False),
+        ("code", "code_revision"): ("abc", "def (dirty)", False),
+        ("image", "image_digest"): ("img@sha256:1", "img@sha256:2", True),
+        ("config", "lr"): ("0.001", "0.003", True),
+        ("config", "objective"): ("", "focal", True),  # an objective change is a decision
+        ("hardware", "gpu_count"): ("8", "16", False),
+        ("seed_policy", "seed_policy"): ("fixed:1", "per-rank", False),
+        ("framework", "torch"): ("2.5", "2.6", False),
+    }
+    assert lin.diff(ref, lin.normalize(manifest("c", T0))) == []
+
+
+def test_repeat_key_ignores_seed_and_nodes_not_data() -> None:
+    a = lin.normalize(manifest("a", T0))
+    b = lin.normalize(manifest("b", T0, seed_policy="fixed:2", hardware_nodes=["n9"]))
+    c = lin.normalize(manifest("c", T0, dataset_versions=["v2"]))
+    assert lin.repeat_key(a) == lin.repeat_key(b) != lin.repeat_key(c)
+    assert lin.repeat_key({**a, "repeat_group": "rg"}) == "rg"
+
+
+def _alert(alert_id: str, at: int, detector: str = "rule:validation_decline",
+           cause: str = "data", status: str = "firing", evidence: tuple[int, ...] = ()
+           ) -> dict[str, Any]:
+    return {"ts_ms": at, "run_id": "b", "alert_id": alert_id, "status": status,
+            "severity": "warning", "detector": detector, "indicator": "accuracy",
+            "probable_cause": cause, "evidence_at_ms": list(evidence), "first_seen_ms": at,
+            "title": "t", "team": "vision", "experiment_family": "fam", "node": "", "labels": {}}
+
+
+def _ck(step: int, at: int, *, sha: str = "s", expected: str = "s",
+        outcome: str = "ok") -> dict[str, Any]:
+    return {"ts_ms": at, "step": step, "sha256": sha, "expected_sha256": expected,
+            "outcome": outcome, "uri": f"s3://ck/{step}", "duration_ms": 30_000.0}
+
+
+def _evidence(**over: Any) -> Evidence:
+    ev = Evidence(run_id="b", database="db", now_ms=T0 + 100 * MIN)
+    ev.manifests = [manifest("b", T0, dataset_versions=["v2"],
+                             config={"lr": "0.003", "batch": "256"})]
+    ev.jobs = [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": ["n1"], "gpu_count": 8,
+                "team": "vision", "experiment_family": "fam"},
+               {"ts_ms": T0 + 60 * MIN, "state": "failed", "attempt": 0, "nodes": ["n1"],
+                "gpu_count": 8}]
+    ev.steps_at = [(T0 + i * MIN, i * 10) for i in range(61)]
+    ev.family_runs = [{"run_id": "a", "ts_ms": T0 - 120 * MIN, "state": "succeeded",
+                       "bad_alerts": 0, "manifest": manifest("a", T0 - 120 * MIN)},
+                      {"run_id": "z", "ts_ms": T0 - 60 * MIN, "state": "failed",
+                       "bad_alerts": 1, "manifest": manifest("z", T0 - 60 * MIN)}]
+    ev.checkpoints = [_ck(100, T0 + 10 * MIN), _ck(200, T0 + 20 * MIN),
+                      _ck(300, T0 + 30 * MIN), _ck(400, T0 + 40 * MIN)]
+    ev.quality = [{"ts_ms": T0 + 25 * MIN, "dataset_uri": "s3://d/train",
+                   "dataset_version": "v2", "row_count": 1000, "schema_failures": 0,
+                   "drifted_features": ["label"], "max_psi": 0.4}]
+    ev.alerts = [_alert("x1", T0 + 35 * MIN, evidence=(T0 + 25 * MIN,)),
+                 _alert("p1", T0, detector="rule:image_allow_list", cause="artifact")]
+    ev.stages = []
+    for k, v in over.items():
+        setattr(ev, k, v)
+    return ev
+
+
+def test_answers_of_a_run_with_a_new_dataset_version_and_a_label_shift() -> None:
+    ev = _evidence()
+    ev.sharing = [{"run_id": "c", "experiment_family": "other", "team": "nlp", "state": "running",
+                   "manifest": manifest("c", T0, dataset_versions=["v2"]), "alerts": []},
+                  {"run_id": "d", "experiment_family": "other", "team": "nlp", "state": "running",
+                   "manifest": manifest("d", T0), "alerts": []}]  # v1: not affected
+    assert [s["value"] for s in answers.suspects(ev)] == ["s3://d/train@v2"]
+    got = investigate(ev, OWN)
+    assert got["version"] == 1 and got["found"]
+    changed = got["what_changed"]
+    assert changed["reference_run_id"] == "a"  # z failed: not a good run
+    assert [(c["kind"], c["key"], c["old"], c["new"]) for c in changed["changes"]] == [
+        ("dataset", "s3://d/train", "v1", "v2"), ("config", "lr", "0.001", "0.003")]
+    assert changed["input_quality"][0]["problems"] == ["drift in label"]
+    assert got["onset_ms"] == T0 + 25 * MIN  # the evidence, not the policy alert at T0
+    assert [r["run_id"] for r in got["affected_runs"]["runs"]] == ["c"]
+    trusted = [c["step"] for c in got["trustworthy"]["checkpoints"] if c["trustworthy"]]
+    assert trusted == [100, 200]
+    res = got["resume_point"]
+    assert (res["step"], res["gpu_hours_lost"]) == (200, round(40 / 60 * 8, 3))
+    assert got["owner"]["team"] == "data-engineering"
+    assert "rule:validation_decline" in got["owner"]["why"]
+    assert got["release"]["blocked"] is False
+
+
+def test_a_corrupt_checkpoint_is_not_trusted_and_the_one_before_is_the_resume_point() -> None:
+    cks = [_ck(100, T0 + 10 * MIN), _ck(200, T0 + 20 * MIN, sha="bad"),
+           _ck(300, T0 + 30 * MIN, outcome="corrupt"), _ck(400, T0 + 40 * MIN, outcome="failed")]
+    got = investigate(_evidence(checkpoints=cks, quality=[], alerts=[]), OWN)
+    verdicts = {c["step"]: (c["trustworthy"], c["reasons"])
+                for c in got["trustworthy"]["checkpoints"]}
+    assert verdicts == {100: (True, []), 200: (False, ["checksum mismatch"]),
+                        300: (False, ["checksum mismatch"]),
+                        400: (False, ["serialization failed"])}
+    assert got["resume_point"]["step"] == 100
+
+
+def test_release_is_blocked_by_the_latest_failing_gate_with_its_reasons() -> None:
+    gates = [{"ts_ms": T0, "run_id": "b", "gate": "eval", "decision": "pass", "reasons": []},
+             {"ts_ms": T0 + MIN, "run_id": "b", "gate": "eval", "decision": "fail",
+              "reasons": ["accuracy 0.61 < 0.70"]},
+             {"ts_ms": T0, "run_id": "b", "gate": "safety", "decision": "fail",
+              "reasons": ["toxicity"]},
+             {"ts_ms": T0 + MIN, "run_id": "b", "gate": "safety", "decision": "pass",
+              "reasons": []}]
+    rel = investigate(_evidence(gates=gates), OWN)["release"]
+    assert rel["blocked"] is True
+    assert rel["reasons"] == ["gate eval failed: accuracy 0.61 < 0.70"]
+    assert investigate(_evidence(gates=gates[2:]), OWN)["release"]["blocked"] is False
+
+
+def test_deterministic_across_attempts_and_same_lineage_runs() -> None:
+    jobs = [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": ["n1"], "gpu_count": 8},
+            {"ts_ms": T0 + 30 * MIN, "state": "running", "attempt": 1, "nodes": ["n1"],
+             "gpu_count": 8}]
+    # the same detector at step 200 in attempt 0 and again at step 200 after the restart
+    steps = [(T0 + i * MIN, i * 10) for i in range(21)] + [
+        (T0 + 30 * MIN + i * MIN, 100 + i * 10) for i in range(21)]
+    alerts = [_alert("x1", T0 + 20 * MIN), _alert("x2", T0 + 40 * MIN)]
+    got = investigate(_evidence(jobs=jobs, steps_at=steps, alerts=alerts), OWN)["deterministic"]
+    assert got["deterministic"] is True and "attempts" in got["reason"]
+    other = [{"run_id": "r2", "detector": "rule:validation_decline", "indicator": "accuracy",
+              "first_seen_ms": 0, "step": 350}]
+    got = investigate(_evidence(alerts=[_alert("x1", T0 + 35 * MIN)], repeats=other),
+                      OWN)["deterministic"]
+    assert got["deterministic"] is True and "same lineage" in got["reason"]
+    other[0]["step"] = 120
+    got = investigate(_evidence(alerts=[_alert("x1", T0 + 35 * MIN)], repeats=other),
+                      OWN)["deterministic"]
+    assert got["deterministic"] is False
+    got = investigate(_evidence(alerts=[_alert("x1", T0 + 35 * MIN)]), OWN)["deterministic"]
+    assert got["deterministic"] is None
+
+
+def test_bad_input_is_answered_as_far_as_the_evidence_goes() -> None:
+    nothing = investigate(Evidence(run_id="ghost", database="db", now_ms=T0), OWN)
+    assert nothing["found"] is False
+    assert "nothing recorded for run 'ghost'" in nothing["missing"][0]
+    assert nothing["resume_point"]["step"] is None
+    no_manifest = investigate(_evidence(manifests=[]), OWN)
+    assert no_manifest["found"] is True
+    assert "no manifest (lineage) recorded for this run" in no_manifest["missing"]
+    assert no_manifest["what_changed"]["changes"] == []
+    assert "no manifest" in no_manifest["what_changed"]["reference"]
+    no_ref = investigate(_evidence(family_runs=[]), OWN)
+    assert any("no previous good run in family 'fam'" in m for m in no_ref["missing"])
+    partial = investigate(_evidence(series={}, stages=None), OWN)
+    assert "no loss telemetry recorded for this run" in partial["missing"]
+    assert any("no stage events recorded" in m for m in partial["missing"])
+    assert partial["what_changed"]["stages"] is None
+
+
+def test_hurting_lists_runs_with_firing_alerts_worst_first() -> None:
+    rows = [dict(_alert("a1", T0), run_id="r1", state="running"),
+            dict(_alert("a2", T0 + MIN, cause="infrastructure"), run_id="r2", state="running",
+                 severity="critical"),
+            dict(_alert("a3", T0, status="resolved"), run_id="r3", state="succeeded")]
+    got = answers.hurting(rows, T0 - MIN, T0 + 2 * MIN, None, OWN, "db")
+    assert [(r["run_id"], r["owner"]) for r in got["runs"]] == [
+        ("r2", "platform-engineering"), ("r1", "data-engineering")]
+
+
+def test_checkpoint_share_spreads_each_write_over_its_buckets() -> None:
+    share = checkpoint_share([{"ts_ms": T0 + 15 * MIN, "duration_ms": 10 * MIN}],
+                             (T0, T0 + 60 * MIN), buckets=6)
+    assert [round(v, 2) for _t, v in share] == [0.5, 0.5, 0, 0, 0, 0]
+
+
+def test_the_page_is_self_contained_and_draws_every_plot() -> None:
+    ev = _evidence(series={"loss": [(T0, 2.0), (T0 + MIN, 1.5)],
+                           "validation:accuracy": [(T0, 0.5)], "gpu_util": []})
+    result = investigate(ev, OWN)
+    page = render(result, {**ev.series, "checkpoint_share": checkpoint_share(
+        ev.checkpoints, (T0, T0 + 60 * MIN))})
+    plots = re.findall(r'<svg class="plot" data-indicator="([a-z_]+)" data-empty="(\w+)"', page)
+    assert plots == [(k, "false" if k != "gpu_util" and k != "loader_share" else "true")
+                     for k, _t in PLOTS]
+    assert "<script" not in page and "http://" not in page.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+    assert page.count('class="onset"') == 5 * 2  # two firing alerts on every plot
+    assert page.count('class="checkpoint"') == 5 * 4
+    assert "s3://d/train" in page and "0.003" in page  # the lineage diff
+    hostile = render({**result, "run_id": "<script>x</script>"}, {})  # text is escaped
+    assert "<script" not in hostile and "&lt;script&gt;x" in hostile
+
+
+@pytest.mark.parametrize("bad", ["", "1bad", "a;b", "db.x"])
+def test_the_reader_refuses_database_names_that_are_not_identifiers(bad: str) -> None:
+    from runwatch.adapters.evidence import EvidenceError, EvidenceReader
+
+    with pytest.raises(EvidenceError, match="bad database name"):
+        EvidenceReader(object(), bad)  # type: ignore[arg-type]
