@@ -180,6 +180,9 @@ def test_budget_exhausted_and_next_bad_event() -> None:
     assert burn.next_bad_exhausts(2, 20, 0.9)
     assert not burn.next_bad_exhausts(0, 20, 0.9)
     assert not burn.next_bad_exhausts(3, 20, 0.9)  # already exhausted
+    # 99 % of one good registration: a budget under one event, nothing spent yet: no warning
+    assert not burn.next_bad_exhausts(0, 1, 0.99)
+    assert burn.exhausted(1, 2, 0.99)
 
 
 def _traffic(now: int, per_hour: int, hours: int, bad_share_last_h: float,

@@ -15,7 +15,7 @@ is a 100 % error ratio. So a burn-rate tier fires only when its long window
 holds at least ``min_events`` events, and two budget conditions, which need
 no rate, cover the rest: **budget exhausted** (more bad events than the
 budget allows: the SLI is below target) and **the next bad event exhausts
-the budget**.
+the budget** (once a bad event has spent part of it).
 """
 
 from __future__ import annotations
@@ -117,8 +117,13 @@ def exhausted(bad: int, valid: int, target: float) -> bool:
 
 
 def next_bad_exhausts(bad: int, valid: int, target: float) -> bool:
-    """Whether one more bad event would exhaust a budget that is not exhausted yet."""
-    return valid > 0 and not exhausted(bad, valid, target) and exhausted(bad + 1, valid + 1, target)
+    """Whether one more bad event would exhaust a budget already spent in part.
+
+    Only once a bad event has happened: a budget smaller than one event (99.9 %
+    of a few runs) would otherwise warn for ever, before anything went wrong.
+    """
+    return (bad > 0 and not exhausted(bad, valid, target)
+            and exhausted(bad + 1, valid + 1, target))
 
 
 @dataclass(frozen=True, slots=True)

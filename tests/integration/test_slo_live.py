@@ -1,0 +1,233 @@
+"""SLOs on the live stack: SDK runs → Kafka → the sink → ClickHouse → ``runwatch slo``.
+
+One module, one publication: 20 runs of a family with a 2-hour training
+window (3 of them overrun), published through ``runwatch.init``/``run.finish``
+with explicit times, land through a real sink in a fresh database; then
+``runwatch slo serve`` runs as a process against it. Checked:
+
+* ``runwatch slo status --json`` shows SLI 17/20 and the budget consumed;
+* exactly one SLO alert for the objective on ``rw.alerts``, with the three bad
+  runs as evidence;
+* a registry push without a gate, published while the evaluator runs, raises
+  the registry-control alert in the first evaluation round after it is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+from sinkkit import ROOT, SinkProc, Store, delete_topics, make_topics, migrate
+
+import runwatch
+from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+from runwatch.adapters.settings import KafkaSettings
+from runwatch.core.codec import load_codec
+
+pytestmark = pytest.mark.integration
+H = 3_600_000
+WINDOW_SLO = "window-{fam}"
+REGISTRY_SLO = "registry-{fam}"
+SLOS = """apiVersion: openslo/v1
+kind: SLO
+metadata: {{name: window-{fam}}}
+spec:
+  owner: ml
+  indicator: {{spec: {{kind: training_window, family: {fam}, maxDuration: 2h}}}}
+  timeWindow: [{{duration: 30d, isRolling: true}}]
+  objectives: [{{target: 0.95}}]
+---
+apiVersion: openslo/v1
+kind: SLO
+metadata: {{name: registry-{fam}}}
+spec:
+  owner: ml
+  indicator: {{spec: {{kind: registry_control, family: {fam}-reg}}}}
+  timeWindow: [{{duration: 30d, isRolling: true}}]
+  objectives: [{{target: 0.99}}]
+"""
+
+
+class Shared:
+    """One Kafka transport for many SDK runs (a run's finish would close its own)."""
+
+    def __init__(self, transport: KafkaTransport) -> None:
+        self.transport = transport
+
+    def produce(self, topic: str, key: Any, value: bytes) -> None:
+        self.transport.produce(topic, key, value)
+
+    def flush(self, timeout: float = 10.0) -> int:
+        return self.transport.flush(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.transport.flush(timeout)
+
+
+def _run(shared: Shared, topics: dict[str, str], run_id: str, family: str, start: int,
+         end: int, *, artifact: str | None = None, gate: bool = False) -> None:
+    run = runwatch.init(family, team="ml", run_id=run_id, strict=True, transport=shared,
+                        topics=topics, install_hooks=False, capture_lineage=False,
+                        clock=lambda: start)
+    if gate:
+        run.gate("release", "pass", now_ms=end - 2000)
+    if artifact:
+        run.artifact(artifact, "model", sha256="ab" * 32, registry_status="registered",
+                     now_ms=end - 1000)
+    run.finish("succeeded", now_ms=end)
+
+
+def _count(client: Any, sql: str) -> int:
+    return int(client.query(sql).result_rows[0][0])
+
+
+def _wait(what: str, check: Any, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("slo")
+    fam = f"slofam{uuid.uuid4().hex[:8]}"
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    store = Store(tmp / "chdb")  # a store of our own, as the sink's tests use
+    store.start()
+    client = migrate(store.url, db)
+    topics = make_topics(stack.bootstrap_servers)
+    sink = SinkProc(stack.bootstrap_servers, topics, store.url, db, tmp / "sink.log")
+    sink.start()
+    transport = KafkaTransport(KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
+                               ProducerSettings(spool_dir=tmp / "spool"), name="sdk")
+    shared = Shared(transport)
+    now = int(time.time() * 1000)
+    bad = {f"{fam}-r{i:02d}" for i in (3, 9, 15)}
+    for i in range(20):
+        rid = f"{fam}-r{i:02d}"
+        start = now - 30 * H + i * H
+        _run(shared, topics, rid, fam, start, start + (H * 5 // 2 if rid in bad else H))
+    _run(shared, topics, f"{fam}-gated", f"{fam}-reg", now - 3 * H, now - 2 * H,
+         artifact="s3://models/gated", gate=True)
+    assert transport.flush(60) == 0
+    _wait("the runs' job events in ClickHouse",
+          lambda: _count(client, f"SELECT count() FROM {db}.job_events FINAL") == 42)
+    slo_file = tmp / "slos.yaml"
+    slo_file.write_text(SLOS.format(fam=fam))
+    env = {**os.environ, "CLICKHOUSE_URL": store.url, "CLICKHOUSE_DATABASE": db,
+           "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+           "RUNWATCH_PRODUCER_SPOOL_DIR": str(tmp / "slo-spool")}
+    log = tmp / "slo.log"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "slo", "serve", "--file", str(slo_file),
+         "--interval", "2", "--topic", topics["rw.alerts"]],
+        env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    ctx = {"fam": fam, "db": db, "client": client, "topics": topics, "env": env, "bad": bad,
+           "file": slo_file, "log": log, "shared": shared, "now": now}
+    try:
+        _wait("the first evaluation round", lambda: _count(
+            client, f"SELECT count() FROM {db}.slo_points WHERE objective = 'window-{fam}'") > 0)
+        # a registry push without a gate, while the evaluator runs
+        _run(shared, topics, f"{fam}-ungated", f"{fam}-reg", now - H, now - 60_000,
+             artifact="s3://models/ungated")
+        assert transport.flush(60) == 0
+        _wait("the ungated artifact in ClickHouse", lambda: _count(
+            client, f"SELECT count() FROM {db}.artifacts WHERE run_id = '{fam}-ungated'") == 1)
+        ctx["stored_ms"] = int(time.time() * 1000)
+        _wait("the registry-control round", lambda: _count(
+            client, f"SELECT count() FROM {db}.slo_points WHERE objective = 'registry-{fam}' "
+                    f"AND state = 'exhausted'") > 0)
+        ctx["alerts"] = _alerts(stack.bootstrap_servers, topics["rw.alerts"], 2)
+        yield ctx
+    finally:
+        serve.terminate()
+        serve.wait(30)
+        transport.close(10)
+        sink.stop()
+        delete_topics(stack.bootstrap_servers, list(topics.values()))
+        store.stop()
+
+
+def _alerts(bootstrap: str, topic: str, want: int, linger_s: float = 6.0) -> list[Any]:
+    """Read the alerts topic from its start until ``want`` came, then ``linger_s`` more."""
+    codec = load_codec()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + 90
+    until: float | None = None
+    try:
+        while time.monotonic() < deadline and (until is None or time.monotonic() < until):
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            out.append(codec.decode(msg.value()))
+            if len(out) >= want and until is None:
+                until = time.monotonic() + linger_s
+    finally:
+        consumer.close()
+    return out
+
+
+def test_status_shows_17_of_20_and_the_budget_consumed(live) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "runwatch", "slo", "status", "--json", "--file", str(live["file"])],
+        env=live["env"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    by_name = {s["objective"]: s for s in json.loads(out.stdout)}
+    window = by_name[f"window-{live['fam']}"]
+    assert (window["good"], window["valid"]) == (17, 20)
+    assert window["sli"] == pytest.approx(0.85)
+    # 3 bad runs against a budget of 5 % of 20 = 1 event: three budgets spent
+    assert window["budget_consumed"] == pytest.approx(3.0)
+    assert window["budget_left"] == pytest.approx(-2.0)
+    assert window["state"] == "exhausted"
+    assert {r for e in window["bad_events"] for r in e["run_ids"]} == live["bad"]
+    assert all("over the limit" in e["detail"] for e in window["bad_events"])
+
+
+def test_one_slo_alert_with_the_bad_runs_as_evidence(live) -> None:
+    mine = [a for a in live["alerts"] if a.detector == f"slo:window-{live['fam']}"]
+    assert len(mine) == 1, [(a.detector, a.status) for a in live["alerts"]]
+    alert = mine[0]
+    assert alert.status == "firing" and alert.severity == "critical" and alert.run_id is None
+    assert alert.team == "ml" and alert.experiment_family == live["fam"]
+    assert {e.detail.split(":")[0].removeprefix("run ") for e in alert.evidence} == live["bad"]
+    assert alert.labels["bad_runs"] == ",".join(sorted(live["bad"]))
+
+
+def test_registry_push_without_a_gate_alerts_in_the_next_round(live) -> None:
+    db, client, fam = live["db"], live["client"], live["fam"]
+    rows = client.query(
+        f"SELECT toUnixTimestamp64Milli(evaluated_at), state, bad_runs FROM {db}.slo_points "
+        f"WHERE objective = 'registry-{fam}' ORDER BY evaluated_at").result_rows
+    after = [r for r in rows if r[0] >= live["stored_ms"]]
+    # the first round evaluated after the artifact was stored already counts it
+    assert after and after[0][1] == "exhausted" and list(after[0][2]) == [f"{fam}-ungated"]
+    before = [r for r in rows if r[0] < live["stored_ms"]]
+    assert before and before[0][1] == "ok"  # the gated registration alone: 1/1 good
+    mine = [a for a in live["alerts"] if a.detector == f"slo:registry-{fam}"]
+    assert len(mine) == 1 and mine[0].probable_cause == "artifact"
+    assert mine[0].emitted_at_ms in {r[0] for r in rows if r[1] == "exhausted"}
+    assert "without a passing or approved gate" in mine[0].evidence[0].detail
+
+
+def test_invalid_file_is_one_error_line(live, tmp_path: Path) -> None:
+    bad = tmp_path / "slos.yaml"
+    bad.write_text(live["file"].read_text().replace("maxDuration: 2h", "maxDuration: 2 hours"))
+    out = subprocess.run([sys.executable, "-m", "runwatch", "slo", "evaluate", "--file", str(bad)],
+                         env=live["env"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (f"error: {bad}:6: spec.indicator.spec.maxDuration: bad "
+                                  "duration '2 hours' (use e.g. 30s, 15m, 2h, 1d)")
