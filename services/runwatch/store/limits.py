@@ -78,8 +78,11 @@ def peer_closed(sock: socket.socket) -> bool:
 
     """
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
+        # poll, not select: select refuses descriptors over FD_SETSIZE (1024), and a
+        # busy store's sockets reach them (every query was then "disconnected").
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(0):
             return False
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except BlockingIOError:
