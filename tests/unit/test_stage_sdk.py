@@ -122,3 +122,12 @@ def test_emit_publishes_a_stage_event() -> None:
     ev = load_codec().decode(value)
     assert (topic, key, ev.stage, ev.rows_out, ev.outcome) == ("rw.data", "s3://raw", "ingest",
                                                                9, "succeeded")
+
+
+def test_an_explicit_start_stamps_the_event_at_its_end() -> None:
+    t = ListTransport()
+    with data.stage("s", output="s3://o@1", publisher=Publisher(t, kind="sdk"),
+                    now_ms=T0) as st:
+        st.duration_ms = 1_500.0
+    ev = load_codec().decode(t.out[-1][2])
+    assert (ev.started_at_ms, ev.emitted_at_ms, ev.duration_ms) == (T0, T0 + 1_500, 1_500.0)

@@ -374,6 +374,7 @@ class Stage:
         self.topics = topics
         self.clock = clock or getattr(publisher, "clock", None)
         self.started_at_ms = now_ms
+        self._explicit = now_ms is not None and self.clock is None
         self.baseline_directory = baseline_directory
         self.psi_threshold = psi_threshold
         self.flush_timeout = flush_timeout
@@ -426,6 +427,9 @@ class Stage:
         return self.stats
 
     def _build(self, failure: BaseException | None, duration_ms: float) -> StageEvent:
+        # stamped at the stage's end: an explicit start without a clock ends duration later
+        end_ms = (int(self.started_at_ms or 0) + int(duration_ms) if self._explicit
+                  else self._now())
         out = dataset_ref(self.output)
         inputs = []
         for ref in self.inputs:
@@ -435,7 +439,7 @@ class Stage:
                 self.counters["errors"] += 1
                 logger.warning("runwatch stage %s: input left out: %s", self.name, exc)
         start, end = self.window if self.window is not None else (None, None)
-        meta = self.publisher.meta(self._now())
+        meta = self.publisher.meta(end_ms)
         meta["run_id"] = self.run_id
         stats = self.stats
         return StageEvent(
@@ -515,7 +519,8 @@ def stage(
         clock: Callable returning UTC epoch ms: stamps the event and, when
             given, times the stage (replays); default the publisher's clock,
             else the wall clock and a monotonic timer.
-        now_ms: The stage's start (UTC epoch ms); default the clock.
+        now_ms: The stage's start (UTC epoch ms); default the clock. Without a
+            clock, the event is then stamped at this start plus the duration.
         baseline_directory: Baseline directory override (for :meth:`Stage.compare`).
         psi_threshold: PSI drift threshold.
         flush_timeout: Seconds to wait for delivery with a short-lived transport.
