@@ -16,6 +16,7 @@ Overrides, for deployments that keep their own copies:
 * Service settings name their own files (``RUNWATCH_STORE_USERS_FILE``,
   ``RUNWATCH_PAGER_RULES_FILE``, ``RUNWATCH_SINK_SUMMARY_SQL``,
   ``RUNWATCH_STACK_ALERTMANAGER_CONFIG``, ...).
+* ``RUNWATCH_COSTS_FILE``: the prices ``runwatch cost`` and ``capacity`` read.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 SCHEMA_DIR_ENV = "RUNWATCH_SCHEMA_DIR"
 TOPICS_FILE_ENV = "RUNWATCH_TOPICS_FILE"
+COSTS_FILE_ENV = "RUNWATCH_COSTS_FILE"
 
 
 class ResourceError(RuntimeError):
@@ -178,6 +180,19 @@ def ownership_file() -> Path:
 
     """
     return resource("infra", "pager", "ownership.yaml")
+
+
+def costs_file() -> Path:
+    """Return the prices file: ``$RUNWATCH_COSTS_FILE`` or the packaged example ``costs.yaml``.
+
+    Returns:
+        The file.
+
+    """
+    env = os.environ.get(COSTS_FILE_ENV)
+    if env:
+        return Path(env)
+    return resource("infra", "cost", "costs.yaml")
 
 
 def alertmanager_config() -> Path:

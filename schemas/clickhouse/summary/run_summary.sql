@@ -2,13 +2,51 @@
 -- runs end; ReplacingMergeTree(updated_at) keeps the latest).  GPU time per
 -- GPU = samples x median tick; idle = util below %(idle_pct)s; wasted = idle +
 -- (failed/cancelled runs) busy GPU time after the last good checkpoint.
-INSERT INTO ${db}.run_summaries
+-- Cost columns (docs/cost.md): GPU samples are attributed to a run by its
+-- allocation (the nodes and GPU indices of its latest running job event),
+-- inside its running intervals; each sample of an allocated GPU is one of
+-- noproc (no process), stalled (no step for over 300 s), then, by outcome,
+-- no_artifact / lost (after the last good checkpoint) / busy (histogram of
+-- utilization, per whole percent, for the below-baseline cause).
+INSERT INTO ${db}.run_summaries (
+    run_id, team, experiment_family, outcome, started_at, ended_at, duration_s, attempts, steps,
+    final_loss, final_metrics, alert_count, critical_alerts, checkpoints, gpu_hours,
+    idle_gpu_hours, wasted_gpu_hours, updated_at,
+    gpu_model, gpu_count, queue, priority_class, node_pool, tenancy, running_at, queue_delay_s,
+    allocated_gpu_hours, observed_gpu_hours, noproc_gpu_hours, stalled_gpu_hours,
+    lost_gpu_hours, no_artifact_gpu_hours, busy_util_hours, busy_util_weighted,
+    usable_artifact, step_records, skewed_nodes, max_skew_s)
 WITH
     jobs AS (
         SELECT toString(run_id) AS rid, anyLast(team) AS team, anyLast(experiment_family) AS fam,
                argMax(state, ts) AS outcome, min(ts) AS started_at, max(ts) AS ended_at,
-               max(attempt) AS attempts
+               max(attempt) AS attempts,
+               argMaxIf(gpu_model, ts, gpu_model != '') AS gmodel,
+               argMaxIf(arrayMap(n -> toString(n), nodes), ts, state = 'running' AND length(nodes) > 0) AS anodes,
+               argMaxIf(gpu_indices, ts, state = 'running' AND length(nodes) > 0) AS agpus,
+               argMaxIf(queue, ts, queue != '') AS q, argMaxIf(priority_class, ts, priority_class != '') AS pc,
+               minIf(ts, state = 'queued') AS queued_at, countIf(state = 'queued') AS nqueued,
+               minIf(ts, state = 'running') AS running_at, countIf(state = 'running') AS nrunning,
+               arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(ts), toString(state)))) AS ev
         FROM ${db}.job_events WHERE run_id IN %(runs)s GROUP BY rid),
+    iv AS (
+        SELECT rid, e.1 AS t0, if(nx.1 > e.1, nx.1, toUnixTimestamp64Milli(ended_at)) AS t1
+        FROM (SELECT rid, ended_at, ev,
+                     arrayJoin(arrayFilter((x, i) -> x.2 = 'running' AND (i = 1 OR ev[i - 1].2 != 'running'),
+                                           ev, arrayEnumerate(ev))) AS e,
+                     arrayFirst(f -> f.1 > e.1 AND f.2 != 'running', ev) AS nx
+              FROM jobs)),
+    ivs AS (
+        SELECT rid, groupArray((t0, t1)) AS spans, min(t0) AS run_t0, max(t1) AS run_t1,
+               sum(t1 - t0) AS running_ms
+        FROM iv GROUP BY rid),
+    ag AS (
+        SELECT jobs.rid AS rid, n AS node, toUInt8(g) AS gpu, iv.t0 AS t0, iv.t1 AS t1
+        FROM jobs INNER JOIN iv ON iv.rid = jobs.rid
+        ARRAY JOIN jobs.anodes AS n ARRAY JOIN jobs.agpus AS g),
+    mf AS (
+        SELECT run_id AS rid, argMax(labels['node_pool'], ts) AS pool, argMax(labels['tenancy'], ts) AS ten
+        FROM ${db}.run_manifests WHERE run_id IN %(runs)s GROUP BY rid),
     learn AS (
         SELECT toString(run_id) AS rid, max(step) AS steps, argMax(loss, step) AS final_loss,
                argMax(metrics, step) AS final_metrics
@@ -33,15 +71,95 @@ WITH
             FROM ${db}.gpu_samples AS g LEFT JOIN ck ON toString(g.run_id) = ck.rid
             WHERE g.run_id IN %(runs)s
             GROUP BY rid, g.node, g.gpu_index)
-        GROUP BY rid)
+        GROUP BY rid),
+    art AS (
+        SELECT toString(run_id) AS rid, countIf(serialization_ok) AS usable
+        FROM ${db}.artifacts WHERE run_id IN %(runs)s GROUP BY rid),
+    st AS (
+        SELECT toString(run_id) AS rid, count() AS nsteps,
+               arraySort(groupArray(toUnixTimestamp64Milli(ts))) AS sts
+        FROM ${db}.step_timings WHERE run_id IN %(runs)s GROUP BY rid),
+    ctx AS (
+        SELECT jobs.rid AS rid,
+               jobs.outcome IN ('failed', 'cancelled', 'preempted') AS bad,
+               ck.checkpoints > 0 OR art.usable > 0 AS usable,
+               if(ck.checkpoints > 0, toUnixTimestamp64Milli(ck.last_ok), 0) AS last_ok_ms,
+               if(st.nsteps > 0,
+                  arrayFilter(p -> p.2 - p.1 > 300000,
+                              arrayZip(arrayPushFront(st.sts, ivs.run_t0), arrayPushBack(st.sts, ivs.run_t1))),
+                  []) AS gaps
+        FROM jobs LEFT JOIN ivs ON ivs.rid = jobs.rid LEFT JOIN ck ON ck.rid = jobs.rid
+        LEFT JOIN art ON art.rid = jobs.rid LEFT JOIN st ON st.rid = jobs.rid),
+    s AS (
+        SELECT ag.rid AS rid, g.node AS node, g.gpu_index AS gpu, toUnixTimestamp64Milli(g.ts) AS t,
+               g.util_pct AS util, g.process_count AS npr
+        FROM ${db}.gpu_samples AS g INNER JOIN ag ON g.node = ag.node AND g.gpu_index = ag.gpu
+        WHERE g.node IN (SELECT node FROM ag)
+          AND g.ts >= fromUnixTimestamp64Milli((SELECT min(t0) FROM ag), 'UTC')
+          AND g.ts < fromUnixTimestamp64Milli((SELECT max(t1) FROM ag), 'UTC')
+          AND toUnixTimestamp64Milli(g.ts) >= ag.t0 AND toUnixTimestamp64Milli(g.ts) < ag.t1),
+    cls AS (
+        SELECT s.rid AS rid, s.node AS node, s.gpu AS gpu, s.t AS t, s.util AS util,
+               s.npr = 0 AS idle,
+               s.npr > 0 AND arrayExists(p -> s.t > p.1 AND s.t < p.2, ctx.gaps) AS stalled,
+               s.t > ctx.last_ok_ms AS late, ctx.bad AS bad, ctx.usable AS usable
+        FROM s INNER JOIN ctx ON ctx.rid = s.rid),
+    pergpu AS (
+        SELECT rid, node, gpu, count() AS n, any(bad) AS run_bad, any(usable) AS run_usable,
+               if(count() > 1, arrayReduce('median', arrayDifference(arraySort(groupArray(t)))) / 1000, 0) AS tick_s,
+               countIf(idle) AS idle_n, countIf(stalled) AS stalled_n,
+               countIf(NOT idle AND NOT stalled AND late) AS late_n,
+               countIf(NOT idle AND NOT stalled) AS busy_n,
+               sumMapIf(map(toUInt8(least(floor(util), 100)), toFloat64(1)),
+                        NOT idle AND NOT stalled AND (NOT bad OR (usable AND NOT late))) AS hist_c,
+               sumMapIf(map(toUInt8(least(floor(util), 100)), toFloat64(util)),
+                        NOT idle AND NOT stalled AND (NOT bad OR (usable AND NOT late))) AS hist_w
+        FROM cls GROUP BY rid, node, gpu),
+    cost AS (
+        SELECT rid, sum(n * tick_s) / 3600 AS observed_h, sum(idle_n * tick_s) / 3600 AS noproc_h,
+               sum(stalled_n * tick_s) / 3600 AS stalled_h,
+               sum(if(run_bad AND NOT run_usable, busy_n, 0) * tick_s) / 3600 AS no_artifact_h,
+               sum(if(run_bad AND run_usable, late_n, 0) * tick_s) / 3600 AS lost_h,
+               sumMap(mapApply((k, v) -> (k, v * tick_s / 3600), hist_c)) AS hist_h,
+               sumMap(mapApply((k, v) -> (k, v * tick_s / 3600), hist_w)) AS hist_u
+        FROM pergpu GROUP BY rid),
+    sx AS (
+        SELECT ag.rid AS rid, g.node AS node,
+               minIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - any(ivs.run_t0) AS d0,
+               maxIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - any(ivs.run_t1) AS d1
+        FROM ${db}.gpu_samples AS g INNER JOIN ag ON g.node = ag.node AND g.gpu_index = ag.gpu
+        INNER JOIN ivs ON ivs.rid = ag.rid
+        WHERE g.node IN (SELECT node FROM ag)
+          AND g.ts >= fromUnixTimestamp64Milli((SELECT min(t0) FROM ag) - 900000, 'UTC')
+          AND g.ts < fromUnixTimestamp64Milli((SELECT max(t1) FROM ag) + 900000, 'UTC')
+          AND toUnixTimestamp64Milli(g.ts) >= ivs.run_t0 - 900000
+          AND toUnixTimestamp64Milli(g.ts) < ivs.run_t1 + 900000
+        GROUP BY rid, node),
+    skew AS (
+        SELECT rid, countIf(d0 * d1 > 0 AND least(abs(d0), abs(d1)) > 60000) AS skewed,
+               maxIf(least(abs(d0), abs(d1)) / 1000, d0 * d1 > 0) AS max_skew
+        FROM sx GROUP BY rid)
 SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_at,
        (toUnixTimestamp64Milli(jobs.ended_at) - toUnixTimestamp64Milli(jobs.started_at)) / 1000,
        jobs.attempts, learn.steps, if(learn.rid = '', NULL, learn.final_loss), learn.final_metrics,
        al.alert_count, al.critical_alerts, ck.checkpoints, gpu.gpu_h, gpu.idle_h,
        gpu.idle_h + if(jobs.outcome IN ('failed', 'cancelled'), gpu.late_busy_h, 0),
-       now64(3)
+       now64(3),
+       jobs.gmodel, toUInt32(length(jobs.anodes) * length(jobs.agpus)), jobs.q, jobs.pc, mf.pool, mf.ten,
+       if(jobs.nrunning > 0, jobs.running_at, NULL),
+       if(jobs.nqueued > 0 AND jobs.nrunning > 0 AND jobs.running_at >= jobs.queued_at,
+          (toUnixTimestamp64Milli(jobs.running_at) - toUnixTimestamp64Milli(jobs.queued_at)) / 1000, NULL),
+       ivs.running_ms / 3600000 * length(jobs.anodes) * length(jobs.agpus),
+       cost.observed_h, cost.noproc_h, cost.stalled_h, cost.lost_h, cost.no_artifact_h,
+       cost.hist_h, cost.hist_u, toUInt8(ctx.usable), st.nsteps, skew.skewed, skew.max_skew
 FROM jobs
 LEFT JOIN learn ON learn.rid = jobs.rid
 LEFT JOIN al ON al.rid = jobs.rid
 LEFT JOIN ck ON ck.rid = jobs.rid
 LEFT JOIN gpu ON gpu.rid = jobs.rid
+LEFT JOIN ivs ON ivs.rid = jobs.rid
+LEFT JOIN mf ON mf.rid = jobs.rid
+LEFT JOIN ctx ON ctx.rid = jobs.rid
+LEFT JOIN st ON st.rid = jobs.rid
+LEFT JOIN cost ON cost.rid = jobs.rid
+LEFT JOIN skew ON skew.rid = jobs.rid

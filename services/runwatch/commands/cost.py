@@ -1,0 +1,240 @@
+"""``runwatch cost`` and ``runwatch capacity``: cost, waste by cause, the bottleneck.
+
+What each run costs, what was wasted and why, and where the cluster's
+bottleneck is (docs/cost.md).
+
+Both read the views of ``schemas/clickhouse/0031_cost_views.sql`` as the
+readonly user; the attribution itself is :mod:`runwatch.core.cost`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from runwatch.core.cost.capacity import (
+    CkptBucket,
+    NodeMinute,
+    QueueWait,
+    StepBucket,
+    capacity_report,
+)
+from runwatch.core.cost.prices import Prices, PricesError, parse_prices
+from runwatch.core.cost.waste import RunCost, attribute, baselines, cost_report
+from runwatch.errors import FatalError
+
+#: Baselines are learnt from at least this much history, whatever the window.
+HISTORY_S = 30 * 86_400
+_RUN_COLS = ("run_id, team, experiment_family, queue, priority_class, node_pool, tenancy, "
+             "gpu_model, gpu_count, outcome, toUnixTimestamp64Milli(running_at), queue_delay_s, "
+             "allocated_gpu_hours, observed_gpu_hours, noproc_gpu_hours, stalled_gpu_hours, "
+             "no_artifact_gpu_hours, lost_gpu_hours, busy_util_hours, busy_util_weighted, "
+             "usable_artifact, step_records, skewed_nodes, toUnixTimestamp64Milli(ended_at)")
+
+
+def _since_s(text: str) -> int:
+    from runwatch.core.storage.retention import RetentionError, parse_duration
+
+    try:
+        return parse_duration(text)
+    except RetentionError as exc:
+        msg = f"--since {text!r}: {exc}"
+        raise FatalError(msg) from None
+
+
+def load_prices(path: Path | None) -> Prices:
+    """Read and validate the prices file (``--prices``, ``$RUNWATCH_COSTS_FILE`` or the example).
+
+    Raises:
+        FatalError: The file is missing or invalid (the message names file, line and key).
+
+    """
+    from runwatch.resources import costs_file
+
+    file = path or costs_file()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot read prices file {file}: {exc.strerror or exc}"
+        raise FatalError(msg) from None
+    try:
+        return parse_prices(text, str(file))
+    except PricesError as exc:
+        raise FatalError(str(exc)) from None
+
+
+def _client(database: str | None) -> Any:
+    from runwatch.adapters import clickhouse as ch
+    from runwatch.adapters.settings import ClickHouseSettings
+
+    settings = ClickHouseSettings(database=database) if database else ClickHouseSettings()
+    try:
+        return ch.make_client(settings, readonly=True)
+    except ch.ClickHouseUnavailable as exc:
+        raise FatalError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the client's first query: show ClickHouse's words
+        msg = f"the store refused the connection: {exc}"
+        raise FatalError(msg) from None
+
+
+def _query(client: Any, sql: str) -> list[tuple[Any, ...]]:
+    """Run one query (times are inlined as integers: no bound parameters)."""
+    from runwatch.adapters import clickhouse as ch
+
+    try:
+        return ch.query_rows(client, sql)
+    except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+        msg = f"the store refused the cost query: {exc}"
+        raise FatalError(msg) from None
+
+
+def _run(row: tuple[Any, ...]) -> RunCost:
+    (rid, team, fam, queue, pc, pool, ten, model, gpus, outcome, running, delay, alloc, obs,
+     idle, stalled, noart, lost, hist_h, hist_u, usable, steps, skewed, _end) = row
+    return RunCost(run_id=str(rid), team=str(team), family=str(fam), queue=str(queue),
+                   priority_class=str(pc), node_pool=str(pool), tenancy=str(ten),
+                   gpu_model=str(model), gpu_count=int(gpus), outcome=str(outcome),
+                   running_at_ms=None if running is None else int(running),
+                   queue_delay_s=None if delay is None else float(delay),
+                   allocated_h=float(alloc), observed_h=float(obs), idle_h=float(idle),
+                   stalled_h=float(stalled), no_artifact_h=float(noart), lost_h=float(lost),
+                   busy_hours={int(k): float(v) for k, v in hist_h.items()},
+                   busy_weighted={int(k): float(v) for k, v in hist_u.items()},
+                   usable_artifact=bool(usable), step_records=int(steps),
+                   skewed_nodes=int(skewed))
+
+
+def _runs(client: Any, since_s: int, now_ms: int) -> tuple[list[RunCost], list[RunCost]]:
+    """Return the window's runs and the history the baselines are learnt from."""
+    start = now_ms - since_s * 1000
+    first = int(now_ms - max(since_s, HISTORY_S) * 1000)
+    rows = _query(client, f"SELECT {_RUN_COLS} FROM run_costs "  # noqa: S608 - fixed columns, int
+                  f"WHERE ended_at >= fromUnixTimestamp64Milli({first}, 'UTC')")
+    history = [_run(r) for r in rows]
+    window = [h for h, r in zip(history, rows, strict=True) if int(r[-1]) >= start]
+    return window, history
+
+
+def cost(args: argparse.Namespace) -> int:
+    """``runwatch cost``."""
+    prices = load_prices(args.prices)
+    since = _since_s(args.since)
+    now_ms = int(time.time() * 1000)
+    window, history = _runs(_client(args.database), since, now_ms)
+    report = cost_report(window, history, prices, args.by)
+    report["window"] = {"since": args.since, "from_ms": now_ms - since * 1000, "to_ms": now_ms}
+    if args.json:
+        print(json.dumps(report, sort_keys=False))
+        return 0
+    _print_cost(report)
+    return 0
+
+
+def _print_cost(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cur = report["currency"]
+    table = Table(report["by"], "runs", "done", "GPU-h", f"cost {cur}", "GPU-h/done",
+                  "queue p50/p95 s", "no artifact", "wasted GPU-h", "unpriced",
+                  title=f"cost by {report['by']} since {report['window']['since']}")
+    for g in [*report["groups"], {"key": "total", **report["totals"]}]:
+        waste = g["wasted_gpu_hours"]
+        detail = ", ".join(f"{c} {h:g}" for c, h in waste.items() if h)
+        table.add_row(str(g["key"]), str(g["runs"]), str(g["completed_runs"]),
+                      f"{g['gpu_hours']:g}", "-" if g["cost"] is None else f"{g['cost']:,.2f}",
+                      "-" if g["gpu_hours_per_completed_run"] is None
+                      else f"{g['gpu_hours_per_completed_run']:g}",
+                      f"{g['queue_delay_p50_s'] or '-'}/{g['queue_delay_p95_s'] or '-'}",
+                      "-" if g["terminated_without_artifact_share"] is None
+                      else f"{g['terminated_without_artifact_share']:.0%}",
+                      f"{g['wasted_gpu_hours_total']:g}" + (f" ({detail})" if detail else ""),
+                      f"{g['unpriced_runs']} ({g['unpriced_gpu_hours']:g} GPU-h)")
+    console = Console(width=200)
+    console.print(table)
+    bad = report["bad_input"]
+    console.print("unpriced runs: {unpriced_runs} {unpriced_reasons}; unknown GPU models: "
+                  "{unknown_gpu_models}; telemetry gaps: {telemetry_gap_runs} runs "
+                  "({unobserved_gpu_hours} GPU-h unobserved); clock skew: {clock_skew_runs} "
+                  "runs; no baseline: {no_baseline_runs} runs".format(**bad), markup=False)
+
+
+def capacity(args: argparse.Namespace) -> int:
+    """``runwatch capacity``."""
+    prices = load_prices(args.prices)
+    since = _since_s(args.since)
+    now_ms = int(time.time() * 1000)
+    start = now_ms - since * 1000
+    client = _client(args.database)
+
+    def rows(cols: str, table: str, where: str, after_ms: int = start) -> list[Any]:
+        # Only fixed names and an integer time are put into the statement.
+        return _query(client, f"SELECT {cols} FROM {table} WHERE {where} >= "  # noqa: S608
+                      f"fromUnixTimestamp64Milli({int(after_ms)}, 'UTC')")
+
+    waits = [QueueWait(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rows(
+        "run_id, toUnixTimestamp64Milli(queued_at), toUnixTimestamp64Milli(running_at), "
+        "gpu_count", "queue_waits", "running_at")]
+    first = min([start, *(w.queued_ms for w in waits)])
+    first -= first % 60_000
+    minutes = [NodeMinute(int(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows(
+        "toUnixTimestamp64Milli(toDateTime64(minute, 3)), node, gpus, free_gpus",
+        "gpu_occupancy_1m", "minute", first)]
+    ms = "run_id, toUnixTimestamp64Milli(toDateTime64(bucket, 3))"
+    steps = [StepBucket(str(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4]))
+             for r in rows(f"{ms}, steps, loader_ms, compute_ms", "step_buckets_5m", "bucket")]
+    ckpts = [CkptBucket(str(r[0]), int(r[1]), int(r[2]), float(r[3]))
+             for r in rows(f"{ms}, checkpoints, duration_ms", "checkpoint_buckets_5m", "bucket")]
+    alloc = rows("toString(run_id), argMax(nodes, ts), "
+                 "argMax(length(nodes) * length(gpu_indices), ts)", "job_events",
+                 "length(nodes) > 0 GROUP BY run_id HAVING max(ts)")
+    nodes = {str(r[0]): [str(n) for n in r[1]] for r in alloc}
+    gpus = {str(r[0]): int(r[2]) for r in alloc}
+    window, history = _runs(client, since, now_ms)
+    base = baselines(history)
+    below = []
+    for run in window:
+        b = base.get((run.family, run.gpu_model))
+        w = attribute(run, b, prices)
+        below.append((run.run_id, w.waste_h["below_baseline"], run.busy_median_util,
+                      None if b is None else b.util_p50))
+    report = capacity_report(waits, minutes, steps, ckpts, gpus, nodes, below)
+    report["window"] = {"since": args.since, "from_ms": start, "to_ms": now_ms}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("cause", "lost GPU-h", "evidence",
+                  title=f"capacity since {args.since}: bottleneck {report['bottleneck'] or 'none'}")
+    for c in report["causes"]:
+        table.add_row(c["cause"], f"{c['lost_gpu_hours']:g}", json.dumps(c["evidence"]))
+    Console(width=200).print(table)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``cost`` and ``capacity`` commands.
+
+    Args:
+        sub: The top-level sub-parsers.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print the report as JSON")
+    common.add_argument("--prices", type=Path,
+                        help="prices file (default RUNWATCH_COSTS_FILE or the packaged example)")
+    common.add_argument("--database", help="database (default CLICKHOUSE_DATABASE or runwatch)")
+    parser = sub.add_parser("cost", parents=[common],
+                            help="GPU-hours, cost and wasted GPU time by cause, per group")
+    parser.add_argument("--by", choices=("family", "team", "queue", "priority_class"),
+                        default="family")
+    parser.add_argument("--since", default="7d", help="window, e.g. 7d, 24h, 90m (default 7d)")
+    parser.set_defaults(func=cost)
+    cap = sub.add_parser("capacity", parents=[common],
+                         help="where the cluster's lost throughput went, with the evidence")
+    cap.add_argument("--since", default="24h", help="window (default 24h)")
+    cap.set_defaults(func=capacity)
