@@ -238,12 +238,12 @@ def _validation(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 _s(ds.get("uri")),
                 _s(ds.get("version")),
                 _s(r.get("slice")),
-                *_tail(r, o),
                 r.get("kind") or "validation",
                 r.get("sample_count", 0),
                 dict(r.get("ci_low") or {}),
                 dict(r.get("ci_high") or {}),
                 _s(r.get("incumbent_run_id")),
+                *_tail(r, o),
             ),
         )
     ]
@@ -315,9 +315,9 @@ def _gate(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 [bool(s["passed"]) for s in slices],
                 list(r.get("reasons") or ()),
                 r["evaluator"],
-                *_tail(r, o),
                 _s(r.get("policy")),
                 _s(r.get("approves")),
+                *_tail(r, o),
             ),
         )
     ]
