@@ -170,3 +170,10 @@ def test_the_sink_row_computes_what_a_producer_left_empty() -> None:
     assert row["lineage_hash"] == lineage.lineage_hash(BASE)
     assert row["repeat_group"] == lineage.repeat_group(BASE)
     assert list(row)[-3:] == ["kafka_topic", "kafka_partition", "kafka_offset"]
+
+
+def test_text_is_hashed_as_the_record_carries_it() -> None:
+    """A lone surrogate or bytes: the producer repairs them to U+FFFD, so does the hash."""
+    assert lineage.lineage_hash(m(datasets=[{"uri": "s3://a\udcff"}])) == lineage.lineage_hash(
+        m(datasets=[{"uri": "s3://a\ufffd"}])) == lineage.lineage_hash(
+        m(datasets=[{"uri": b"s3://a\xff"}]))

@@ -12,7 +12,9 @@ states the form; :data:`VERSION` names it.
 
 Everything here works on the manifest as a plain dict (``to_dict()`` or the
 codec's ``decode_dict``), so the SDK, the processor and the sink compute the
-same values. Pure: no I/O.
+same values; text is repaired as producers repair it before encoding
+(:func:`runwatch.core.codec.text.clean_text`), so a lone surrogate hashes as the
+U+FFFD the record carries. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from runwatch.core.codec.text import clean_text
 
 __all__ = [
     "FIELDS",
@@ -46,11 +50,16 @@ _SEED_KEY = re.compile(r"(^|_)seed$")
 _LOWER = ("code_revision", "image_digest", "config_hash")
 
 
+def _str(value: Any) -> str:
+    """Text as the record carries it: bytes and lone surrogates repaired as producers do."""
+    return clean_text(value if isinstance(value, str | bytes | bytearray) else str(value))
+
+
 def _text(value: Any) -> str | None:
-    """A string value normalised: stripped, blank as None."""
+    """A string value normalised: repaired, stripped, blank as None."""
     if value is None:
         return None
-    s = str(value).strip()
+    s = _str(value).strip()
     return s or None
 
 
@@ -87,7 +96,8 @@ def seed_kind(policy: str | None) -> str | None:
 
 
 def _config_map_hash(config: Mapping[str, Any], drop_seeds: bool) -> str | None:
-    items = {str(k): str(v) for k, v in config.items() if not (drop_seeds and is_seed_key(str(k)))}
+    items = {_str(k): _str(v) for k, v in config.items()
+             if not (drop_seeds and is_seed_key(_str(k)))}
     return "sha256:" + _sha(_dump(items)) if items else None
 
 
@@ -107,15 +117,15 @@ def canonical(manifest: Mapping[str, Any], *, seeds: bool = True) -> dict[str, A
 
     """
     datasets = {
-        (str(d.get("uri", "")).strip(), _text(d.get("version")), _lower(d.get("content_hash")))
+        (_str(d.get("uri", "")).strip(), _text(d.get("version")), _lower(d.get("content_hash")))
         for d in manifest.get("datasets") or ()
     }
-    transforms = {(str(t.get("name", "")).strip(), str(t.get("version", "")).strip())
+    transforms = {(_str(t.get("name", "")).strip(), _str(t.get("version", "")).strip())
                   for t in manifest.get("transforms") or ()}
     hw = manifest.get("hardware") or {}
     config = manifest.get("config") or {}
     config_hash = _lower(manifest.get("config_hash")) or _config_map_hash(config, False)
-    if not seeds and any(is_seed_key(str(k)) for k in config):
+    if not seeds and any(is_seed_key(_str(k)) for k in config):
         config_hash = _config_map_hash(config, True)  # the producer's hash covers the seed
     policy = _text(manifest.get("seed_policy"))
     return {
