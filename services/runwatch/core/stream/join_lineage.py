@@ -121,7 +121,7 @@ def stage(s: RunState, e: StageEvent, at: int, now: int, cfg: RunConfig) -> list
                                     0.5, at, f"Stage {e.stage} writing {ref} failed",
                                     e.error or "", subject=ref, alert=False), now, one_shot=True)
         return out
-    if e.rows_out is not None:
+    if e.rows_out == 0:  # counted and empty (a negative count is no count)
         f = rules.zero_rows(ref, e.rows_out, at)
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
