@@ -310,13 +310,22 @@ def test_registry_control_needs_a_gate_before_registration() -> None:
     p = _params("registry_control")
     at = NOW - H
     rows = [
-        ind.RegistryRow("e1", "gated", at, "s3://m/1", "registered", at - M),
-        ind.RegistryRow("e2", "ungated", at, "s3://m/2", "registered", None),
-        ind.RegistryRow("e3", "gated-after", at, "s3://m/3", "registered", at + M),
-        ind.RegistryRow("e4", "staged", at, "s3://m/4", "staged", None),  # not watched
+        ind.RegistryRow("e1", "gated", at, "s3://m/1", "registered", ((at - M, "eval", "pass"),)),
+        ind.RegistryRow("e2", "ungated", at, "s3://m/2", "Registered", ()),
+        ind.RegistryRow("e3", "gated-after", at, "s3://m/3", "registered",
+                        ((at + M, "eval", "pass"),)),
+        # a review approved by a human (runwatch gate approve: a pass naming the review)
+        ind.RegistryRow("e4", "approved", at, "s3://m/4", "production",
+                        ((at - 2 * M, "eval", "review"), (at - M, "eval", "pass"))),
+        # a pass withdrawn by a later fail of the same gate
+        ind.RegistryRow("e5", "withdrawn", at, "s3://m/5", "registered",
+                        ((at - 2 * M, "eval", "pass"), (at - M, "eval", "fail"))),
+        ind.RegistryRow("e6", "none", at, "s3://m/6", "archived", ()),  # not a registry status
+        ind.RegistryRow("e7", "old", START, "s3://m/7", "registered", ()),  # at the window start
     ]
     got = {e.run_ids[0]: e.good for e in ind.registry_control(p, rows, START, NOW)}
-    assert got == {"gated": True, "ungated": False, "gated-after": False}
+    assert got == {"gated": True, "ungated": False, "gated-after": False, "approved": True,
+                   "withdrawn": False}
 
 
 def test_resumability_lost_work() -> None:

@@ -51,9 +51,10 @@ class StoreDouble:
                     latest[name] = (at, book)
             return [(n, b) for n, (_at, b) in latest.items()]
         if "FROM db.alerts" in sql:
-            return [("data",)] if "r0" in params["runs"] else []
-        assert "db.job_events" in sql and params["family"] == "f"
-        return [(r, s, e, st) for r, s, e, st in self.runs if e is None or e <= params["now"]]
+            return [("r0", "data")] if "r0" in params["runs"] else []
+        assert "db.job_events" in sql and "db.run_summaries" in sql
+        return [(r, s, e, st, "f") for r, s, e, st in self.runs
+                if e is None or e <= params["now"]] + [("other-family", 0, 1, "failed", "g")]
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         if self.down or self.fail_inserts:

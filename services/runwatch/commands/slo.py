@@ -74,8 +74,12 @@ def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
                 rec, value = publisher.encode_one(alert)
                 transport.produce(topic, rec.dedup_key, value)
 
+    from runwatch.core.storage.retention import parse_rules
+    from runwatch.resources import retention_file
+
+    rules = parse_rules(retention_file().read_text(encoding="utf-8"))
     ev = Evaluator(objectives, ClickHouseStore(client), chs.database, source=source,
-                   publish=sender)
+                   publish=sender, raw_ttl_ms=rules.raw_ttl_s * 1000)
     return ev, transport
 
 

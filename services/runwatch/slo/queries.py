@@ -1,14 +1,25 @@
+# ruff: noqa: S608 - the statements are constants; every value is a bound parameter
 """The evaluator's SQL: one query per indicator kind, returning its rows' shape.
 
-Each query reads the raw tables the sink fills (``job_events``,
+One query serves every objective of a kind (and, for reproducibility, of a
+metric): it reads all families from the earliest ``since`` the objectives
+need, and returns each row's experiment family, so the evaluator filters
+per objective in memory; the store answers a handful of queries per round,
+whatever the number of objectives. Each query reads the raw tables the sink fills (``job_events``,
 ``validation_results``, ``gate_decisions``, ``artifacts``, ``checkpoints``,
 ``data_quality_reports``, ``run_manifests``) from ``since`` (the window's
 start, less what an event may reach back) and returns rows in the order of
 the kind's row type in :mod:`runwatch.core.slo.indicators`. Parameters are
 bound by clickhouse-connect (``%(name)s``); ``${db}`` is the database.
 
-Repeated lineages are grouped by (config hash, code revision, dataset URIs
-and versions) of their RunManifest; runs without a config hash are in no group.
+Training windows and retained evaluations also read ``run_summaries`` (kept
+for ever), so a routine run whose raw job events expired (``raw.ttl`` of
+``schemas/retention.yaml``, 7 days) still counts for a 30-day window.
+
+Repeated lineages are grouped by the RunManifest's ``repeat_group`` (the
+lineage hash without the seed); a manifest without one (written before it
+existed) falls back to (config hash, code revision, dataset URIs and
+versions), and a run with neither is in no group.
 """
 
 from __future__ import annotations
@@ -25,50 +36,70 @@ _STARTED = ("toUnixTimestamp64Milli(if(countIf(state = 'running') > 0, "
             "minIf(ts, state = 'running'), min(ts)))")
 _ENDED = (f"if(countIf(state IN {_T}) > 0, toUnixTimestamp64Milli(maxIf(ts, state IN {_T})), "
           "NULL)")
-_FAMILY_RUNS = "SELECT run_id FROM ${db}.run_manifests WHERE experiment_family = %(family)s"
+_FAMILY = "anyIf(toString(experiment_family), experiment_family != '')"
+_MANIFEST_FAMILY = (
+    "LEFT JOIN (SELECT run_id AS rid, anyIf(toString(experiment_family), experiment_family != '')"
+    " AS fam FROM ${db}.run_manifests GROUP BY rid) AS mf ON mf.rid = {rid}")
 
 SQL: dict[str, str] = {
     "data_availability": f"""
 SELECT toUnixTimestamp64Milli(ts), toString(dataset_version), row_count, schema_failures,
        length(drifted_features), toString(run_id), toString(dataset_uri)
 FROM ${{db}}.data_quality_reports
-WHERE dataset_uri LIKE %(dataset_like)s AND ts > {_SINCE} AND ts <= {_NOW}
-ORDER BY ts""",  # noqa: S608 - constants; values are bound parameters
+WHERE ts > {_SINCE} AND ts <= {_NOW}
+ORDER BY ts""",
     "training_window": f"""
 SELECT toString(run_id) AS rid, {_STARTED}, {_ENDED},
-       if(countIf(state IN {_T}) > 0, argMaxIf(state, ts, state IN {_T}), argMax(state, ts))
+       if(countIf(state IN {_T}) > 0, argMaxIf(state, ts, state IN {_T}), argMax(state, ts)),
+       {_FAMILY}
 FROM ${{db}}.job_events
-WHERE run_id IN (SELECT run_id FROM ${{db}}.job_events
-                 WHERE experiment_family = %(family)s AND ts > {_SINCE} AND ts <= {_NOW})
+WHERE run_id IN (SELECT run_id FROM ${{db}}.job_events WHERE ts > {_SINCE} AND ts <= {_NOW})
   AND ts <= {_NOW}
-GROUP BY rid""",  # noqa: S608 - constants; values are bound parameters
+GROUP BY rid
+UNION ALL
+SELECT run_id, toUnixTimestamp64Milli(started_at), toUnixTimestamp64Milli(ended_at),
+       toString(outcome), toString(experiment_family)
+FROM ${{db}}.run_summaries FINAL
+WHERE outcome IN {_T} AND ended_at > {_SINCE} AND ended_at <= {_NOW}""",
     "evaluation_retained": f"""
 WITH runs AS (
-    SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(max(ts)) AS ended,
-           argMax(state, ts) AS st
-    FROM ${{db}}.job_events
-    WHERE experiment_family = %(family)s AND state IN {_T} AND ts > {_SINCE} AND ts <= {_NOW}
+    SELECT rid, max(at) AS ended, argMax(st, at) AS st, any(fam) AS fam
+    FROM (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(ts) AS at,
+                 toString(state) AS st, toString(experiment_family) AS fam
+          FROM ${{db}}.job_events
+          WHERE state IN {_T} AND ts > {_SINCE} AND ts <= {_NOW}
+          UNION ALL
+          SELECT run_id, toUnixTimestamp64Milli(ended_at), toString(outcome),
+                 toString(experiment_family)
+          FROM ${{db}}.run_summaries FINAL
+          WHERE outcome IN {_T} AND ended_at > {_SINCE} AND ended_at <= {_NOW})
     GROUP BY rid)
-SELECT r.rid, r.ended, r.st, v.n, g.n
+SELECT r.rid, r.ended, r.st, v.n, g.n, r.fam
 FROM runs AS r
 LEFT JOIN (SELECT toString(run_id) AS rid, count() AS n FROM ${{db}}.validation_results
            WHERE toString(run_id) IN (SELECT rid FROM runs) GROUP BY rid) AS v ON v.rid = r.rid
 LEFT JOIN (SELECT toString(run_id) AS rid, count() AS n FROM ${{db}}.gate_decisions
-           WHERE toString(run_id) IN (SELECT rid FROM runs) GROUP BY rid) AS g ON g.rid = r.rid""",  # noqa: S608 - constants; values are bound parameters
+           WHERE toString(run_id) IN (SELECT rid FROM runs) GROUP BY rid) AS g
+       ON g.rid = r.rid""",
     "registry_control": f"""
-SELECT a.event_id, toString(a.run_id), toUnixTimestamp64Milli(a.ts), a.uri,
-       toString(a.registry_status), g.first_pass
-FROM ${{db}}.artifacts AS a
-LEFT JOIN (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(min(ts)) AS first_pass
-           FROM ${{db}}.gate_decisions WHERE decision IN %(passing)s GROUP BY rid) AS g
-       ON g.rid = toString(a.run_id)
-WHERE a.registry_status IN %(statuses)s AND a.ts > {_SINCE} AND a.ts <= {_NOW}
-      {{family_filter}}""",  # noqa: S608 - constants; values are bound parameters
+WITH a AS (SELECT event_id, toString(run_id) AS rid, toUnixTimestamp64Milli(ts) AS at, uri,
+                  toString(registry_status) AS status
+           FROM ${{db}}.artifacts
+           WHERE lower(registry_status) IN %(statuses)s AND ts > {_SINCE} AND ts <= {_NOW})
+SELECT a.event_id, a.rid, a.at, a.uri, a.status, g.times, g.gates, g.decisions, mf.fam
+FROM a
+LEFT JOIN (SELECT toString(run_id) AS rid, groupArray(toUnixTimestamp64Milli(ts)) AS times,
+                  groupArray(toString(gate)) AS gates, groupArray(toString(decision)) AS decisions
+           FROM ${{db}}.gate_decisions
+           WHERE toString(run_id) IN (SELECT rid FROM a) GROUP BY rid) AS g
+       ON g.rid = a.rid
+{_MANIFEST_FAMILY.replace("{rid}", "a.rid")}""",
     "resumability": f"""
-WITH pre AS (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(ts) AS at
+WITH pre AS (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(ts) AS at,
+                    toString(experiment_family) AS fam
              FROM ${{db}}.job_events
-             WHERE state = 'preempted' AND ts > {_SINCE} AND ts <= {_NOW} {{family_filter}})
-SELECT pre.rid, pre.at, c.cks, s.starts
+             WHERE state = 'preempted' AND ts > {_SINCE} AND ts <= {_NOW})
+SELECT pre.rid, pre.at, c.cks, s.starts, if(pre.fam != '', pre.fam, mf.fam)
 FROM pre
 LEFT JOIN (SELECT toString(run_id) AS rid, groupArray(toUnixTimestamp64Milli(ts)) AS cks
            FROM ${{db}}.checkpoints
@@ -77,24 +108,25 @@ LEFT JOIN (SELECT toString(run_id) AS rid, groupArray(toUnixTimestamp64Milli(ts)
 LEFT JOIN (SELECT toString(run_id) AS rid, groupArray(toUnixTimestamp64Milli(ts)) AS starts
            FROM ${{db}}.job_events
            WHERE state = 'running' AND toString(run_id) IN (SELECT rid FROM pre) GROUP BY rid)
-       AS s ON s.rid = pre.rid""",  # noqa: S608 - constants; values are bound parameters
+       AS s ON s.rid = pre.rid
+{_MANIFEST_FAMILY.replace("{rid}", "pre.rid")}""",
     "reproducibility": f"""
 WITH m AS (
     SELECT run_id AS rid,
-           argMax(concat(config_hash, '|', code_revision, '|', arrayStringConcat(arraySort(
-               arrayMap((u, v) -> concat(u, '@', v), dataset_uris, dataset_versions)), ',')),
-               ts) AS grp
+           argMax(if(repeat_group != '', repeat_group, concat(config_hash, '|', code_revision,
+               '|', arrayStringConcat(arraySort(arrayMap((u, v) -> concat(u, '@', v),
+               dataset_uris, dataset_versions)), ','))), ts) AS grp,
+           anyIf(toString(experiment_family), experiment_family != '') AS fam
     FROM ${{db}}.run_manifests
-    WHERE experiment_family = %(family)s AND config_hash != ''
+    WHERE repeat_group != '' OR config_hash != ''
     GROUP BY rid)
-SELECT v.rid, m.grp, v.at, v.val
+SELECT v.rid, concat(m.fam, '|', m.grp), v.at, v.val, m.fam
 FROM (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(max(ts)) AS at,
              argMax(metrics[%(metric)s], ts) AS val
       FROM ${{db}}.validation_results
       WHERE mapContains(metrics, %(metric)s) AND ts > {_SINCE} AND ts <= {_NOW}
-        AND toString(run_id) IN (SELECT rid FROM m)
       GROUP BY rid) AS v
-JOIN m ON m.rid = v.rid""",  # noqa: S608 - constants; values are bound parameters
+JOIN m ON m.rid = v.rid""",
     "fairness": f"""
 SELECT j.rid, if(j.team != '', j.team, m.team), j.started, j.ended, greatest(j.gpus, m.gpus)
 FROM (SELECT toString(run_id) AS rid, anyIf(toString(team), team != '') AS team,
@@ -105,7 +137,7 @@ FROM (SELECT toString(run_id) AS rid, anyIf(toString(team), team != '') AS team,
       GROUP BY rid) AS j
 LEFT JOIN (SELECT run_id AS rid, anyIf(toString(team), team != '') AS team,
                   max(gpu_count) AS gpus
-           FROM ${{db}}.run_manifests GROUP BY rid) AS m ON m.rid = j.rid""",  # noqa: S608 - constants; values are bound parameters
+           FROM ${{db}}.run_manifests GROUP BY rid) AS m ON m.rid = j.rid""",
 }
 
 #: How far before the window's start a kind's facts may lie (a run started earlier).
@@ -113,40 +145,52 @@ _REACH_MS = {"training_window": 2 * 86_400_000, "fairness": 2 * 86_400_000,
              "data_availability": 32 * 86_400_000}
 
 
-def query_for(obj: Objective, db: str, now_ms: int) -> tuple[str, dict[str, Any]]:
-    """Return the SQL and parameters that fetch an objective's rows.
+def reach_ms(obj: Objective) -> int:
+    """Return how far before the window's start an objective's rows may lie."""
+    p = obj.params
+    reach = _REACH_MS.get(obj.kind, 0)
+    if obj.kind == "training_window" and p["max_duration_ms"]:
+        reach = max(reach, p["max_duration_ms"])
+    if obj.kind == "data_availability" and p["lookback_ms"]:
+        reach = max(p["lookback_ms"], reach)
+    return reach
+
+
+def batch_key(obj: Objective) -> tuple[str, str]:
+    """Return what objectives share one query: the kind (and the metric it reads)."""
+    return obj.kind, str(obj.params.get("metric") or "")
+
+
+def query_for(objs: list[Objective], db: str, now_ms: int,
+              starts: dict[str, int]) -> tuple[str, dict[str, Any]]:
+    """Return the SQL and parameters that fetch the rows of objectives of one batch.
 
     Args:
-        obj: The objective.
+        objs: Objectives sharing a :func:`batch_key`.
         db: The database.
         now_ms: Evaluation time (rows after it are not read).
+        starts: Objective name -> the (exclusive) start it counts from.
 
     Returns:
         (statement, parameters).
 
     """
-    p = obj.params
-    start = obj.window.start(now_ms)
-    reach = _REACH_MS.get(obj.kind, 0)
-    if obj.kind == "training_window" and p["max_duration_ms"]:
-        reach = max(reach, p["max_duration_ms"])
-    if obj.kind == "data_availability" and p["lookback_ms"]:
-        reach = p["lookback_ms"]
-    params: dict[str, Any] = {"since": start - reach, "now": now_ms}
-    for key in ("family", "metric", "team"):
-        if p.get(key) is not None:
-            params[key] = p[key]
-    if obj.kind == "data_availability":
-        params["dataset_like"] = glob_to_like(p["dataset"])
-    if obj.kind == "registry_control":
-        params["statuses"] = list(p["statuses"])
-        params["passing"] = list(p["passing"])
-    sql = SQL[obj.kind]
-    if "{family_filter}" in sql:
-        column = "a.run_id" if obj.kind == "registry_control" else "run_id"
-        sql = sql.replace("{family_filter}", f"AND {column} IN ({_FAMILY_RUNS})"
-                          if p.get("family") else "")
-    return sql.replace("${db}", db), params
+    kind = objs[0].kind
+    since = min(starts[o.name] - reach_ms(o) for o in objs)
+    params: dict[str, Any] = {"since": since, "now": now_ms}
+    if kind == "reproducibility":
+        params["metric"] = objs[0].params["metric"]
+    if kind == "registry_control":
+        params["statuses"] = sorted({s for o in objs for s in o.params["statuses"]})
+    return SQL[kind].replace("${db}", db), params
+
+
+def mine(obj: Objective, rows: list[Any]) -> list[Any]:
+    """Keep the rows of a batch that belong to one objective (its family)."""
+    family = obj.params.get("family")
+    if not family or obj.kind in ("data_availability", "fairness"):
+        return rows
+    return [r for r in rows if r.family == family]
 
 
 def glob_to_like(pattern: str) -> str:
@@ -165,8 +209,8 @@ def glob_to_like(pattern: str) -> str:
 
 
 def causes_sql(db: str) -> str:
-    """Return the query for the probable causes of the alerts raised on some runs."""
-    return (f"SELECT toString(probable_cause) FROM {db}.alerts "  # noqa: S608 - db is ours
+    """Return the query for (run, probable cause) of the alerts raised on some runs."""
+    return (f"SELECT toString(run_id), toString(probable_cause) FROM {db}.alerts "  # noqa: S608 - db is ours
             "WHERE toString(run_id) IN %(runs)s AND NOT startsWith(detector, 'slo:') "
             "AND status = 'firing'")
 
@@ -185,19 +229,26 @@ def to_rows(kind: str, raw: list[tuple[Any, ...]]) -> list[Any]:
     if kind == "data_availability":
         return [ind.DataReportRow(int(a), str(v), int(n), int(f), int(d), str(r), str(u))
                 for a, v, n, f, d, r, u in raw]
-    if kind == "training_window":
-        return [ind.RunRow(str(r), int(s), None if e is None else int(e), str(st))
-                for r, s, e, st in raw]
+    if kind == "training_window":  # job events first: a run's summary only fills in for them
+        seen: dict[str, ind.RunRow] = {}
+        for r, s, e, st, f in raw:
+            seen.setdefault(str(r), ind.RunRow(str(r), int(s), None if e is None else int(e),
+                                               str(st), str(f or "")))
+        return list(seen.values())
     if kind == "evaluation_retained":
-        return [ind.RetainedRow(str(r), int(e), str(st), int(v or 0), int(g or 0))
-                for r, e, st, v, g in raw]
+        return [ind.RetainedRow(str(r), int(e), str(st), int(v or 0), int(g or 0), str(f or ""))
+                for r, e, st, v, g, f in raw]
     if kind == "registry_control":
-        return [ind.RegistryRow(str(i), str(r), int(a), str(u), str(s), int(g) if g else None)
-                for i, r, a, u, s, g in raw]
+        return [ind.RegistryRow(str(i), str(r), int(a), str(u), str(s),
+                                tuple(zip((int(t) for t in ts or ()), gs or (), ds or (),
+                                          strict=True)), str(f or ""))
+                for i, r, a, u, s, ts, gs, ds, f in raw]
     if kind == "resumability":
         return [ind.PreemptionRow(str(r), int(a), tuple(int(x) for x in c or ()),
-                                  tuple(int(x) for x in s or ())) for r, a, c, s in raw]
+                                  tuple(int(x) for x in s or ()), str(f or ""))
+                for r, a, c, s, f in raw]
     if kind == "reproducibility":
-        return [ind.ReproRow(str(r), str(g), int(a), float(v)) for r, g, a, v in raw]
+        return [ind.ReproRow(str(r), str(g), int(a), float(v), str(f or ""))
+                for r, g, a, v, f in raw]
     return [ind.UsageRow(str(r), str(t), int(s), None if e is None else int(e), int(g or 0))
             for r, t, s, e, g in raw]

@@ -36,10 +36,14 @@ from runwatch.core.slo.evaluate import Status, decide, probable_cause, status
 from runwatch.core.slo.indicators import COMPUTE
 from runwatch.core.slo.spec import Objective, parse_slos
 from runwatch.resources import resource
-from runwatch.slo.queries import causes_sql, query_for, to_rows
+from runwatch.slo.queries import batch_key, causes_sql, mine, query_for, to_rows
 
 logger = logging.getLogger(__name__)
 
+#: Kinds whose facts are only raw rows (``raw.ttl`` of the retention rules): they count from
+#: ``now - raw.ttl`` when that is later than the window's start. Training windows and retained
+#: evaluations also read the run summaries (kept for ever); registry pushes are retained.
+RAW_ONLY = frozenset({"data_availability", "resumability", "reproducibility", "fairness"})
 POINT_COLUMNS = ("objective", "evaluated_at", "kind", "window_start", "good", "valid", "sli",
                  "target", "budget_consumed", "state", "burn_rates", "conditions", "bad_keys",
                  "bad_runs")
@@ -129,7 +133,8 @@ class Evaluator:
     """Evaluates objectives against the store and publishes their alerts."""
 
     def __init__(self, objectives: Sequence[Objective], store: Store, db: str, *,
-                 source: Source, publish: Callable[[list[Alert]], None] | None = None) -> None:
+                 source: Source, publish: Callable[[list[Alert]], None] | None = None,
+                 raw_ttl_ms: int | None = None) -> None:
         """Create an evaluator.
 
         Args:
@@ -138,8 +143,11 @@ class Evaluator:
             db: Its database.
             source: The Source stamped on alerts.
             publish: Hands alerts to Kafka (None: evaluate without alerting).
+            raw_ttl_ms: How long the store keeps raw rows of routine runs
+                (``raw.ttl`` of the retention rules; None: as long as the window).
 
         """
+        self.raw_ttl_ms = raw_ttl_ms
         self.objectives = list(objectives)
         self.store = store
         self.db = db
@@ -157,16 +165,24 @@ class Evaluator:
             ClickHouseRejected: A query was refused (a broken database).
 
         """
-        cache: dict[str, list[Any]] = {}
+        starts = {}
+        batches: dict[tuple[str, str], list[Objective]] = {}
+        for obj in self.objectives:
+            start = obj.window.start(now_ms)
+            if obj.kind in RAW_ONLY and self.raw_ttl_ms:
+                start = max(start, now_ms - self.raw_ttl_ms)
+            starts[obj.name] = start
+            batches.setdefault(batch_key(obj), []).append(obj)
+        rows: dict[tuple[str, str], list[Any]] = {}
+        for key, objs in batches.items():
+            sql, params = query_for(objs, self.db, now_ms, starts)
+            rows[key] = to_rows(key[0], self.store.query(sql, params))
         out = []
         for obj in self.objectives:
-            sql, params = query_for(obj, self.db, now_ms)
-            key = sql + json.dumps(params, sort_keys=True)
-            if key not in cache:
-                cache[key] = to_rows(obj.kind, self.store.query(sql, params))
             _row_type, compute = COMPUTE[obj.kind]
-            events = compute(obj.params, cache[key], obj.window.start(now_ms), now_ms)
-            out.append(status(obj, events, now_ms))
+            events = compute(obj.params, mine(obj, rows[batch_key(obj)]), starts[obj.name],
+                             now_ms)
+            out.append(status(obj, events, now_ms, starts[obj.name]))
         return out
 
     def _load_books(self) -> dict[str, dict[str, Any]]:
@@ -175,11 +191,18 @@ class Evaluator:
             "GROUP BY objective", {})
         return {str(name): json.loads(book) for name, book in rows}
 
-    def _causes(self, st: Status) -> list[str]:
-        runs = sorted({r for e in st.bad for r in e.run_ids})
-        if not runs or not st.conditions:
-            return []
-        return [str(c) for (c,) in self.store.query(causes_sql(self.db), {"runs": runs})]
+    def _causes(self, statuses: Sequence[Status]) -> dict[str, list[str]]:
+        """Return objective -> the probable causes of its bad runs' own alerts (one query)."""
+        wanted = {st.name: {r for e in st.bad for r in e.run_ids}
+                  for st in statuses if st.conditions}
+        runs = sorted(set().union(*wanted.values())) if wanted else []
+        if not runs:
+            return {}
+        by_run: dict[str, list[str]] = {}
+        for run, cause in self.store.query(causes_sql(self.db), {"runs": runs}):
+            by_run.setdefault(str(run), []).append(str(cause))
+        return {name: [c for r in sorted(rs) for c in by_run.get(r, ())]
+                for name, rs in wanted.items()}
 
     def evaluate(self, now_ms: int) -> Round:
         """Run one round: read, decide, publish, store.
@@ -194,14 +217,14 @@ class Evaluator:
         try:
             books = self.books if self.books is not None else self._load_books()
             statuses = self.statuses(now_ms)
-            causes = {st.name: self._causes(st) for st in statuses}
+            causes = self._causes(statuses)
         except ch.ClickHouseUnavailable as exc:
             logger.warning("store unavailable, evaluation paused: %s", exc)
             return Round(now_ms, paused=True, error=str(exc))
         self.books = books
         alerts: list[Alert] = []
         for obj, st in zip(self.objectives, statuses, strict=True):
-            cause = probable_cause(obj.kind, causes[obj.name])
+            cause = probable_cause(obj.kind, causes.get(obj.name, []))
             book, out = decide(obj, st, books.get(obj.name), cause, self.source, now_ms)
             if out or book != books.get(obj.name):
                 self._pending_state[obj.name] = (obj.name, now_ms, json.dumps(book))

@@ -105,19 +105,22 @@ class Status:
         }
 
 
-def status(obj: Objective, events: Sequence[SliEvent], now_ms: int) -> Status:
+def status(obj: Objective, events: Sequence[SliEvent], now_ms: int,
+           start_ms: int | None = None) -> Status:
     """Evaluate an objective over its window's events.
 
     Args:
         obj: The objective.
         events: The window's events (from its indicator kind).
         now_ms: Evaluation time.
+        start_ms: Count from here instead of the window's start (the store keeps
+            the kind's facts for less time than the window).
 
     Returns:
         The status.
 
     """
-    start = obj.window.start(now_ms)
+    start = obj.window.start(now_ms) if start_ms is None else start_ms
     # one event per key: a row stored twice (before the table's replacing merge) counts once
     unique = {e.key: e for e in events if start < e.at_ms <= now_ms}
     inside = sorted(unique.values(), key=lambda e: e.at_ms)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from runwatch.core.gates import registry
 from runwatch.core.slo.timewin import cutoffs, iso, next_cutoff, previous_cutoff, zone
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -70,6 +71,7 @@ class RunRow(NamedTuple):
     started_ms: int
     ended_ms: int | None
     state: str
+    family: str = ""
 
 
 class RetainedRow(NamedTuple):
@@ -80,17 +82,22 @@ class RetainedRow(NamedTuple):
     state: str
     validations: int
     gates: int
+    family: str = ""
 
 
 class RegistryRow(NamedTuple):
-    """An artifact event with a registry status, and the run's first passing gate (or None)."""
+    """An artifact event with a registry status, and its run's gate decisions.
+
+    ``decisions`` holds ``(at_ms, gate, decision)`` of every stored decision of the run.
+    """
 
     event_id: str
     run_id: str
     at_ms: int
     uri: str
     status: str
-    passing_gate_ms: int | None
+    decisions: Sequence[tuple[int, str, str]]
+    family: str = ""
 
 
 class PreemptionRow(NamedTuple):
@@ -100,6 +107,7 @@ class PreemptionRow(NamedTuple):
     at_ms: int
     checkpoints_ms: Sequence[int]
     starts_ms: Sequence[int]
+    family: str = ""
 
 
 class ReproRow(NamedTuple):
@@ -109,6 +117,7 @@ class ReproRow(NamedTuple):
     group: str
     at_ms: int
     value: float
+    family: str = ""
 
 
 class UsageRow(NamedTuple):
@@ -221,17 +230,21 @@ def evaluation_retained(p: Mapping[str, Any], rows: Sequence[RetainedRow], start
 
 def registry_control(p: Mapping[str, Any], rows: Sequence[RegistryRow], start: int,
                      now: int) -> list[SliEvent]:
-    """One event per artifact reaching a watched registry status: good with a passing gate before.
+    """One event per artifact reaching a watched registry status: good when its gates allowed it.
 
-    A gate counts when its decision is one of ``passingDecisions`` (``pass``,
-    or a human ``approved``) and its event time is at or before the
-    registration.
+    The processor's rule (``rule:registry_without_gate``) and this SLI share
+    :func:`runwatch.core.gates.registry.release_allowed`: the release is
+    allowed when the latest decision of one of the run's gates, among those
+    timed at or before the registration, is ``pass`` (a human approval of a
+    review, ``runwatch gate approve``, is such a pass). Statuses compare
+    lower-case.
     """
     out: list[SliEvent] = []
     for r in rows:
-        if r.status not in p["statuses"] or not _inside(start, now, r.at_ms):
+        if r.status.lower() not in p["statuses"] or not _inside(start, now, r.at_ms):
             continue
-        good = r.passing_gate_ms is not None and r.passing_gate_ms <= r.at_ms
+        before = sorted(d for d in r.decisions if d[0] <= r.at_ms)
+        good = registry.release_allowed(registry.latest_by_gate((g, d) for _t, g, d in before))
         detail = (f"run {r.run_id}: {r.uri} {r.status} after a passing gate" if good else
                   f"run {r.run_id}: {r.uri} {r.status} without a passing or approved gate")
         out.append(SliEvent(r.event_id, r.at_ms, good, (r.run_id,), None, None, detail))

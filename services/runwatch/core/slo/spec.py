@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from runwatch.core.paging.routes import parse_duration_ms
+from runwatch.core.signals.rules import REGISTERED
 from runwatch.core.slo.burn import BurnTier, default_tiers
 from runwatch.core.slo.timewin import Window, parse_cron, zone
 
@@ -141,6 +142,10 @@ def _strings(v: Any) -> tuple[str, ...]:
     return tuple(_str(x) for x in v)
 
 
+def _lower_strings(v: Any) -> tuple[str, ...]:
+    return tuple(x.lower() for x in _strings(v))
+
+
 def _positive_int(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         msg = "must be a positive integer"
@@ -181,8 +186,7 @@ KINDS: dict[str, dict[str, tuple[str, Parser, Any]]] = {
     },
     "registry_control": {
         "family": ("family", _str, None),
-        "statuses": ("statuses", _strings, ("registered",)),
-        "passingDecisions": ("passing", _strings, ("pass", "approved")),
+        "statuses": ("statuses", _lower_strings, tuple(sorted(REGISTERED))),
     },
     "resumability": {
         "family": ("family", _str, None),
