@@ -1,0 +1,238 @@
+"""``runwatch gate check|approve``: release gates decided from the evidence in ClickHouse.
+
+``gate check RUN`` picks the policy governing the run (``--policy`` file, by
+its ``model`` label or experiment family, or ``--name``), reads the evidence,
+decides, prints every measurement and reason, publishes the GateDecision to
+``rw.artifact`` and exits 0 (pass), 1 (fail) or 2 (review). ``gate approve
+RUN --by NAME --reason TEXT`` records a human approval of a ``review`` as a
+new GateDecision naming the review it approves; the automated decision stays
+stored as it was. Anything that prevents a decision (an invalid policy file,
+no policy for the run, bad arguments, the store or broker unreachable) exits
+3, so CI never mistakes it for a review.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT = {"pass": 0, "fail": 1, "review": 2}
+EXIT_ERROR = 3
+POLICY_ENV = "RUNWATCH_GATES_FILE"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 3: 2 means ``review`` to a CI pipeline."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+class _Refused(Exception):
+    """A gate command cannot decide (exit 3 with this message)."""
+
+
+def _policy_file(arg: str | None) -> Path:
+    if arg:
+        return Path(arg)
+    if os.environ.get(POLICY_ENV):
+        return Path(os.environ[POLICY_ENV])
+    from runwatch.resources import resource
+
+    return resource("schemas", "gates.yaml")
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from runwatch.adapters import clickhouse as ch
+    from runwatch.adapters.gates import GateStore
+    from runwatch.adapters.settings import ClickHouseSettings
+
+    settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
+    try:
+        client = ch.make_client(settings, readonly=True)
+    except Exception as exc:  # noqa: BLE001 - unreachable or refused: one line
+        msg = f"cannot reach ClickHouse at {settings.url}: {exc}"
+        raise _Refused(msg) from exc
+    return GateStore(client, settings.database)
+
+
+def _publish(args: argparse.Namespace, fields: dict[str, Any]) -> str:
+    from runwatch.adapters.kafka import KafkaTransport
+    from runwatch.adapters.publisher import Publisher, default_topics
+    from runwatch.core.records import GateDecision
+
+    topics = ({t: args.topic_prefix + t for t in set(default_topics().values())}
+              if args.topic_prefix else None)
+    pub = Publisher(KafkaTransport(name="gate"), kind="cli", topics=topics)
+    rec = GateDecision(**pub.meta(args.at_ms), run_id=args.run, **fields)
+    pub.publish([rec])
+    c = pub.transport.close(args.timeout)
+    if c.failed:
+        msg = f"the gate decision for {args.run} was not delivered to Kafka"
+        raise _Refused(msg)
+    if c.in_spool:
+        print("the gate decision is spooled locally; it is sent on the next runwatch publish",
+              file=sys.stderr)
+    return str(rec.event_id)
+
+
+def _guard(fn: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        from runwatch.adapters.gates import GateStoreError
+        from runwatch.core.gates.policy import PolicyError
+
+        try:
+            return int(fn(args))
+        except (_Refused, PolicyError, GateStoreError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+
+    return run
+
+
+def check(args: argparse.Namespace) -> int:
+    """Decide a run's gate, print it, publish it; exit 0 pass, 1 fail, 2 review, 3 error."""
+    from runwatch.core.gates.evaluate import decide
+    from runwatch.core.gates.policy import parse_policies
+    from runwatch.core.records import SliceResult
+
+    path = _policy_file(args.policy)
+    policies = parse_policies(path.read_text(encoding="utf-8"), str(path))
+    store = _store(args)
+    manifest = store.manifest(args.run)
+    if args.name:
+        policy = next((p for p in policies.policies if p.name == args.name), None)
+        if policy is None:
+            msg = f"{path}: no policy named {args.name!r}"
+            raise _Refused(msg)
+    elif manifest is None:
+        msg = (f"run {args.run} has no stored manifest, so no policy can be chosen for it "
+               "(name one with --name)")
+        raise _Refused(msg)
+    else:
+        policy = policies.for_run(manifest["family"], dict(manifest["labels"]))
+        if policy is None:
+            msg = (f"{path}: no policy governs run {args.run} (family "
+                   f"{manifest['family'] or '(none)'!r}, model label "
+                   f"{dict(manifest['labels']).get('model', '(none)')!r})")
+            raise _Refused(msg)
+    d = decide(policy, store.evidence(args.run, policy.incumbent_run))
+    fields = dict(gate=policy.name, decision=d.decision, thresholds=d.thresholds,
+                  measured=d.measured, reasons=tuple(d.reasons), evaluator="runwatch gate check",
+                  policy=policy.source,
+                  slices=tuple(SliceResult(name=s.name, measured=s.measured, passed=s.passed)
+                               for s in d.slices))
+    event_id = _publish(args, fields) if not args.no_publish else ""
+    code = EXIT[d.decision]
+    if args.json:
+        out = {"run_id": args.run, **{k: v for k, v in fields.items() if k != "slices"},
+               "slices": [{"name": s.name, "measured": s.measured, "passed": s.passed}
+                          for s in d.slices],
+               "event_id": event_id, "exit_code": code}
+        print(json.dumps(out, default=list))
+        return code
+    print(f"gate {policy.name} for run {args.run}: {d.decision.upper()} ({policy.source})")
+    for r in d.reasons:
+        print(f"  {r}")
+    for k in sorted(d.measured):
+        bound = d.thresholds.get(k)
+        print(f"  measured {k} = {d.measured[k]:.6g}" + (f" (bound {bound:.6g})"
+                                                         if bound is not None else ""))
+    for s in d.slices:
+        print(f"  slice {s.name}: {'ok' if s.passed else 'FAILED'} "
+              + ", ".join(f"{k}={v:.6g}" for k, v in sorted(s.measured.items())))
+    if event_id:
+        print(f"  published GateDecision {event_id}")
+    return code
+
+
+def approve(args: argparse.Namespace) -> int:
+    """Record a human approval of a run's ``review`` as a new GateDecision."""
+    by, reason = args.by.strip(), args.reason.strip()
+    if not by or not reason:
+        msg = "--by and --reason must not be empty"
+        raise _Refused(msg)
+    stored = _store(args).decisions(args.run)
+    rows = [r for r in stored if not r["approves"]]
+    if args.gate:
+        rows = [r for r in rows if r["gate"] == args.gate]
+    if not rows:
+        what = f"gate {args.gate}" if args.gate else "any gate"
+        msg = (f"no automated decision of {what} is stored for run {args.run} (run `runwatch "
+               "gate check` first; the sink may still be writing it)")
+        raise _Refused(msg)
+    latest = rows[-1]
+    if latest["decision"] != "review":
+        msg = (f"the latest decision of gate {latest['gate']} for run {args.run} is "
+               f"{latest['decision']}, not review: only a review is approved (a fail needs "
+               "new evidence and a new check)")
+        raise _Refused(msg)
+    done = [r for r in stored if r["approves"] == latest["event_id"]]
+    if done:
+        msg = (f"review {latest['event_id']} of gate {latest['gate']} is already approved by "
+               f"{done[-1]['evaluator']}")
+        raise _Refused(msg)
+    event_id = _publish(args, dict(
+        gate=latest["gate"], decision="pass", evaluator=f"human:{by}",
+        reasons=(f"approved by {by}: {reason}",), policy=latest["policy"] or None,
+        approves=latest["event_id"]))
+    out = {"run_id": args.run, "gate": latest["gate"], "approves": latest["event_id"],
+           "by": by, "reason": reason, "event_id": event_id}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"approved: gate {latest['gate']} of run {args.run} (review {latest['event_id']}) "
+              f"by {by}; release allowed. Published GateDecision {event_id}")
+    return 0
+
+
+def _help(p: argparse.ArgumentParser) -> Any:
+    def show(_args: argparse.Namespace) -> int:
+        p.print_help(sys.stderr)
+        return EXIT_ERROR
+
+    return show
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``gate`` command.
+
+    Args:
+        sub: The top-level sub-parsers.
+
+    """
+    p = sub.add_parser("gate", help="release gates: check a run's evidence, approve a review",
+                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p.error = _Parser.error.__get__(p)  # type: ignore[method-assign]
+    p.set_defaults(func=_help(p))
+    kinds = p.add_subparsers(dest="gate_command", metavar="ACTION", parser_class=_Parser)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("run", help="the candidate run id")
+        q.add_argument("--database", help="ClickHouse database (default CLICKHOUSE_DATABASE)")
+        q.add_argument("--topic-prefix", default="", help="prefix added to every topic name")
+        q.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for delivery")
+        q.add_argument("--at-ms", type=int, default=None,
+                       help="event time of the published decision (default: now)")
+        q.add_argument("--json", action="store_true", help="print the decision as JSON")
+
+    c = kinds.add_parser("check", help="decide pass/fail/review from the stored evidence "
+                         "(exit 0/1/2; 3: could not decide)")
+    common(c)
+    c.add_argument("--policy", help=f"policy file (default ${POLICY_ENV}, else the shipped "
+                   "schemas/gates.yaml)")
+    c.add_argument("--name", help="the policy to apply (default: by model label, then family)")
+    c.add_argument("--no-publish", action="store_true", help="decide and print only")
+    c.set_defaults(func=_guard(check))
+    a = kinds.add_parser("approve", help="record a human approval of a review (never "
+                         "overwrites the automated decision)")
+    common(a)
+    a.add_argument("--by", required=True, help="who approves")
+    a.add_argument("--reason", required=True, help="why")
+    a.add_argument("--gate", help="the gate (default: the run's latest automated decision)")
+    a.set_defaults(func=_guard(approve))

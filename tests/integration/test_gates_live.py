@@ -1,0 +1,289 @@
+"""Release gates on the live stack: SDK-published candidates against a recorded incumbent.
+
+Published the way users do (``runwatch.init`` with lineage, ``run.evaluation``
+per slice, ``data.report`` for the evaluation data, ``run.artifact``) through
+the SDK's Kafka transport; the real sink stores it in a fresh ClickHouse
+database; ``runwatch gate check`` / ``gate approve`` run as the CLI (in
+process) against it and publish their decisions; a processor worker reads the
+same topics and raises registry control on ``rw.alerts``. Everything is
+published once (module fixture); each test checks one answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sinkkit import SinkProc, Store, migrate
+
+import runwatch
+from runwatch import cli
+from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+from runwatch.adapters.publisher import Publisher, default_topics
+from runwatch.client import data
+from runwatch.core.records import Alert, DatasetRef
+from runwatch.resources import resource
+from runwatch.testing.harness import Harness
+
+pytestmark = pytest.mark.integration
+
+DAY = 86_400_000
+T0 = (int(time.time() * 1000) // DAY - 1) * DAY  # yesterday, midnight UTC
+EVAL = ("s3://eval/credit", "v3")
+TRAIN = ("s3://train/credit", "v9")
+POLICY = str(resource("schemas", "gates.yaml"))  # the shipped example policy
+
+# case -> candidate auc, its slices, repeats (other seeds), rerun (same seed), and extras
+GOOD = {"auc": 0.81, "slices": {"age_65_plus": 0.79, "income_low": 0.78},
+        "seeds": [0.805, 0.812], "rerun": 0.811}
+CASES: dict[str, dict[str, Any]] = {
+    "good": {},
+    "slice": {"auc": 0.815, "slices": {"age_65_plus": 0.76, "income_low": 0.78},
+              "seeds": [0.81, 0.812], "rerun": 0.814},
+    "overlap": {"training": [TRAIN, EVAL]},
+    "stale": {"eval": ("s3://eval/old", "v1"), "incumbent": "inc-old"},
+    "noslice": {"slices": {"age_65_plus": 0.79}},
+    "protocol": {"eval": ("s3://eval/credit", "v4")},
+    "seeds": {"seeds": [0.78, 0.83]},
+    "rerun": {"rerun": 0.79},
+    "nan": {"auc": float("nan")},
+    "dirty": {"dirty": True},
+}
+
+
+def _publish(h: Harness, tmp: Path) -> None:
+    topics = {t: h.topic(t) for t in set(default_topics().values())}
+
+    def run(run_id: str, seed: int, case: str, *, training=(TRAIN,), dirty=False) -> Any:
+        transport = KafkaTransport(h.kafka, ProducerSettings(spool_dir=tmp / "spool"),
+                                   name=run_id)  # finish() closes its run's transport
+        return runwatch.init(
+            "credit-risk", run_id=run_id, transport=transport, topics=topics,
+            install_hooks=False, capture_lineage=False, strict=True, clock=lambda: T0,
+            config={"case": case, "lr": 0.01}, seed_policy=f"fixed:{seed}",
+            datasets=[DatasetRef(uri=u, version=v) for u, v in training],
+            lineage={"code_revision": "c0ffee", "code_dirty": dirty})
+
+    def evaluate(r: Any, auc: float, slices: dict[str, float], ev=EVAL, incumbent="inc") -> None:
+        ds = DatasetRef(uri=ev[0], version=ev[1])
+        r.evaluation({"auc": auc, "log_loss": 0.42}, dataset=ds, samples=5000,
+                     ci={"auc": (auc - 0.01, auc + 0.01)}, incumbent=incumbent, now_ms=T0 + 1000)
+        for name, v in slices.items():
+            r.evaluation({"auc": v}, dataset=ds, slice=name, samples=800, incumbent=incumbent,
+                         now_ms=T0 + 1000)
+
+    runs = []
+    for inc_id, ev in (("inc", EVAL), ("inc-old", ("s3://eval/old", "v1"))):
+        r = run(f"{h.prefix}{inc_id}", 1, "incumbent")
+        evaluate(r, 0.80, {"age_65_plus": 0.78, "income_low": 0.77}, ev, incumbent="")
+        runs.append(r)
+    for case, over in CASES.items():
+        c = {**GOOD, **over}
+        kw = {"training": c.get("training", (TRAIN,)), "dirty": c.get("dirty", False)}
+        ev, inc = c.get("eval", EVAL), f"{h.prefix}{c.get('incumbent', 'inc')}"
+        for rid, seed, auc in ((case, 1, c["auc"]), (f"{case}-s2", 2, c["seeds"][0]),
+                               (f"{case}-s3", 3, c["seeds"][1]), (f"{case}-rerun", 1, c["rerun"])):
+            r = run(f"{h.prefix}{rid}", seed, case, **kw)
+            evaluate(r, auc, c["slices"] if rid == case else {}, ev, incumbent=inc)
+            runs.append(r)
+    nogate = run(f"{h.prefix}nogate", 1, "nogate")
+    nogate.artifact("s3://models/nogate", "model", sha256="ab" * 32, registry_status="registered",
+                    now_ms=T0 + 2000)
+    runs.append(nogate)
+    transport = KafkaTransport(h.kafka, ProducerSettings(spool_dir=tmp / "spool"), name="data")
+    pub = Publisher(transport, kind="sdk", topics=topics)
+    for (uri, version), newest in ((EVAL, T0 - 5 * DAY), (("s3://eval/credit", "v4"), T0 - 5 * DAY),
+                                   (("s3://eval/old", "v1"), T0 - 200 * DAY)):
+        rows = {"account": list(range(50)), "event_ms": [newest - i * 60_000 for i in range(50)]}
+        data.report(uri, version, "all", rows, publisher=pub, baseline_directory=tmp,
+                    timestamp="event_ms", now_ms=T0 - DAY)  # reported yesterday
+    assert transport.flush(30) == 0
+    transport.close(10)
+    for r in runs:
+        counts = r.finish(now_ms=T0 + 3000)
+        assert counts.get("transport_failed", 0) == 0, counts
+
+
+def _wait_rows(client: Any, sql: str, want: int, timeout_s: float = 90) -> int:
+    deadline = time.monotonic() + timeout_s
+    n = -1
+    while time.monotonic() < deadline:
+        n = int(client.query(sql).result_rows[0][0])
+        if n >= want:
+            return n
+        time.sleep(0.5)
+    return n
+
+
+class World:
+    def __init__(self, h: Harness, client: Any, db: str, sink: SinkProc) -> None:
+        self.h, self.client, self.db, self.sink = h, client, db, sink
+
+    def rid(self, case: str) -> str:
+        return f"{self.h.prefix}{case}"
+
+    def cli(self, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
+        capsys.readouterr()
+        code = cli.main(["gate", *args, "--database", self.db, "--topic-prefix", self.h.prefix,
+                         "--json"])
+        out = capsys.readouterr()
+        try:
+            return code, json.loads(out.out)
+        except json.JSONDecodeError:
+            return code, out.err
+
+    def check(self, capsys: pytest.CaptureFixture[str], case: str) -> tuple[int, Any]:
+        return self.cli(capsys, "check", self.rid(case), "--policy", POLICY)
+
+    def gate_rows(self, run_id: str, want: int) -> list[tuple[Any, ...]]:
+        _wait_rows(self.client, f"SELECT count() FROM {self.db}.gate_decisions FINAL "  # noqa: S608
+                   f"WHERE run_id = '{run_id}'", want, 60)
+        return [tuple(r) for r in self.client.query(
+            f"SELECT event_id, decision, evaluator, approves FROM {self.db}.gate_decisions FINAL "  # noqa: S608
+            f"WHERE run_id = '{run_id}' ORDER BY ts, seq").result_rows]
+
+
+@pytest.fixture(scope="module")
+def world(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("gates")
+    store = Store(tmp / "chdb")  # a store of its own: the shared one serves every session's load
+    store.start()
+    h = Harness(stack.bootstrap_servers, partitions=2)
+    h.create_topics()
+    db = f"gates_{uuid.uuid4().hex[:8]}"
+    client = migrate(store.url, db)
+    topics = {t: h.topic(t) for t in ("rw.lineage", "rw.data", "rw.learning", "rw.artifact")}
+    sink = SinkProc(stack.bootstrap_servers, topics, store.url, db, tmp / "sink.log")
+    env = {"CLICKHOUSE_URL": store.url,
+           "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+           "RUNWATCH_PRODUCER_SPOOL_DIR": str(tmp / "cli-spool")}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        h.start_worker(RUNWATCH_PROCESSOR_GATE_WAIT_MS="3000")
+        sink.start()
+        h.wait_ready()
+        _publish(h, tmp)
+        want = 2 * 3 + len(CASES) * 4 + 2 * len(CASES) - 1  # whole sets + the candidates' slices
+        got = _wait_rows(client, f"SELECT count() FROM {db}.validation_results FINAL "  # noqa: S608
+                         "WHERE kind = 'evaluation'", want)
+        assert got == want, sink.log.read_text()[-3000:]
+        assert _wait_rows(client, f"SELECT count() FROM {db}.data_quality_reports FINAL", 3) == 3
+        assert _wait_rows(client, f"SELECT uniqExact(run_id) FROM {db}.run_manifests FINAL",
+                          3 + 4 * len(CASES)) == 3 + 4 * len(CASES)
+        yield World(h, client, db, sink)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        sink.stop()
+        h.stop_all()
+        h.delete_topics()
+        store.stop()
+
+
+def _reasons(out: dict[str, Any]) -> str:
+    return "\n".join(out["reasons"])
+
+
+def test_all_evidence_in_order_passes(world: World, capsys) -> None:
+    code, out = world.check(capsys, "good")
+    assert (code, out["decision"], out["reasons"]) == (0, "pass", [])
+    assert out["measured"]["auc"] == 0.81
+    assert out["measured"]["incumbent.auc"] == 0.80
+    assert out["measured"]["seeds"] == 3.0
+    assert out["measured"]["eval_age_ms"] == 5 * DAY + 1000
+    assert out["policy"].endswith("gates.yaml#credit-risk-release")
+    assert [(s["name"], s["passed"]) for s in out["slices"]] == [("age_65_plus", True),
+                                                                 ("income_low", True)]
+    assert world.gate_rows(world.rid("good"), 1)[-1][1:] == ("pass", "runwatch gate check", "")
+
+
+@pytest.mark.parametrize(("case", "want"), [
+    ("slice", "fail: slice age_65_plus: auc 0.76 vs incumbent 0.78, deteriorated by 0.02 "
+              "(bound 0.01)"),
+    ("overlap", "fail: evaluation dataset s3://eval/credit@v3 overlaps the training data"),
+    ("stale", "fail: evaluation dataset s3://eval/old@v1 is 200.0 days old"),
+    ("protocol", "fail: protocol violated: the candidate was evaluated on s3://eval/credit@v4, "
+                 "the incumbent"),
+    ("seeds", "fail: spread of auc across 3 seeds 0.05 (0.78 .. 0.83) above the bound 0.02"),
+    ("rerun", "fail: rerun"),
+    ("nan", "fail: metric auc on the whole set is nan (non-finite)"),
+])
+def test_each_violation_fails_with_its_reason(world: World, capsys, case: str, want: str) -> None:
+    code, out = world.check(capsys, case)
+    assert (code, out["decision"]) == (1, "fail"), out
+    assert want in _reasons(out), _reasons(out)
+
+
+def test_a_missing_required_slice_asks_for_review(world: World, capsys) -> None:
+    code, out = world.check(capsys, "noslice")
+    assert (code, out["decision"]) == (2, "review")
+    assert out["reasons"] == ["missing: required slice income_low not evaluated",
+                              "missing: spread across slices needs at least 2 evaluated slices, "
+                              "1 found"]
+
+
+def test_an_approved_review_allows_the_release_and_both_decisions_are_stored(
+        world: World, capsys) -> None:
+    rid = world.rid("dirty")
+    code, out = world.check(capsys, "dirty")
+    assert (code, out["decision"]) == (2, "review")
+    assert out["reasons"] == ["review: provenance contested: uncommitted changes"]
+    review_id = out["event_id"]
+    world.gate_rows(rid, 1)
+    code, ok = world.cli(capsys, "approve", rid, "--by", "ana", "--reason", "diff reviewed")
+    assert code == 0, ok
+    assert ok["approves"] == review_id
+    rows = world.gate_rows(rid, 2)
+    assert rows == [(review_id, "review", "runwatch gate check", ""),
+                    (ok["event_id"], "pass", "human:ana", review_id)]
+    code, err = world.cli(capsys, "approve", rid, "--by", "ana", "--reason", "again")
+    assert code == 3 and "already approved by human:ana" in err  # once is enough
+
+
+def test_bad_input_exits_3_naming_the_problem(world: World, capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "gates.yaml"
+    bad.write_text("policies:\n  - name: p\n    match: {family: credit-risk}\n    primary: auc\n"
+                   "    slices: {max_deterioration: lots}\n")
+    code, err = world.cli(capsys, "check", world.rid("good"), "--policy", str(bad))
+    assert code == 3
+    assert f"{bad}:5: policies[0].slices.max_deterioration: must be a finite number" in err
+    code, err = world.cli(capsys, "approve", world.rid("slice"), "--by", "ana", "--reason", "x")
+    assert code == 3 and "only a review is approved" in err
+
+
+def test_registry_control_pages_a_push_without_a_gate_and_not_an_approved_one(
+        world: World) -> None:
+    h = world.h
+    topics = {t: h.topic(t) for t in set(default_topics().values())}
+    for case in ("good", "dirty"):  # passed; an approved review (the tests above decided them)
+        transport = KafkaTransport(h.kafka, ProducerSettings(
+            spool_dir=Path(world.sink.log).parent / "spool2"), name=case)
+        r = runwatch.init("credit-risk", run_id=world.rid(case), transport=transport,
+                          topics=topics, install_hooks=False, capture_lineage=False,
+                          clock=lambda: T0)
+        r.artifact(f"s3://models/{case}", "model", sha256="cd" * 32,
+                   registry_status="registered", now_ms=T0 + 5000)
+        r.finish(now_ms=T0 + 6000, timeout=5)
+
+    def firing(records: list[Any]) -> set[tuple[str, str, str]]:
+        return {(a.run_id, a.detector, a.probable_cause) for a in records
+                if isinstance(a, Alert) and a.status == "firing"
+                and a.detector == "rule:registry_without_gate"}
+
+    want = {(world.rid("nogate"), "rule:registry_without_gate", "artifact")}
+    alerts = h.collect("rw.alerts", lambda rs: firing(rs) >= want, 90, settle_s=6)
+    assert firing(alerts) == want, h.worker_log()
+    page = next(a for a in alerts if isinstance(a, Alert)
+                and a.detector == "rule:registry_without_gate")
+    assert page.severity == "critical"
+    assert "s3://models/nogate" in page.title
