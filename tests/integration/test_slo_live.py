@@ -231,3 +231,18 @@ def test_invalid_file_is_one_error_line(live, tmp_path: Path) -> None:
     assert out.returncode == 2
     assert out.stderr.strip() == (f"error: {bad}:6: spec.indicator.spec.maxDuration: bad "
                                   "duration '2 hours' (use e.g. 30s, 15m, 2h, 1d)")
+
+
+def test_the_shipped_example_evaluates_on_the_real_store(live) -> None:
+    """Every kind's query runs on the real engine (the example file has one objective each)."""
+    out = subprocess.run([sys.executable, "-m", "runwatch", "slo", "status", "--json"],
+                         env=live["env"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    kinds = {s["kind"]: s for s in json.loads(out.stdout)}
+    assert len(kinds) == 7
+    # the example's registry control watches every family: the ungated push counts
+    registry = kinds.pop("registry_control")
+    assert (registry["good"], registry["valid"], registry["state"]) == (1, 2, "exhausted")
+    # none of the example's other families ran here: no data, not 0 % or 100 %
+    assert {s["state"] for s in kinds.values()} == {"no_data"}
+    assert all(s["sli"] is None for s in kinds.values())
