@@ -106,6 +106,17 @@ def _evidence(**over: Any) -> Evidence:
     return ev
 
 
+def test_a_label_balance_shift_from_the_versions_first_report_is_a_quality_problem() -> None:
+    first = {"ts_ms": T0, "dataset_uri": "s3://d/train", "dataset_version": "v2",
+             "row_count": 10, "schema_failures": 0, "drifted_features": [],
+             "label_distribution": {"a": 0.5, "b": 0.5}}
+    later = {**first, "ts_ms": T0 + MIN, "label_distribution": {"a": 0.8, "b": 0.2}}
+    same = {**first, "ts_ms": T0 + 2 * MIN, "label_distribution": {"a": 0.55, "b": 0.45}}
+    got = investigate(_evidence(quality=[later, first, same], alerts=[]), OWN)
+    assert [(q["ts_ms"], q["problems"]) for q in got["what_changed"]["input_quality"]] == [
+        (T0 + MIN, ["label balance shifted by 0.30"])]
+
+
 def test_answers_of_a_run_with_a_new_dataset_version_and_a_label_shift() -> None:
     ev = _evidence()
     ev.sharing = [{"run_id": "c", "experiment_family": "other", "team": "nlp", "state": "running",

@@ -386,19 +386,24 @@ class EvidenceReader:
 
     def hurting(self, since_ms: int, family: str | None) -> list[dict[str, Any]]:
         """Return the latest row of every alert first seen since a time, with its run's state."""
+        # aliases unlike the columns: WHERE reads the stored experiment_family, not argMax's
         rows = self._rows(
-            "SELECT alert_id, toString(argMax(run_id, ts)) AS run_id, "  # noqa: S608
-            "argMax(status, ts) AS status, "
-            "argMax(severity, ts) AS severity, argMax(detector, ts) AS detector, "
-            "argMax(probable_cause, ts) AS probable_cause, "
-            "toString(argMax(team, ts)) AS team, "
-            "toString(argMax(experiment_family, ts)) AS experiment_family, "
-            "toUnixTimestamp64Milli(min(first_seen)) AS first_seen_ms, "
-            "arrayMap(x -> toUnixTimestamp64Milli(x), argMax(evidence_at, ts)) AS evidence_at_ms "
+            "SELECT alert_id, toString(argMax(run_id, ts)) AS a_run, "  # noqa: S608
+            "argMax(status, ts) AS a_status, argMax(severity, ts) AS a_severity, "
+            "argMax(detector, ts) AS a_detector, argMax(probable_cause, ts) AS a_cause, "
+            "toString(argMax(team, ts)) AS a_team, "
+            "toString(argMax(experiment_family, ts)) AS a_family, "
+            "toUnixTimestamp64Milli(min(first_seen)) AS a_first, "
+            "arrayMap(x -> toUnixTimestamp64Milli(x), argMax(evidence_at, ts)) AS a_evidence "
             f"FROM {self._t('alerts')} FINAL "
             "WHERE first_seen >= fromUnixTimestamp64Milli({s:Int64}) "
             "AND ({f:String} = '' OR experiment_family = {f:String}) "
             "GROUP BY alert_id LIMIT 100000", s=since_ms, f=family or "")
+        names = {"a_run": "run_id", "a_status": "status", "a_severity": "severity",
+                 "a_detector": "detector", "a_cause": "probable_cause", "a_team": "team",
+                 "a_family": "experiment_family", "a_first": "first_seen_ms",
+                 "a_evidence": "evidence_at_ms"}
+        rows = [{names.get(k, k): v for k, v in r.items()} for r in rows]
         states = self._states(sorted({str(r["run_id"]) for r in rows}))
         for r in rows:
             r["state"] = states.get(str(r["run_id"]), "")

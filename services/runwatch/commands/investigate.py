@@ -126,7 +126,7 @@ def _show(result: Mapping[str, Any]) -> None:
     from rich.markup import escape as esc
     from rich.table import Table
 
-    con = Console(width=min(160, max(100, Console().width)), highlight=False)
+    con = Console(width=max(120, Console().width), highlight=False)
     if result.get("kind") == "since":
         runs = result["runs"]
         con.print(f"[bold]Runs with firing alerts since {_when(result['since_ms'])} UTC"

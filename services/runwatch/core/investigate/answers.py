@@ -17,7 +17,9 @@ Rules:
   family whose manifest is older, that succeeded and fired no warning or
   critical alert;
 * **quality problem** of an input: a data-quality report of the dataset
-  version with drifted features, schema failures or zero rows;
+  version with drifted features, schema failures or zero rows, or a label
+  balance shifted from the version's first report by more than the
+  processor's ``label_shift`` (total-variation distance 0.15);
 * **trustworthy** checkpoint: outcome ok, its sha256 equals the expected one
   (when one is given), written before the onset and before any quality
   problem of the run's inputs; an artifact: the same with its serialization
@@ -41,6 +43,8 @@ from typing import Any
 
 from runwatch.core.investigate import lineage as lin
 from runwatch.core.paging.ownership import Ownership
+from runwatch.core.signals.indicators import label_balance_shift
+from runwatch.core.stream.runstate import RunConfig
 
 VERSION = 1
 #: Findings about where a run stands (policy, gates, the record), not about its
@@ -51,6 +55,8 @@ POLICY_DETECTORS = frozenset({
 })
 BAD_SEVERITIES = frozenset({"warning", "critical"})
 GOOD_STATES = frozenset({"succeeded"})
+#: The label-balance distance the processor counts as a shift (RunConfig.label_shift).
+LABEL_SHIFT = float(RunConfig.__dataclass_fields__["label_shift"].default)  # type: ignore[arg-type]
 Row = dict[str, Any]
 
 
@@ -125,9 +131,19 @@ def onset_of(alert: Row) -> int:
     return min([int(alert.get("first_seen_ms") or 0), *times])
 
 
-def quality_problems(row: Row) -> list[str]:
-    """Return what is wrong in one data-quality report (empty: it passed)."""
+def quality_problems(row: Row, first_labels: Mapping[str, float] | None = None) -> list[str]:
+    """Return what is wrong in one data-quality report (empty: it passed).
+
+    Args:
+        row: The report (drifted_features, schema_failures, row_count, label_distribution).
+        first_labels: The label distribution of the dataset version's first report.
+    """
     out = []
+    labels = dict(row.get("label_distribution") or {})
+    if first_labels and labels:
+        shift = label_balance_shift(labels, dict(first_labels))
+        if shift == shift and shift > LABEL_SHIFT:
+            out.append(f"label balance shifted by {shift:.2f}")
     drifted = list(row.get("drifted_features") or ())
     if drifted:
         out.append(f"drift in {', '.join(map(str, drifted))}")
@@ -184,8 +200,12 @@ def _what_changed(ev: Evidence, me: dict[str, Any] | None, family: str) -> dict[
             out["reference_run_id"] = str(ref["run_id"])
             changes = lin.diff(lin.normalize(ref["manifest"]), me)
             out["changes"] = [c.to_json() for c in changes]
+    first: dict[tuple[str, str], Mapping[str, float]] = {}
     for q in sorted(ev.quality, key=lambda r: int(r.get("ts_ms") or 0)):
-        problems = quality_problems(q)
+        version = (str(q.get("dataset_uri") or ""), str(q.get("dataset_version") or ""))
+        problems = quality_problems(q, first.get(version))
+        if q.get("label_distribution"):
+            first.setdefault(version, q["label_distribution"])
         if problems:
             out["input_quality"].append({
                 "ts_ms": int(q["ts_ms"]), "dataset_uri": str(q.get("dataset_uri") or ""),
@@ -572,16 +592,20 @@ def hurting(rows: Sequence[Row], since_ms: int, now_ms: int, family: str | None,
             "run_id": rid, "experiment_family": str(a.get("experiment_family") or ""),
             "team": str(a.get("team") or ""), "state": str(a.get("state") or ""),
             "alerts": 0, "critical": 0, "detectors": [], "causes": [],
-            "first_onset_ms": onset_of(a), "owner": ""})
+            "first_onset_ms": onset_of(a), "owner": "", "by_computing": False})
         r["alerts"] += 1
         r["critical"] += a.get("severity") == "critical"
         for key, value in (("detectors", a.get("detector")), ("causes", a.get("probable_cause"))):
             if value and value not in r[key]:
                 r[key].append(str(value))
-        if not r["owner"] and ownership is not None:
+        computing = a.get("detector") not in POLICY_DETECTORS
+        if ownership is not None and (not r["owner"] or (computing and not r["by_computing"])):
+            r["by_computing"] = computing
             r["owner"] = ownership.owner_for(
                 str(a.get("probable_cause") or "unknown"), team=a.get("team") or None,
                 experiment_family=a.get("experiment_family") or None).team
+    for r in runs.values():
+        del r["by_computing"]
     ordered = sorted(runs.values(), key=lambda r: (-r["critical"], -r["alerts"],
                                                    r["first_onset_ms"]))
     return {"version": VERSION, "kind": "since", "database": database, "since_ms": since_ms,

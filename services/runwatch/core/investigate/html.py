@@ -90,8 +90,9 @@ def plot_svg(key: str, title: str, points: Sequence[tuple[int, float]], span: tu
     empty = not finite
     if finite:
         lo, hi = min(v for _, v in finite), max(v for _, v in finite)
-        if hi - lo < 1e-12:
-            lo, hi = lo - 0.5, hi + 0.5
+        if hi - lo < 1e-12:  # a flat line: a band around it (never below 0 for a share)
+            pad = abs(lo) * 0.1 or 0.5
+            lo, hi = (max(lo - pad, 0.0) if lo >= 0 else lo - pad), hi + pad
 
         def y(v: float) -> float:
             return PAD_T + ih - (v - lo) / (hi - lo) * ih
