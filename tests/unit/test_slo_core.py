@@ -289,6 +289,10 @@ def test_data_availability_cutoffs_late_and_failing_reports() -> None:
     events = ind.data_availability(p, [*rows, rep("2026-12-03T03:00:00")], start, now)
     assert all(e.good for e in events)
     assert ind.data_availability(p, [], start, now) == []  # no report at all: no data
+    # a dataset first seen on 3 Dec: the 2 Dec cutoff is no event
+    late_start = ind.data_availability(p, [rep("2026-12-03T04:00:00")], start, now)
+    assert [(e.key.split("@")[1], e.good) for e in late_start] == [
+        ("2026-12-03T05:00:00Z", True), ("2026-12-04T05:00:00Z", False)]
 
 
 def test_evaluation_retained_with_grace() -> None:

@@ -143,7 +143,9 @@ def data_availability(p: Mapping[str, Any], rows: Sequence[DataReportRow], start
     matches ``versionPattern``,
     its event time lies after the previous cutoff (or within ``lookback``) and
     at or before this one, it has rows, no schema failures and no drifted
-    feature. A report timed after the cutoff counts for the next one.
+    feature. A report timed after the cutoff counts for the next one. Cutoffs
+    before the first report read (up to 32 days before the window) are no
+    events: a new dataset's pipeline is not late for the days before it existed.
     """
     tz = zone(p["tz"])
     rows = sorted((r for r in rows if not r.dataset_uri
@@ -152,7 +154,8 @@ def data_availability(p: Mapping[str, Any], rows: Sequence[DataReportRow], start
     out: list[SliEvent] = []
     if not rows:  # no report of the dataset at all: no data (a misnamed dataset is no outage)
         return out
-    for c in cutoffs(p["cutoff"], tz, start, now):
+    # a cutoff before the dataset's first report read is no event: its pipeline did not exist
+    for c in cutoffs(p["cutoff"], tz, max(start, times[0] - 1), now):
         since = c - p["lookback_ms"] if p["lookback_ms"] else previous_cutoff(p["cutoff"], tz, c)
         since = c - 400 * 86_400_000 if since is None else since
         seen = rows[bisect.bisect_right(times, since):bisect.bisect_right(times, c)]
