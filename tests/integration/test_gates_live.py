@@ -54,6 +54,7 @@ CASES: dict[str, dict[str, Any]] = {
     "rerun": {"rerun": 0.79},
     "nan": {"auc": float("nan")},
     "dirty": {"dirty": True},
+    "rowkeys": {"training": [("s3://train/partner", "v1")]},  # another name, the same accounts
 }
 
 
@@ -98,11 +99,14 @@ def _publish(h: Harness, tmp: Path) -> None:
     runs.append(nogate)
     transport = KafkaTransport(h.kafka, ProducerSettings(spool_dir=tmp / "spool"), name="data")
     pub = Publisher(transport, kind="sdk", topics=topics)
-    for (uri, version), newest in ((EVAL, T0 - 5 * DAY), (("s3://eval/credit", "v4"), T0 - 5 * DAY),
-                                   (("s3://eval/old", "v1"), T0 - 200 * DAY)):
-        rows = {"account": list(range(50)), "event_ms": [newest - i * 60_000 for i in range(50)]}
+    for (uri, version), newest, first in (
+            (EVAL, T0 - 5 * DAY, 0), (("s3://eval/credit", "v4"), T0 - 5 * DAY, 0),
+            (("s3://eval/old", "v1"), T0 - 200 * DAY, 0), (TRAIN, T0 - 9 * DAY, 1000),
+            (("s3://train/partner", "v1"), T0 - 9 * DAY, 25)):
+        rows = {"account": list(range(first, first + 50)),
+                "event_ms": [newest - i * 60_000 for i in range(50)]}
         data.report(uri, version, "all", rows, publisher=pub, baseline_directory=tmp,
-                    timestamp="event_ms", now_ms=T0 - DAY)  # reported yesterday
+                    timestamp="event_ms", key="account", now_ms=T0 - DAY)  # reported yesterday
     assert transport.flush(30) == 0
     transport.close(10)
     for r in runs:
@@ -174,7 +178,7 @@ def world(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         got = _wait_rows(client, f"SELECT count() FROM {db}.validation_results FINAL "  # noqa: S608
                          "WHERE kind = 'evaluation'", want)
         assert got == want, sink.log.read_text()[-3000:]
-        assert _wait_rows(client, f"SELECT count() FROM {db}.data_quality_reports FINAL", 3) == 3
+        assert _wait_rows(client, f"SELECT count() FROM {db}.data_quality_reports FINAL", 5) == 5
         assert _wait_rows(client, f"SELECT uniqExact(run_id) FROM {db}.run_manifests FINAL",
                           3 + 4 * len(CASES)) == 3 + 4 * len(CASES)
         yield World(h, client, db, sink)
@@ -201,6 +205,7 @@ def test_all_evidence_in_order_passes(world: World, capsys) -> None:
     assert out["measured"]["incumbent.auc"] == 0.80
     assert out["measured"]["seeds"] == 3.0
     assert out["measured"]["eval_age_ms"] == 5 * DAY + 1000
+    assert out["measured"]["shared_row_keys.s3://train/credit@v9"] == 0
     assert out["policy"].endswith("gates.yaml#credit-risk-release")
     assert [(s["name"], s["passed"]) for s in out["slices"]] == [("age_65_plus", True),
                                                                  ("income_low", True)]
@@ -211,6 +216,9 @@ def test_all_evidence_in_order_passes(world: World, capsys) -> None:
     ("slice", "fail: slice age_65_plus: auc 0.76 vs incumbent 0.78, deteriorated by 0.02 "
               "(bound 0.01)"),
     ("overlap", "fail: evaluation dataset s3://eval/credit@v3 overlaps the training data"),
+    ("rowkeys", "fail: evaluation dataset s3://eval/credit@v3 shares row keys with training "
+                "dataset s3://train/partner@v1 (25 shared hashes in their sketches, about 25 "
+                "rows)"),
     ("stale", "fail: evaluation dataset s3://eval/old@v1 is 200.0 days old"),
     ("protocol", "fail: protocol violated: the candidate was evaluated on s3://eval/credit@v4, "
                  "the incumbent"),

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from runwatch.core.gates import registry
+from runwatch.core.gates import registry, sketch
 from runwatch.core.gates.evaluate import decide
 from runwatch.core.gates.evidence import Evaluation, Evidence, RunEvidence
 from runwatch.core.gates.policy import parse_policies
@@ -138,3 +138,28 @@ def test_no_evaluation_at_all_is_never_a_pass() -> None:
 def test_registry_control(decisions, status, allowed) -> None:
     why = registry.violation(status, registry.latest_by_gate(decisions))
     assert (why is None) == allowed, why
+
+
+def _sketches(eval_keys: range, train_keys: range) -> dict[str, tuple[int, ...]]:
+    return {EVAL: sketch.sketch(eval_keys), "s3://train@v9": sketch.sketch(train_keys)}
+
+
+@pytest.mark.parametrize(("eval_keys", "train_keys", "overlap"), [
+    (range(0, 5_000), range(5_000, 100_000), False),  # disjoint
+    (range(0, 5_000), range(2_500, 100_000), True),  # half the evaluation rows were trained on
+    (range(0, 50), range(40, 60), True),  # small sets: the sketches hold every key
+])
+def test_eval_rows_shared_with_training_rows_fail(eval_keys, train_keys, overlap) -> None:
+    d = decide(POLICY, good(key_sketches=_sketches(eval_keys, train_keys)))
+    want = ("evaluation dataset s3://eval/credit@v3 shares row keys with training dataset "
+            "s3://train@v9")
+    assert any(want in r for r in d.reasons) == overlap, d.reasons
+    assert d.decision == ("fail" if overlap else "pass")
+    shared = len(set(eval_keys) & set(train_keys))
+    assert d.measured["shared_row_keys.s3://train@v9"] == pytest.approx(shared, rel=0.35, abs=0)
+
+
+def test_sketches_merge_to_the_sketch_of_the_union() -> None:
+    parts = [sketch.sketch(range(i, i + 3_000)) for i in range(0, 12_000, 3_000)]
+    assert sketch.merge(parts) == sketch.sketch(range(12_000))
+    assert sketch.sketch([None, "a", "a"]) == sketch.sketch(["a"])

@@ -16,6 +16,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from runwatch.core.gates import sketch
 from runwatch.core.gates.evidence import Evaluation, Evidence, RunEvidence
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -131,8 +132,28 @@ class GateStore:
             repeats = [self._run(rid, row, ev[rid]) for rid, row in sorted(latest.items())]
         as_of = self.eval_data_as_of(whole.dataset) if whole is not None and whole.dataset \
             else None
+        refs = [*cand.training, *([whole.dataset] if whole is not None and whole.dataset else [])]
         return Evidence(candidate=cand, incumbent=inc, incumbent_run_id=named,
-                        repeats=tuple(repeats), eval_data_as_of_ms=as_of)
+                        repeats=tuple(repeats), eval_data_as_of_ms=as_of,
+                        key_sketches=self.key_sketches(refs))
+
+    def key_sketches(self, refs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        """Return ref -> the merged row-key sketch of its reports (refs without one left out)."""
+        uris = sorted({r.partition("@")[0] for r in refs})
+        if not uris:
+            return {}
+        rows = self._rows(
+            "SELECT toString(dataset_uri) AS uri, toString(dataset_version) AS version, "  # noqa: S608
+            f"key_sketch FROM {self.db}.data_quality_reports FINAL "
+            "WHERE dataset_uri IN {u:Array(String)} AND notEmpty(key_sketch)", u=uris)
+        out: dict[str, tuple[int, ...]] = {}
+        for ref in refs:
+            uri, _, version = ref.partition("@")
+            parts = [r["key_sketch"] for r in rows
+                     if r["uri"] == uri and (not version or r["version"] == version)]
+            if parts:
+                out[ref] = sketch.merge(parts)
+        return out
 
     def eval_data_as_of(self, ref: str) -> int | None:
         """Return how recent a dataset version's data is, from its data-quality reports.

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runwatch.core.gates import sketch as keysketch
 from runwatch.core.records import (
     DataQualityReport,
     DatasetRef,
@@ -210,6 +211,7 @@ def build_report(
     window_end_ms: int | None = None,
     rejected_samples: int = 0,
     psi_threshold: float = dq.PSI_THRESHOLD,
+    key_sketch: Sequence[int] = (),
 ) -> DataQualityReport:
     """Turn statistics into a DataQualityReport record."""
     return DataQualityReport(
@@ -228,6 +230,7 @@ def build_report(
         baseline=baseline,
         drift=_drift(stats, psi_threshold),
         rejected_samples=rejected_samples,
+        key_sketch=tuple(key_sketch),
     )
 
 
@@ -243,6 +246,7 @@ def report(
     timestamp: str | None = None,
     rejected_samples: int = 0,
     run_id: str | None = None,
+    key: str | None = None,
     baseline_directory: str | os.PathLike[str] | None = None,
     publisher: Any = None,
     topics: Mapping[str, str] | None = None,
@@ -268,6 +272,10 @@ def report(
             with every batch by design).
         rejected_samples: Samples the pipeline rejected before this batch.
         run_id: Run this batch feeds, when known.
+        key: Column of the batch's row keys: a bottom-k sketch of them is reported
+            (``key_sketch``), so a release gate can check that evaluation data is
+            disjoint from training data (:mod:`runwatch.core.gates.sketch`). A key
+            column the batch lacks is logged and no sketch is sent.
         baseline_directory: Baseline directory override.
         publisher: A Publisher; a short-lived transport is used when None.
         topics: Topic overrides when no publisher is given.
@@ -291,6 +299,13 @@ def report(
         dataset, table_or_stats, now_ms=now_ms, baseline=baseline, label=label, schema=schema,
         timestamp=timestamp, baseline_directory=baseline_directory, psi_threshold=psi_threshold,
     )
+    sketch: tuple[int, ...] = ()
+    if key is not None and not isinstance(table_or_stats, dq.QualityStats):
+        values = to_columns(table_or_stats).get(key)
+        if values is None:
+            logger.warning("data.report %s: no key column %r; no key sketch sent", dataset, key)
+        else:
+            sketch = keysketch.sketch(values)
     own = publisher is None
     if own:
         publisher = _short_lived(dataset, topics)
@@ -306,6 +321,7 @@ def report(
         baseline=base_name,
         rejected_samples=rejected_samples,
         psi_threshold=psi_threshold,
+        key_sketch=sketch,
     )
     publisher.publish([rec])
     if own:

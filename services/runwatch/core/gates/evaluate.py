@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from runwatch.core.gates import sketch
 from runwatch.core.gates.evidence import WHOLE, Evaluation, Evidence, RunEvidence
 from runwatch.core.gates.policy import Policy
 
@@ -102,6 +103,8 @@ def decide(policy: Policy, ev: Evidence) -> Decision:
     _stability(d, policy, c, ev.repeats)
     if whole is not None:
         _eval_data(d, policy, c, whole, ev.eval_data_as_of_ms)
+        if policy.disjoint_from_training and whole.dataset:
+            _row_keys(d, c, whole.dataset, ev.key_sketches)
     _review(d, policy, c, inc)
     if d.failures or (d.missing and policy.on_missing == "fail"):
         d.decision = "fail"
@@ -343,6 +346,24 @@ def _eval_data(d: Decision, p: Policy, c: RunEvidence, whole: Evaluation,
             d.failures.append(f"evaluation dataset {whole.dataset} is {age / 86_400_000:.1f} "
                               f"days old (data up to {as_of_ms}), over the "
                               f"{p.max_eval_age_ms / 86_400_000:g} days allowed")
+
+
+def _row_keys(d: Decision, c: RunEvidence, eval_ref: str,
+              sketches: dict[str, tuple[int, ...]]) -> None:
+    """Fail when the evaluation data's row-key sketch shares keys with a training dataset's."""
+    mine = sketches.get(eval_ref)
+    if not mine:
+        return  # no sketch reported: the lineage check above is all there is
+    for train in c.training:
+        theirs = sketches.get(train)
+        if not theirs or _dataset_match(train, eval_ref):
+            continue  # the same dataset: the lineage check has named it
+        common, estimate = sketch.shared(mine, theirs)
+        d.measured[f"shared_row_keys.{train}"] = estimate
+        if common:
+            d.failures.append(f"evaluation dataset {eval_ref} shares row keys with training "
+                              f"dataset {train} ({common} shared hashes in their sketches, "
+                              f"about {estimate:.0f} rows)")
 
 
 def _review(d: Decision, p: Policy, c: RunEvidence, inc: RunEvidence | None) -> None:

@@ -79,6 +79,9 @@ class Evidence:
         repeats: Other runs of the candidate's repeat group (other seeds and reruns).
         eval_data_as_of_ms: Newest data (latest ``window_end``) of the evaluation dataset
             version's data-quality reports; None when it has none.
+        key_sketches: Dataset ref (``uri@version``) -> the merged row-key sketch of its
+            data-quality reports, for the evaluation and training datasets that have one
+            (:mod:`runwatch.core.gates.sketch`).
 
     """
 
@@ -87,3 +90,4 @@ class Evidence:
     incumbent_run_id: str = ""
     repeats: tuple[RunEvidence, ...] = ()
     eval_data_as_of_ms: int | None = None
+    key_sketches: dict[str, tuple[int, ...]] = field(default_factory=dict)

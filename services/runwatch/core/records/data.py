@@ -138,6 +138,8 @@ class DataQualityReport:
         baseline: Name of the baseline drift is measured against.
         drift: Drift summary against the baseline.
         rejected_samples: Samples rejected by the pipeline's validation.
+        key_sketch: Bottom-k sketch of the batch's row keys: the k smallest distinct 63-bit hashes
+            (blake2b) of the key column's values, ascending; empty when no key column was named.
 
     """
 
@@ -162,6 +164,7 @@ class DataQualityReport:
     baseline: str | None = None
     drift: DriftSummary | None = None
     rejected_samples: int = 0
+    key_sketch: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Return the plain dict fastavro writes (nested records as dicts)."""
@@ -185,6 +188,7 @@ class DataQualityReport:
             "baseline": self.baseline,
             "drift": None if self.drift is None else self.drift.to_dict(),
             "rejected_samples": self.rejected_samples,
+            "key_sketch": self.key_sketch,
         }
 
     @classmethod
@@ -210,6 +214,7 @@ class DataQualityReport:
             baseline=d.get("baseline", None),
             drift=None if (v := d.get("drift", None)) is None else DriftSummary.from_dict(v),
             rejected_samples=d.get("rejected_samples", 0),
+            key_sketch=tuple(d.get("key_sketch", ())),
         )
 
 

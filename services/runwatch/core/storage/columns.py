@@ -139,6 +139,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "drifted_features",
         "max_psi",
         "max_ks",
+        "key_sketch",
         *_TAIL,
     ),
     "artifacts": (

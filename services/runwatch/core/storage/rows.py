@@ -276,6 +276,7 @@ def _data(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 list(drift.get("drifted_features", ())),
                 drift.get("max_psi"),
                 drift.get("max_ks"),
+                list(r.get("key_sketch") or ()),
                 *_tail(r, o),
             ),
         )
