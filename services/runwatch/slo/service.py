@@ -198,9 +198,12 @@ class Evaluator:
         runs = sorted(set().union(*wanted.values())) if wanted else []
         if not runs:
             return {}
+        since = min(st.window_start_ms for st in statuses)
         by_run: dict[str, list[str]] = {}
-        for run, cause in self.store.query(causes_sql(self.db), {"runs": runs}):
-            by_run.setdefault(str(run), []).append(str(cause))
+        wanted_runs = set(runs)
+        for run, cause in self.store.query(causes_sql(self.db), {"since": since}):
+            if run in wanted_runs:
+                by_run.setdefault(str(run), []).append(str(cause))
         return {name: [c for r in sorted(rs) for c in by_run.get(r, ())]
                 for name, rs in wanted.items()}
 
