@@ -33,6 +33,7 @@ COMMAND_EXTRA: dict[str, str] = {
     "silence": "pager",
     "db": "sink",
     "sql": "sink",
+    "gate": "sink",
     "stack": "all",
     "demo": "all",
     "simulate": "all",

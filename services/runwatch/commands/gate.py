@@ -83,13 +83,25 @@ def _publish(args: argparse.Namespace, fields: dict[str, Any]) -> str:
 
 def _guard(fn: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
-        from runwatch.adapters.gates import GateStoreError
         from runwatch.core.gates.policy import PolicyError
 
+        try:
+            from runwatch.adapters.gates import GateStoreError
+        except ModuleNotFoundError:  # no clickhouse_connect: reported below
+            GateStoreError = _Refused  # type: ignore[misc,assignment]  # noqa: N806
         try:
             return int(fn(args))
         except (_Refused, PolicyError, GateStoreError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except ModuleNotFoundError as exc:  # the base install: exit 3, never 2 (review)
+            from runwatch.extras import extra_for, install_hint
+
+            extra = extra_for("gate", exc.name)
+            if extra is None:
+                raise
+            print(f"{install_hint(extra, 'runwatch gate')} (missing: {exc.name})",
+                  file=sys.stderr)
             return EXIT_ERROR
 
     return run
