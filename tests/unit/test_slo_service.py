@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from runwatch.adapters.clickhouse import ClickHouseUnavailable
+from runwatch.adapters.clickhouse import ClickHouseRejected, ClickHouseUnavailable
 from runwatch.core.records import Alert, Source
 from runwatch.core.slo.spec import parse_slos
 from runwatch.slo.service import Evaluator
@@ -140,3 +140,15 @@ def test_no_data_reports_no_data_and_no_alert() -> None:
     r = _evaluator(store, sent).evaluate(NOW)
     assert [(s.state, s.sli) for s in r.statuses] == [("no_data", None)] and sent == []
     assert store.inserted["db.slo_points"][0][6] is None
+
+
+def test_a_database_without_the_tables_pauses_with_a_reason() -> None:
+    class Unmigrated(StoreDouble):
+        def query(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+            msg = "Code: 60. DB::Exception: Unknown table expression identifier 'db.slo_state'"
+            raise ClickHouseRejected(msg)
+
+    sent: list[Alert] = []
+    r = _evaluator(Unmigrated([]), sent).evaluate(NOW)
+    assert r.paused and "the store refused a query" in r.error and "slo_state" in r.error
+    assert sent == []

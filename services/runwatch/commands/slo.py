@@ -97,7 +97,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         if transport is not None:
             transport.close(30.0)
     if r.paused:
-        msg = f"the store did not answer; nothing evaluated: {r.error}"
+        msg = f"nothing evaluated: {r.error}"
         raise FatalError(msg)
     for st in r.statuses:
         print(_line(st))
@@ -128,8 +128,11 @@ def _status(args: argparse.Namespace) -> int:
     ev, _ = _evaluator(args, publish=False)
     try:
         statuses = ev.statuses(_at(args.at))
-    except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+    except ch.ClickHouseUnavailable as exc:
         msg = f"the store did not answer: {exc}"
+        raise FatalError(msg) from None
+    except ch.ClickHouseRejected as exc:
+        msg = f"the store refused a query (is the database migrated? runwatch db migrate): {exc}"
         raise FatalError(msg) from None
     if args.json:
         print(json.dumps([st.to_json() for st in statuses], indent=1))

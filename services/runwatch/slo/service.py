@@ -224,6 +224,10 @@ class Evaluator:
         except ch.ClickHouseUnavailable as exc:
             logger.warning("store unavailable, evaluation paused: %s", exc)
             return Round(now_ms, paused=True, error=str(exc))
+        except ch.ClickHouseRejected as exc:  # e.g. a database not migrated: say so, keep serving
+            logger.error("the store refused the evaluator's query (is the database migrated? "
+                         "runwatch db migrate): %s", exc)
+            return Round(now_ms, paused=True, error=f"the store refused a query: {exc}")
         self.books = books
         alerts: list[Alert] = []
         for obj, st in zip(self.objectives, statuses, strict=True):
@@ -250,6 +254,8 @@ class Evaluator:
                 self._pending_state = {}
         except ch.ClickHouseUnavailable as exc:
             logger.warning("store unavailable, SLI points kept for the next round: %s", exc)
+        except ch.ClickHouseRejected as exc:
+            logger.error("the store refused the SLI points (kept for the next round): %s", exc)
 
     def serve(self, interval_s: float, stop: threading.Event,
               clock: Callable[[], int] | None = None) -> None:
