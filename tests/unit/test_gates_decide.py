@@ -163,3 +163,23 @@ def test_sketches_merge_to_the_sketch_of_the_union() -> None:
     parts = [sketch.sketch(range(i, i + 3_000)) for i in range(0, 12_000, 3_000)]
     assert sketch.merge(parts) == sketch.sketch(range(12_000))
     assert sketch.sketch([None, "a", "a"]) == sketch.sketch(["a"])
+
+
+def test_a_candidate_compared_against_another_incumbent_than_the_policys_fails() -> None:
+    fixed = dataclasses.replace(POLICY, incumbent_run="inc-2026-10")
+    d = decide(fixed, good())  # the candidate recorded incumbent "inc"
+    assert d.decision == "fail"
+    assert ("fail: protocol violated: the candidate was compared against inc, the policy's "
+            "incumbent is inc-2026-10") in d.reasons
+
+
+def test_a_loss_deteriorates_when_it_rises() -> None:
+    loss = dataclasses.replace(POLICY, primary="log_loss", higher_is_better=False, metrics={},
+                               required_slices=(), slice_bounds={}, max_deterioration=None,
+                               max_slice_spread=None, seeds_min=0, max_seed_spread=None,
+                               rerun_tolerance=None, max_ci_width=None, margin=0.0)
+    worse = run("cand", 0.81, slices={})
+    worse.evaluations[""].metrics["log_loss"] = 0.50  # the incumbent's is 0.4
+    d = decide(loss, good(candidate=worse))
+    assert d.decision == "fail"
+    assert d.reasons == ["fail: log_loss 0.5 vs incumbent 0.4: change -0.1 below the margin +0"]

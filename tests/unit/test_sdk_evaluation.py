@@ -62,3 +62,20 @@ def test_a_data_report_with_a_key_column_carries_its_row_key_sketch(tmp_path) ->
     with_key, without = _published(t, DataQualityReport)
     assert with_key.key_sketch == sketch.sketch([1, 2, 3])
     assert without.key_sketch == ()
+
+
+def test_release_evaluations_of_weaker_slices_do_not_look_like_a_validation_decline() -> None:
+    from runwatch.core.records import Alert
+    from runwatch.processor.memory import MemoryProcessor
+    from runwatch.processor.settings import ProcessorSettings
+
+    t = CaptureTransport()
+    run = runwatch.init("fam", run_id="cand", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: T0)
+    for i, (name, auc) in enumerate([(None, 0.9), ("a", 0.5), ("b", 0.4), ("c", 0.3)] * 3):
+        run.evaluation({"auc": auc}, dataset="s3://eval", slice=name, now_ms=T0 + i)
+    run.finish(now_ms=T0 + 100)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=lambda: T0 + 1_000)
+    m.feed(t.messages)
+    m.tick(T0 + 120_000)
+    assert [a.detector for a in m.alerts if isinstance(a, Alert)] == []
