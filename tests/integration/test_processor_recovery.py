@@ -14,8 +14,11 @@ from runwatch.testing.harness import Harness
 pytestmark = pytest.mark.integration
 
 KINDS = sorted(scenarios.EXPECTED)
-RUNTIMES = ("faust", "plain")
-"""Both runtimes (RUNWATCH_PROCESSOR_RUNTIME) must restore their state after a kill -9."""
+RESTARTS = [("faust", "faust"), ("plain", "plain")]
+"""(runtime killed, runtime restarted): both runtimes (RUNWATCH_PROCESSOR_RUNTIME) must
+restore their state after a kill -9. They share the changelogs' format, so a restart on the
+other runtime restores it too (checked by hand with ("faust", "plain") and ("plain", "faust"),
+see docs/processor.md#runtime; left out of CI for its time)."""
 
 
 def runs(t0: int, copies: int = 1) -> tuple[dict[str, list], dict[str, scenarios.Expected]]:
@@ -47,21 +50,20 @@ def check(alerts: list[Alert], expected: dict[str, scenarios.Expected]) -> None:
         assert pairs == want, f"{run}: {pairs} != {want}"
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_kill_9_mid_stream_recovers_state_and_loses_no_alert(harness: Harness,
-                                                            runtime: str) -> None:
-    harness.env["RUNWATCH_PROCESSOR_RUNTIME"] = runtime
+@pytest.mark.parametrize(("killed", "restarted"), RESTARTS, ids=[a for a, _ in RESTARTS])
+def test_kill_9_mid_stream_recovers_state_and_loses_no_alert(harness: Harness, killed: str,
+                                                            restarted: str) -> None:
     events, expected = runs(int(time.time() * 1000) - 200_000)
     # the input pauses while the worker is killed and restarted: not a training stall
     harness.env["RUNWATCH_PROCESSOR_STALL_MIN_MS"] = "600000"
-    first = harness.start_worker()
+    first = harness.start_worker(RUNWATCH_PROCESSOR_RUNTIME=killed)
     harness.wait_ready()
     # first half of every run: the watches learn their baselines, some rules fire
     harness.produce([e for evs in events.values() for e in evs[: len(evs) // 2]])
     before = harness.collect("rw.alerts", lambda r: len(firing(r)) >= 1, 40, settle_s=4)
     assert firing(before), harness.worker_log(0)
     harness.kill(first)  # SIGKILL: no clean shutdown, no final commit
-    harness.start_worker()
+    harness.start_worker(RUNWATCH_PROCESSOR_RUNTIME=restarted)
     harness.wait_ready()
     harness.produce([e for evs in events.values() for e in evs[len(evs) // 2 :]])
     n = sum(1 for e in expected.values() if e.detector)

@@ -1,4 +1,4 @@
-"""The plain runtime's changelog-backed table (runwatch.adapters.changelog); no broker.
+"""The plain runtime's changelog-backed table and its commit rule; no broker.
 
 The table's producer is replaced by a recorder of what would be produced: the
 table's own logic (write-behind, partitions, restore, drop) is under test.
@@ -70,3 +70,23 @@ def test_a_global_table_marks_its_writes_for_the_follower() -> None:
     t[b"workload"] = b"{}"
     t.write_behind()
     assert rec.sent == [("app-runstate-changelog", b"workload", b"{}", 4, True)]
+
+
+def test_offsets_pass_only_messages_that_owe_no_ack() -> None:
+    from collections import deque
+
+    from runwatch.processor.plain import TP, Message, committable
+
+    a, b = TP("rw.learning", 0), TP("rw.exec.node", 3)
+    ma = [Message(a, off) for off in (10, 11, 12, 13)]
+    mb = [Message(b, off) for off in (5, 6)]
+    ma[2].incref()  # held by a deferred save until the next checkpoint
+    for m in ma + mb:
+        m.refs -= 1  # the stream's own ack
+    pending = {a: deque(ma), b: deque(mb)}
+    assert committable(pending) == {("rw.learning", 0): 12, ("rw.exec.node", 3): 7}
+    assert [m.offset for m in pending[a]] == [12, 13]  # 13 is acked but waits behind 12
+    assert committable(pending) == {}  # nothing moved
+    ma[2].refs -= 1  # the checkpoint's ack
+    assert committable(pending) == {("rw.learning", 0): 14}
+    assert not pending[a] and not pending[b]

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_plain(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
     """Run the worker on the plain runtime (:mod:`runwatch.processor.plain`) until stopped."""
+    from runwatch.adapters.changelog import DeliveryFailed
     from runwatch.processor.plain import PlainRuntime
 
     logging.basicConfig(level=logging.INFO,
@@ -58,7 +59,11 @@ def run_plain(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
         raise SystemExit(msg) from None
     runtime.sections.track_gc()  # the worker's log shows the collector's pauses
     tune_gc(settings.gc_threshold)
-    runtime.run()
+    try:
+        runtime.run()
+    except DeliveryFailed as exc:  # nothing was committed past it: a restart replays
+        msg = f"error: writes not delivered ({exc}); the worker stopped before committing them"
+        raise SystemExit(msg) from None
 
 
 def use_event_loop(name: str) -> str:

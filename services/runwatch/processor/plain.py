@@ -95,6 +95,28 @@ class Event:
         return self.message.refs <= 0
 
 
+def committable(pending: dict[TP, deque[Message]]) -> dict[tuple[str, int], int]:
+    """Pop each partition's leading acked messages; return the offsets that may be committed.
+
+    A partition's offset passes a message only when it and every message before
+    it owe no ack: one still held (a deferred save) holds back every later one.
+
+    Args:
+        pending: Per partition, its delivered messages in offset order (changed in place).
+
+    Returns:
+        ``{(topic, partition): next offset to read}`` for partitions that moved.
+    """
+    offsets: dict[tuple[str, int], int] = {}
+    for tp, queue in pending.items():
+        last = None
+        while queue and queue[0].refs <= 0:
+            last = queue.popleft()
+        if last is not None:
+            offsets[tp] = last.offset + 1
+    return offsets
+
+
 class _Topic:
     """An output topic of the outbox: ``send`` hands the record to the producer."""
 
@@ -138,6 +160,7 @@ class PlainRuntime:
         self.follower: ChangelogFollower | None = None
         self.ready = False
         self.stopping = False
+        self.broken = False  # a delivery failed: nothing more may be committed
         self.loop = asyncio.new_event_loop()
         self.consumer: BatchConsumer | None = None
 
@@ -177,6 +200,7 @@ class PlainRuntime:
         logger.info("plain runtime: consuming %d topics as group %s", len(self.agent_of), s.app_id)
         timer_at = commit_at = time.monotonic()
         sec = self.sections
+        self.broken = False
         try:
             while not self.stopping:
                 with sec.timed("plain.consume"):
@@ -196,6 +220,9 @@ class PlainRuntime:
                         len(self.p.runs.dirty), len(self.p.runs.unacked))
             self._run(self.p.runs.checkpoint(force=True))
             self.commit()
+        except BaseException:
+            self.broken = True  # commit nothing more: the next owner replays from the last commit
+            raise
         finally:
             self.consumer.close()  # leaves the group (its revocation commits nothing new)
             if self.follower is not None:
@@ -266,13 +293,7 @@ class PlainRuntime:
         """Commit offsets up to the messages every part has acked, once their writes landed."""
         self.write_behind()
         self.producer.flush()  # changelogs and outputs first: raises when one was not delivered
-        offsets: dict[tuple[str, int], int] = {}
-        for tp, queue in self.pending.items():
-            last = None
-            while queue and queue[0].refs <= 0:
-                last = queue.popleft()
-            if last is not None:
-                offsets[tp] = last.offset + 1
+        offsets = committable(self.pending)
         if offsets and self.consumer is not None:
             self.consumer.commit_offsets(offsets)
 
@@ -282,8 +303,9 @@ class PlainRuntime:
         """Checkpoint and commit before the partitions go, then forget their deferred state."""
         if not parts:
             return
-        self._run(self.p.runs.checkpoint(force=True))
-        self.commit()
+        if not self.broken:
+            self._run(self.p.runs.checkpoint(force=True))
+            self.commit()
         revoked = {TP(tp.topic, tp.partition) for tp in parts}
         self.p.runs.revoked(revoked)
         for tp in revoked:
