@@ -443,3 +443,45 @@ def test_probable_cause_from_the_bad_events_alerts() -> None:
 
 def test_window_rolling_start() -> None:
     assert Window(30 * D).start(NOW) == NOW - 30 * D
+
+
+_EDGE_PARAMS = {
+    "data_availability": {"dataset": "d", "cutoff": parse_cron("0 6 * * *")},
+    "training_window": {"family": "f", "max_duration_ms": H},
+    "evaluation_retained": {"family": "f"},
+    "registry_control": {},
+    "resumability": {"max_loss_ms": 30 * M},
+    "reproducibility": {"family": "f", "metric": "m", "tolerance": 0.1},
+    "fairness": {"team": "a", "quota": 0.5},
+}
+_OUTSIDE = {  # a bad row of each kind, timed at the window's exclusive start or after now
+    "data_availability": [ind.DataReportRow(NOW + H, "v1", 0, 1, 0, "", "d")],
+    "training_window": [ind.RunRow("r", START - 3 * H, START, "failed")],
+    "evaluation_retained": [ind.RetainedRow("r", START, "succeeded", 0, 0)],
+    "registry_control": [ind.RegistryRow("e", "r", START, "u", "registered", ())],
+    "resumability": [ind.PreemptionRow("r", NOW + 1, (), (START,))],
+    "reproducibility": [ind.ReproRow("a", "g", START, 0.0), ind.ReproRow("b", "g", START, 9.0)],
+    "fairness": [ind.UsageRow("r", "a", START - 2 * D, START, 8)],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_empty_window_and_edges(kind: str) -> None:
+    p = _params(kind, **_EDGE_PARAMS[kind])
+    _row, compute = ind.COMPUTE[kind]
+    assert compute(p, [], START, NOW) == []  # an empty window: no events (no data)
+    assert compute(p, _OUTSIDE[kind], START, NOW) == []  # at the exclusive start / after now
+
+
+def test_a_late_row_counts_from_the_next_evaluation() -> None:
+    obj = _window_objective()
+    p = obj.params
+    rows = [ind.RunRow(f"r{i}", NOW - 10 * H + i * M, NOW - 9 * H + i * M, "succeeded")
+            for i in range(9)]
+    first = status(obj, ind.training_window(p, rows, obj.window.start(NOW), NOW), NOW)
+    # a run's end is stored late (its sink was down); its event time is long past
+    late = [*rows, ind.RunRow("late", NOW - 8 * H, NOW - 5 * H, "succeeded")]
+    second = status(obj, ind.training_window(p, late, obj.window.start(NOW + M), NOW + M),
+                    NOW + M)
+    assert (first.good, first.valid) == (9, 9)
+    assert (second.good, second.valid) == (9, 10) and second.bad[0].key == "late"
