@@ -87,3 +87,34 @@ def test_shipped_example_is_valid() -> None:
     prices = parse_prices(costs_file().read_text(), str(costs_file()))
     assert {"H100", "A100"} <= prices.models
     assert prices.quote("H100", ms("2026-12-01")).per_gpu_hour == 4.0
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["cost", "--prices", "{bad}"], ":3: 'per_gpu_hour' in prices[0]"),
+        (["capacity", "--prices", "{bad}"], ":3: 'per_gpu_hour' in prices[0]"),
+        (["cost", "--prices", "{missing}"], "cannot read prices file"),
+        (["cost", "--since", "a week"], "--since 'a week'"),
+        (["cost"], "does not answer"),
+        (["capacity"], "does not answer"),
+    ],
+)
+def test_cli_names_the_bad_prices_file_line_and_key(tmp_path, args: list[str],
+                                                    words: str) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "costs.yaml"
+    bad.write_text("prices:\n  - gpu_model: H100\n    per_gpu_hour: cheap\n"
+                   "    effective_from: 2026-01-01\n")
+    argv = [a.format(bad=bad, missing=tmp_path / "nope.yaml") for a in args]
+    out = subprocess.run([sys.executable, "-m", "runwatch", *argv, "--json"],
+                         capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "CLICKHOUSE_URL": "http://127.0.0.1:9"})
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]  # after the HTTP client's own warnings
+    assert last.startswith("error: ") and words in last, out.stderr
+    assert "Traceback" not in out.stderr
+    if "{bad}" in args:
+        assert str(bad) in out.stderr
