@@ -269,7 +269,7 @@ def test_bad_input_exits_3_naming_the_problem(world: World, capsys, tmp_path: Pa
     assert code == 3 and "only a review is approved" in err
 
 
-def test_registry_control_pages_a_push_without_a_gate_and_not_an_approved_one(
+def test_registry_control_and_seed_variance_on_rw_alerts(
         world: World) -> None:
     h = world.h
     topics = {t: h.topic(t) for t in set(default_topics().values())}
@@ -286,9 +286,11 @@ def test_registry_control_pages_a_push_without_a_gate_and_not_an_approved_one(
     def firing(records: list[Any]) -> set[tuple[str, str, str]]:
         return {(a.run_id, a.detector, a.probable_cause) for a in records
                 if isinstance(a, Alert) and a.status == "firing"
-                and a.detector == "rule:registry_without_gate"}
+                and a.detector in ("rule:registry_without_gate", "rule:seed_variance")}
 
-    want = {(world.rid("nogate"), "rule:registry_without_gate", "artifact")}
+    want = {(world.rid("nogate"), "rule:registry_without_gate", "artifact"),
+            # the seeds case's decision (test above) measured the spread: a learning signal
+            (world.rid("seeds"), "rule:seed_variance", "learning")}
     alerts = h.collect("rw.alerts", lambda rs: firing(rs) >= want, 90, settle_s=6)
     assert firing(alerts) == want, h.worker_log()
     page = next(a for a in alerts if isinstance(a, Alert)

@@ -89,3 +89,25 @@ def test_registry_control_can_be_turned_off() -> None:
         m.feed(b)
     m.tick(T0 + 10_000 + 2 * WAIT)
     assert [a for a in m.alerts if isinstance(a, Alert)] == []
+
+
+@pytest.mark.parametrize(("spread", "want"), [
+    (0.05, [("rule:failed_gate", "artifact"), ("rule:seed_variance", "learning")]),
+    (0.01, []),
+])
+def test_a_gate_measuring_too_much_spread_across_seeds_raises_a_learning_signal(
+        spread, want) -> None:
+    t = CaptureTransport()
+    run = runwatch.init("fam", run_id="run-seeds", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: T0)
+    bad = spread > 0.02
+    run.gate("release", "fail" if bad else "pass", evaluator="runwatch gate check",
+             measured={"seed_spread.auc": spread, "auc": 0.8},
+             thresholds={"seed_spread.auc": 0.02}, now_ms=T0 + 1_000,
+             reasons=["fail: spread of auc across 3 seeds"] if bad else ())
+    run.finish(now_ms=T0 + 2_000)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=lambda: T0 + 10_000)
+    m.feed(t.messages)
+    m.tick(T0 + 10_000 + 2 * WAIT)
+    assert sorted({(a.detector, a.probable_cause) for a in m.alerts
+                   if isinstance(a, Alert) and a.status == "firing"}) == want

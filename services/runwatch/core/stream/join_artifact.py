@@ -48,6 +48,35 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
     return out
 
 
+SEED_SPREAD = "seed_spread."
+"""Prefix of a gate decision's measurement of a metric's spread across repeats (seeds)."""
+
+
+def seed_variance(s: RunState, e: GateDecision, at: int, now: int,
+                  cfg: RunConfig) -> list[Output]:
+    """Raise ``rule:seed_variance`` (learning) when a decision measured seeds spread too wide.
+
+    ``runwatch gate check`` measures the spread of the policy's metric across the
+    repeats of the run's lineage (``measured["seed_spread.<metric>"]``, bound in
+    ``thresholds``): the run join sees one run at a time, so the spread comes
+    with the decision, and the processor raises it as a learning signal.
+    """
+    out: list[Output] = []
+    for key, spread in sorted(e.measured.items()):
+        bound = e.thresholds.get(key)
+        if not key.startswith(SEED_SPREAD) or bound is None or not spread > bound:
+            continue
+        metric = key[len(SEED_SPREAD):]
+        f = Finding(detector="rule:seed_variance", indicator=metric, signal="learning",
+                    severity="warning", observed=spread, expected=bound,
+                    score=min(spread / bound / 2, 1.0) if bound > 0 else 1.0, at_ms=at,
+                    title=f"{metric} spreads {spread:.3g} across seeds (bound {bound:.3g})",
+                    detail=f"gate {e.gate}: spread of {metric} across the repeats of this "
+                    f"lineage; {e.policy or 'no policy'}", subject=e.gate)
+        out += emit(s, cfg, f, now, one_shot=True)
+    return out
+
+
 def registry_due(s: RunState, now: int, cfg: RunConfig) -> list[Output]:
     """Fire registry control for registrations whose wait for a gate decision is over.
 
@@ -92,6 +121,7 @@ def gate(s: RunState, e: GateDecision, at: int, now: int, cfg: RunConfig) -> lis
         reasons.append(f"slices failed: {', '.join(failed_slices[:5])}")
     f = rules.failed_gate(e.gate, e.decision != "fail", "; ".join(reasons), at)
     out = emit(s, cfg, f, now, one_shot=True) if f else []
+    out += seed_variance(s, e, at, now, cfg)
     waiting = s.signals.get("registry_wait") or {}
     for uri, w in list(waiting.items()):  # a decision processed after the registration
         if registry.violation(str(w["status"]), gates) is None:
