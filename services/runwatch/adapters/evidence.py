@@ -29,6 +29,9 @@ from runwatch.core.investigate.html import checkpoint_share
 from runwatch.core.paging.ownership import Ownership
 
 BUCKETS = 300
+STEP_BUCKETS = 1200
+ID_CHUNK = 40
+FAMILY_RUNS = 50
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MANIFEST_COLS = (
     "event_id", "dataset_uris", "dataset_versions", "transform_names", "transform_versions",
@@ -72,18 +75,17 @@ class EvidenceReader:
             msg = f"bad database name {database!r}"
             raise EvidenceError(msg)
         self.client, self.db = client, database
-        rows = self._rows("SELECT name FROM system.tables WHERE database = {db:String}",
-                          db=database)
-        self.tables = {str(r["name"]) for r in rows}
-        if "run_manifests" not in self.tables or "alerts" not in self.tables:
-            msg = (f"database {database!r} holds no runwatch tables (run `runwatch db migrate`, "
-                   "or pass --database)")
-            raise EvidenceError(msg)
         cols = self._rows("SELECT table, name FROM system.columns WHERE database = {db:String}",
                           db=database)
         self.columns: dict[str, set[str]] = {}
         for r in cols:
             self.columns.setdefault(str(r["table"]), set()).add(str(r["name"]))
+        self.tables = set(self.columns)
+        self._learn_span: tuple[int, int] | None = None
+        if "run_manifests" not in self.tables or "alerts" not in self.tables:
+            msg = (f"database {database!r} holds no runwatch tables (run `runwatch db migrate`, "
+                   "or pass --database)")
+            raise EvidenceError(msg)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -95,6 +97,18 @@ class EvidenceReader:
             raise EvidenceError(msg) from exc
         names = list(result.column_names)
         return [dict(zip(names, row, strict=True)) for row in result.result_rows]
+
+    def _rows_in(self, sql: str, ids: Sequence[str], **params: Any) -> list[dict[str, Any]]:
+        """Run ``sql`` with ``{r:Array(String)}`` bound to chunks of ``ids``.
+
+        A long parameter makes clickhouse-connect send a multipart form, which
+        the local store does not read; chunks keep every request a plain one.
+        """
+        out: list[dict[str, Any]] = []
+        ids = list(ids)
+        for i in range(0, len(ids), ID_CHUNK):
+            out += self._rows(sql, r=ids[i:i + ID_CHUNK], **params)
+        return out
 
     def _t(self, table: str) -> str:
         return f"{self.db}.{table}"
@@ -177,25 +191,28 @@ class EvidenceReader:
         return ev
 
     def _steps(self, ev: Evidence) -> None:
-        ((n, top),) = [tuple(r.values()) for r in self._rows(
-            f"SELECT count(), max(step) FROM {self._t('learning_steps')} "  # noqa: S608
+        """Read the run's learning steps once: its span, steps by time, the loss series."""
+        ((n, first, last),) = [tuple(r.values()) for r in self._rows(
+            "SELECT count(), toUnixTimestamp64Milli(min(ts)), "  # noqa: S608
+            f"toUnixTimestamp64Milli(max(ts)) FROM {self._t('learning_steps')} "
             "WHERE run_id = {r:String}", r=ev.run_id)]
+        self._learn_span = (int(first), int(last)) if n else None
         if not n:
             return
-        width = max(1, int(top) // 2000 + 1)
+        t0 = int(first)
+        width = max(1, (int(last) - t0) // STEP_BUCKETS + 1)
         rows = self._rows(
-            "SELECT intDiv(step, {w:UInt64}) AS k, min(toUnixTimestamp64Milli(ts)) AS t, "  # noqa: S608
-            f"min(step) AS s FROM {self._t('learning_steps')} WHERE run_id = {{r:String}} "
-            "GROUP BY k ORDER BY k", r=ev.run_id, w=width)
+            "SELECT intDiv(toUnixTimestamp64Milli(ts) - {t0:Int64}, {w:Int64}) AS k, "  # noqa: S608
+            "min(toUnixTimestamp64Milli(ts)) AS t, min(step) AS s, "
+            "avgIf(loss, isFinite(loss)) AS v "
+            f"FROM {self._t('learning_steps')} WHERE run_id = {{r:String}} "
+            "GROUP BY k ORDER BY k", r=ev.run_id, t0=t0, w=width)
         ev.steps_at = [(int(r["t"]), int(r["s"])) for r in rows]
+        ev.series["loss"] = [(t0 + int(r["k"]) * width + width // 2, float(r["v"]))
+                             for r in rows if r["v"] == r["v"] and r["v"] is not None]
 
     def _span(self, ev: Evidence) -> tuple[int, int] | None:
-        times = [t for t, _s in ev.steps_at] + [int(j["ts_ms"]) for j in ev.jobs]
-        if ev.steps_at:
-            ((last,),) = [tuple(r.values()) for r in self._rows(
-                "SELECT toUnixTimestamp64Milli(max(ts)) "  # noqa: S608
-                f"FROM {self._t('learning_steps')} WHERE run_id = {{r:String}}", r=ev.run_id)]
-            times.append(int(last))
+        times = [int(j["ts_ms"]) for j in ev.jobs] + list(self._learn_span or ())
         if not times:
             return None
         return min(times), max(times)
@@ -232,19 +249,19 @@ class EvidenceReader:
     def _states(self, run_ids: Sequence[str]) -> dict[str, str]:
         if not run_ids:
             return {}
-        rows = self._rows(
+        rows = self._rows_in(
             "SELECT toString(run_id) AS run_id, argMax(state, ts) AS state "  # noqa: S608
             f"FROM {self._t('job_events')} WHERE run_id IN {{r:Array(String)}} GROUP BY run_id",
-            r=list(run_ids))
+            run_ids)
         return {str(r["run_id"]): str(r["state"]) for r in rows}
 
     def _alerts_of(self, run_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {r: [] for r in run_ids}
         if not run_ids:
             return out
-        for r in self._rows(f"SELECT {_ALERT_COLS} FROM {self._t('alerts')} FINAL "  # noqa: S608
-                            "WHERE run_id IN {r:Array(String)} ORDER BY ts LIMIT 20000",
-                            r=list(run_ids)):
+        for r in self._rows_in(f"SELECT {_ALERT_COLS} FROM {self._t('alerts')} "  # noqa: S608
+                               "FINAL WHERE run_id IN {r:Array(String)} ORDER BY ts LIMIT 20000",
+                               run_ids):
             out.setdefault(str(r["run_id"]), []).append(r)
         return out
 
@@ -254,7 +271,7 @@ class EvidenceReader:
             "WHERE experiment_family = {f:String} AND run_id != {r:String} "
             "AND ts < fromUnixTimestamp64Milli({b:Int64}) "
             "ORDER BY ts, event_id LIMIT 1 BY run_id", f=family, r=ev.run_id, b=before_ms)
-        rows = sorted(rows, key=lambda r: -int(r["ts_ms"]))[:200]
+        rows = sorted(rows, key=lambda r: -int(r["ts_ms"]))[:FAMILY_RUNS]
         ids = [str(r["run_id"]) for r in rows]
         states = self._states(ids)
         alerts = self._alerts_of(ids)
@@ -266,10 +283,10 @@ class EvidenceReader:
                                    "state": states.get(rid, ""), "bad_alerts": len(bad),
                                    "manifest": r})
         if "gate_decisions" in self.tables and ids:
-            ev.family_gates = self._rows(
+            ev.family_gates = self._rows_in(
                 "SELECT toUnixTimestamp64Milli(ts) AS ts_ms, toString(run_id) AS run_id, "  # noqa: S608
                 f"gate, decision, reasons FROM {self._t('gate_decisions')} FINAL "
-                "WHERE run_id IN {r:Array(String)} ORDER BY ts LIMIT 5000", r=ids)
+                "WHERE run_id IN {r:Array(String)} ORDER BY ts LIMIT 5000", ids)
 
     def _repeats(self, ev: Evidence, me: Mapping[str, Any]) -> None:
         if me.get("repeat_group"):
@@ -309,7 +326,7 @@ class EvidenceReader:
             suspects: ``{"kind": dataset|image|code|node, "value": ...}`` items.
         """
         sus = list(suspects)
-        uris = sorted({s["value"].rsplit("@", 1)[0] for s in sus if s["kind"] == "dataset"})
+        pairs = sorted({s["value"] for s in sus if s["kind"] == "dataset"})  # uri@version
         images = sorted({s["value"] for s in sus if s["kind"] == "image"})
         codes = sorted({s["value"] for s in sus if s["kind"] == "code"})
         nodes = sorted({s["value"] for s in sus if s["kind"] == "node"})
@@ -317,10 +334,11 @@ class EvidenceReader:
             return
         manifests = self._rows(
             f"SELECT {self._manifest_select()} FROM {self._t('run_manifests')} FINAL "  # noqa: S608
-            "WHERE run_id != {r:String} AND (hasAny(dataset_uris, {u:Array(String)}) "
+            "WHERE run_id != {r:String} AND (hasAny(arrayMap((u, v) -> concat(u, '@', v), "
+            "dataset_uris, dataset_versions), {u:Array(String)}) "
             "OR image_digest IN {i:Array(String)} OR code_revision IN {c:Array(String)} "
             "OR hasAny(hardware_nodes, {n:Array(String)})) "
-            "ORDER BY ts LIMIT 1 BY run_id LIMIT 500", r=ev.run_id, u=uris, i=images,
+            "ORDER BY ts LIMIT 1 BY run_id LIMIT 500", r=ev.run_id, u=pairs, i=images,
             c=codes, n=nodes)
         by_id: dict[str, dict[str, Any]] = {str(m["run_id"]): {"manifest": m, "nodes": []}
                                             for m in manifests}
@@ -359,9 +377,6 @@ class EvidenceReader:
                     if x["v"] is not None]
 
         key = "intDiv(toUnixTimestamp64Milli(ts) - {t0:Int64}, {w:Int64}) AS k"
-        ev.series["loss"] = bucketed(
-            f"SELECT {key}, avg(loss) AS v FROM {t('learning_steps')} "  # noqa: S608
-            "WHERE run_id = {r:String} AND isFinite(loss) GROUP BY k ORDER BY k")
         if "step_timings" in self.tables:
             ev.series["loader_share"] = bucketed(
                 f"SELECT {key}, sum(loader_wait_ms) / nullIf(sum(step_ms), 0) AS v "  # noqa: S608
