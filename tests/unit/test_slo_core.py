@@ -485,3 +485,23 @@ def test_a_late_row_counts_from_the_next_evaluation() -> None:
                     NOW + M)
     assert (first.good, first.valid) == (9, 9)
     assert (second.good, second.valid) == (9, 10) and second.bad[0].key == "late"
+
+
+def test_the_alert_owner_is_the_objectives_else_the_ownership_files() -> None:
+    from runwatch.core.paging.ownership import parse_ownership
+
+    ownership = parse_ownership(
+        "teams:\n  platform: {receiver: platform-oncall}\n  data-eng: {receiver: data-oncall}\n"
+        "rules:\n  - probable_cause: data\n    owner: data-eng\ndefault: platform\n", "own.yaml")
+    owned = _window_objective()
+    assert owned.owner is None
+    named = parse_slos(doc("{kind: training_window, family: f, maxDuration: 2h}").replace(
+        "spec:\n  indicator", "spec:\n  owner: ml\n  indicator"), "s.yaml")[0]
+    st = status(named, _twenty(3), NOW)
+    _b, [a] = decide(named, st, None, "data", SRC, NOW, ownership)
+    assert (a.owner, a.team) == ("ml", "ml")
+    _b, [b] = decide(owned, status(owned, _twenty(3), NOW), None, "data", SRC, NOW, ownership)
+    assert b.owner == "data-eng"
+    _b, [c] = decide(owned, status(owned, _twenty(3), NOW), None, "execution", SRC, NOW,
+                     ownership)
+    assert c.owner == "platform"

@@ -74,12 +74,19 @@ def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
                 rec, value = publisher.encode_one(alert)
                 transport.produce(topic, rec.dedup_key, value)
 
+    from runwatch.core.paging.ownership import RulesError, load_ownership
     from runwatch.core.storage.retention import parse_rules
     from runwatch.resources import retention_file
 
     rules = parse_rules(retention_file().read_text(encoding="utf-8"))
+    ownership = None
+    if publish:
+        try:
+            ownership = load_ownership(settings.ownership_file)
+        except RulesError as exc:
+            raise FatalError(str(exc)) from None
     ev = Evaluator(objectives, ClickHouseStore(client), chs.database, source=source,
-                   publish=sender, raw_ttl_ms=rules.raw_ttl_s * 1000)
+                   publish=sender, raw_ttl_ms=rules.raw_ttl_s * 1000, ownership=ownership)
     return ev, transport
 
 

@@ -31,11 +31,12 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch.adapters import clickhouse as ch
+from runwatch.core.paging.ownership import Ownership
 from runwatch.core.records import Alert, Source
 from runwatch.core.slo.evaluate import Status, decide, probable_cause, status
 from runwatch.core.slo.indicators import COMPUTE
 from runwatch.core.slo.spec import Objective, parse_slos
-from runwatch.resources import resource
+from runwatch.resources import ownership_file, resource
 from runwatch.slo.queries import batch_key, causes_sql, mine, query_for, to_rows
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class SloSettings(BaseSettings):
         file: The objectives (default: the shipped example, ``infra/slo/slos.yaml``).
         interval_s: Seconds between evaluation rounds of ``runwatch slo serve``.
         alerts_topic: Where SLO alerts go.
+        ownership_file: Who owns the alert of an objective without ``owner`` (default:
+            the packaged ``infra/pager/ownership.yaml``, as the processor's).
 
     """
 
@@ -70,6 +73,7 @@ class SloSettings(BaseSettings):
     file: Path = Field(default_factory=slo_file)
     interval_s: float = 60.0
     alerts_topic: str = "rw.alerts"
+    ownership_file: Path = Field(default_factory=ownership_file)
 
 
 def load_objectives(path: Path) -> list[Objective]:
@@ -134,7 +138,7 @@ class Evaluator:
 
     def __init__(self, objectives: Sequence[Objective], store: Store, db: str, *,
                  source: Source, publish: Callable[[list[Alert]], None] | None = None,
-                 raw_ttl_ms: int | None = None) -> None:
+                 raw_ttl_ms: int | None = None, ownership: Ownership | None = None) -> None:
         """Create an evaluator.
 
         Args:
@@ -145,9 +149,11 @@ class Evaluator:
             publish: Hands alerts to Kafka (None: evaluate without alerting).
             raw_ttl_ms: How long the store keeps raw rows of routine runs
                 (``raw.ttl`` of the retention rules; None: as long as the window).
+            ownership: The ownership file (``Alert.owner`` of objectives without ``owner``).
 
         """
         self.raw_ttl_ms = raw_ttl_ms
+        self.ownership = ownership
         self.objectives = list(objectives)
         self.store = store
         self.db = db
@@ -232,7 +238,8 @@ class Evaluator:
         alerts: list[Alert] = []
         for obj, st in zip(self.objectives, statuses, strict=True):
             cause = probable_cause(obj.kind, causes.get(obj.name, []))
-            book, out = decide(obj, st, books.get(obj.name), cause, self.source, now_ms)
+            book, out = decide(obj, st, books.get(obj.name), cause, self.source, now_ms,
+                               self.ownership)
             if out or book != books.get(obj.name):
                 self._pending_state[obj.name] = (obj.name, now_ms, json.dumps(book))
             books[obj.name] = book

@@ -12,6 +12,7 @@ objective: one alert per objective (detector ``slo:<name>``, dedup key from
 ``slo:<name>``), firing while a condition holds, resolved at the first
 evaluation without one. The Alert has no run id; its evidence lists the bad
 events (run ids in the detail) and its ``bad_runs`` label all of their runs.
+Its owner is the objective's ``owner``, else the ownership file's answer.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runwatch.core.paging import lifecycle
+from runwatch.core.paging.ownership import Ownership
 from runwatch.core.records import Alert, Evidence, Source
 from runwatch.core.signals.cause import Verdict
 from runwatch.core.signals.rules import Finding
@@ -178,7 +180,8 @@ def _context(obj: Objective, source: Source, labels: dict[str, str]) -> lifecycl
 
 
 def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause: str,
-           source: Source, now_ms: int) -> tuple[dict[str, Any], list[Alert]]:
+           source: Source, now_ms: int, ownership: Ownership | None = None,
+           ) -> tuple[dict[str, Any], list[Alert]]:
     """Fire, keep or resolve the objective's alert.
 
     Args:
@@ -188,11 +191,14 @@ def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause:
         cause: The probable cause (:func:`probable_cause`).
         source: The evaluator's Source.
         now_ms: Evaluation time (stamps the records).
+        ownership: The ownership file, for ``Alert.owner`` when the objective names no
+            ``owner`` (by probable cause, family and team, as the processor's alerts).
 
     Returns:
         The new book state and the Alert records to publish (maybe none).
 
     """
+    policy = POLICY if obj.owner or ownership is None else replace(POLICY, ownership=ownership)
     book = lifecycle.AlertBook.from_state(book_state or {})
     detector = f"slo:{obj.name}"
     if st.no_data:
@@ -201,8 +207,8 @@ def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause:
     labels = {"slo": obj.name, "slo_kind": obj.kind}
     if not st.conditions:
         ctx = _context(obj, source, labels)
-        out = lifecycle.healthy(book, ctx.run_id, detector, obj.kind, "", ctx, now_ms, POLICY)
-        return book.to_state(), [replace(a, run_id=None) for a in out]
+        out = lifecycle.healthy(book, ctx.run_id, detector, obj.kind, "", ctx, now_ms, policy)
+        return book.to_state(), [_owned(obj, replace(a, run_id=None)) for a in out]
     worst = max(st.conditions, key=lambda c: _RANK[c.severity])
     labels |= {"slo_condition": worst.name, "bad_runs": ",".join(bad_runs)}
     ctx = _context(obj, source, labels)
@@ -215,9 +221,15 @@ def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause:
         score=min(1.0, st.budget_consumed or 0.0), at_ms=now_ms, title=title,
         detail="; ".join(c.detail for c in st.conditions), subject="")
     out = lifecycle.fire(book, finding, Verdict(cause, 1.0, (finding,)),  # type: ignore[arg-type]
-                         ctx, now_ms, POLICY, one_shot=False)
+                         ctx, now_ms, policy, one_shot=False)
     evidence = tuple(
         Evidence(signal=SIGNAL[obj.kind], indicator=obj.kind, observed=e.observed,
                  expected=e.expected, at_ms=e.at_ms, detail=e.detail)
         for e in st.bad[-POLICY.evidence_max:])
-    return book.to_state(), [replace(a, run_id=None, evidence=evidence) for a in out]
+    return book.to_state(), [_owned(obj, replace(a, run_id=None, evidence=evidence))
+                             for a in out]
+
+
+def _owned(obj: Objective, alert: Alert) -> Alert:
+    """The objective's declared owner owns its alert (else the ownership file's answer)."""
+    return replace(alert, owner=obj.owner) if obj.owner else alert
