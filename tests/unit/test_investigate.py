@@ -249,3 +249,15 @@ def test_the_reader_refuses_database_names_that_are_not_identifiers(bad: str) ->
 
     with pytest.raises(EvidenceError, match="bad database name"):
         EvidenceReader(object(), bad)  # type: ignore[arg-type]
+
+
+def test_the_demo_investigates_a_data_caused_alert_first() -> None:
+    from runwatch.sim.demo import pick_faulty_run
+    from runwatch.sim.scoreboard import AlertSeen
+
+    alerts = [AlertSeen("r1", "rule:non_finite", "loss", "learning", "firing", 5, "t"),
+              AlertSeen("r2", "rule:validation_decline", "acc", "data", "firing", 9, "t"),
+              AlertSeen("r3", "rule:x", "x", "data", "resolved", 1, "t")]
+    assert pick_faulty_run(alerts) == "r2"
+    assert pick_faulty_run(alerts[:1]) == "r1"
+    assert pick_faulty_run(alerts[2:]) is None

@@ -8,7 +8,8 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``demo``."""
-    p = sub.add_parser("demo", help="start everything, simulate faults for ~2 minutes, summarise")
+    p = sub.add_parser("demo", help="start everything, simulate faults for ~2 minutes, summarise, "
+                                    "write the investigation page of a faulty run")
     p.add_argument("--speed", type=float, default=20.0, help="virtual s per wall s (default 20)")
     p.add_argument("--duration", type=float, default=2400.0,
                    help="virtual seconds to simulate (default 2400 = 2 minutes at 20x)")

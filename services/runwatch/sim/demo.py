@@ -141,6 +141,7 @@ def run_demo(*, speed: float = 20.0, duration_s: float = 2400.0, seed: int = 7,
     print("\n## Detection scoreboard\n")
     print(format_board(res.board()))
     _queries(res.prefix)
+    page = investigation_page(res, state)
     print("\nEverything is still running:")
     print(f'  query:          .venv/bin/runwatch sql "SELECT run_id, count() FROM learning_steps '  # noqa: S608 - prefix is ours
           f"WHERE startsWith(run_id, '{res.prefix}') GROUP BY run_id\"")
@@ -149,7 +150,49 @@ def run_demo(*, speed: float = 20.0, duration_s: float = 2400.0, seed: int = 7,
     print("  services:       .venv/bin/runwatch stack status")
     print(f"  service logs:   {state / 'logs'}")
     print("  stop:           make down")
+    if page is not None:
+        print(f"\nInvestigation page of {page[0]}: {page[1]}")
     return 0
+
+
+def pick_faulty_run(alerts: list) -> str | None:
+    """Return the run to investigate: the first with a data-caused alert, else any alert."""
+    firing = sorted((a for a in alerts if a.status == "firing" and a.run_id),
+                    key=lambda a: (a.cause != "data", a.first_seen_ms))
+    return firing[0].run_id if firing else None
+
+
+def investigation_page(res: object, state: Path, tries: int = 6,
+                       wait_s: float = 5.0) -> tuple[str, Path] | None:
+    """Write ``runwatch investigate --html`` of one faulty run under the state directory.
+
+    The sink may still be storing the run's last rows: the page is written once
+    the store holds the run's alerts (``tries`` looks, ``wait_s`` apart).
+
+    Returns:
+        (run id, page path), or None when no run alerted or the page could not be written.
+    """
+    import time
+
+    from runwatch.sim.runner import SimResult
+
+    assert isinstance(res, SimResult)  # noqa: S101 - narrowing for mypy
+    run = pick_faulty_run(res.alerts)
+    if run is None:
+        _say("no faulty run to investigate")
+        return None
+    page = state / f"investigate-{run}.html"
+    for _ in range(tries):
+        got = _runwatch("investigate", run, "--json", timeout=120.0)
+        if got.returncode == 0 and json.loads(got.stdout or "{}").get("alerts"):
+            break
+        time.sleep(wait_s)
+    out = _runwatch("investigate", run, "--html", str(page), timeout=120.0)
+    if out.returncode != 0:
+        _say(f"investigate {run}: {(out.stderr or out.stdout).strip()}")
+        return None
+    print(f"\n## Investigation of {run}\n\n$ runwatch investigate {run} --html {page}")
+    return run, page
 
 
 def _summary(res: object) -> None:
