@@ -170,10 +170,10 @@ def capacity(args: argparse.Namespace) -> int:
     start = now_ms - since * 1000
     client = _client(args.database)
 
-    def rows(cols: str, table: str, where: str, after_ms: int = start) -> list[Any]:
+    def rows(cols: str, table: str, where: str, after_ms: int = start, tail: str = "") -> list[Any]:
         # Only fixed names and an integer time are put into the statement.
         return _query(client, f"SELECT {cols} FROM {table} WHERE {where} >= "  # noqa: S608
-                      f"fromUnixTimestamp64Milli({int(after_ms)}, 'UTC')")
+                      f"fromUnixTimestamp64Milli({int(after_ms)}, 'UTC') {tail}")
 
     waits = [QueueWait(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rows(
         "run_id, toUnixTimestamp64Milli(queued_at), toUnixTimestamp64Milli(running_at), "
@@ -190,7 +190,7 @@ def capacity(args: argparse.Namespace) -> int:
              for r in rows(f"{ms}, checkpoints, duration_ms", "checkpoint_buckets_5m", "bucket")]
     alloc = rows("toString(run_id), argMax(nodes, ts), "
                  "argMax(length(nodes) * length(gpu_indices), ts)", "job_events",
-                 "length(nodes) > 0 GROUP BY run_id HAVING max(ts)")
+                 "length(nodes) > 0 AND ts", first, "GROUP BY run_id")
     nodes = {str(r[0]): [str(n) for n in r[1]] for r in alloc}
     gpus = {str(r[0]): int(r[2]) for r in alloc}
     window, history = _runs(client, since, now_ms)
