@@ -75,10 +75,10 @@ def test_unpriced_and_unmeasured_runs_are_counted_never_zero() -> None:
     assert report["groups"][0]["unpriced_runs"] == 3
 
 
-@pytest.mark.parametrize("by", ["family", "team", "queue", "priority_class"])
+@pytest.mark.parametrize("by", ["family", "team", "queue", "priority_class", "run"])
 def test_rollup_keys(by: str) -> None:
-    rs = [run("a", "f1", 80.0, queue="q1", priority_class="p1", team="t1"),
-          run("b", "f2", 80.0, queue="q2", priority_class="p2", team="t2", hours=8.0)]
+    rs = [run("r1", "f1", 80.0, queue="q1", priority_class="p1", team="t1"),
+          run("r2", "f2", 80.0, queue="q2", priority_class="p2", team="t2", hours=8.0)]
     groups = cost_report(rs, rs, PRICES, by)["groups"]
     assert [g["runs"] for g in groups] == [1, 1]
     assert groups[0]["key"].endswith("1") and groups[0]["gpu_hours"] == 16.0

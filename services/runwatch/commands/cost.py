@@ -23,7 +23,7 @@ from runwatch.core.cost.capacity import (
     capacity_report,
 )
 from runwatch.core.cost.prices import Prices, PricesError, parse_prices
-from runwatch.core.cost.waste import RunCost, attribute, baselines, cost_report
+from runwatch.core.cost.waste import GROUP_KEYS, RunCost, attribute, baselines, cost_report
 from runwatch.errors import FatalError
 
 #: Baselines are learnt from at least this much history, whatever the window.
@@ -230,8 +230,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--database", help="database (default CLICKHOUSE_DATABASE or runwatch)")
     parser = sub.add_parser("cost", parents=[common],
                             help="GPU-hours, cost and wasted GPU time by cause, per group")
-    parser.add_argument("--by", choices=("family", "team", "queue", "priority_class"),
-                        default="family")
+    parser.add_argument("--by", choices=GROUP_KEYS, default="family",
+                        help="group by (run: one line per run)")
     parser.add_argument("--since", default="7d", help="window, e.g. 7d, 24h, 90m (default 7d)")
     parser.set_defaults(func=cost)
     cap = sub.add_parser("capacity", parents=[common],

@@ -31,7 +31,7 @@ MIN_BASELINE_RUNS = 3
 #: Allocated time not covered by GPU samples beyond this share is a telemetry gap.
 GAP_SHARE = 0.10
 TERMINATED = frozenset({"failed", "cancelled", "preempted"})
-GROUP_KEYS = ("family", "team", "queue", "priority_class")
+GROUP_KEYS = ("family", "team", "queue", "priority_class", "run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +181,7 @@ def _r(x: float | None, nd: int = 3) -> float | None:
 
 
 def rollup(items: Sequence[RunWaste], by: str) -> list[dict[str, Any]]:
-    """Roll attributed runs up by ``family``, ``team``, ``queue`` or ``priority_class``.
+    """Roll attributed runs up by ``family``, ``team``, ``queue``, ``priority_class`` or ``run``.
 
     Returns:
         One dict per group, the most costly (then most GPU-hours) first.
@@ -189,7 +189,8 @@ def rollup(items: Sequence[RunWaste], by: str) -> list[dict[str, Any]]:
     """
     groups: dict[str, list[RunWaste]] = {}
     for w in items:
-        groups.setdefault(getattr(w.run, by) or "(none)", []).append(w)
+        key = w.run.run_id if by == "run" else getattr(w.run, by)
+        groups.setdefault(key or "(none)", []).append(w)
     out = [dict(key=k, **summarise(v)) for k, v in groups.items()]
     out.sort(key=lambda g: (-(g["cost"] or 0.0), -g["gpu_hours"], g["key"]))
     return out
