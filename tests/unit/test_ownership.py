@@ -135,3 +135,23 @@ route:
                              ctx, 1, policy, one_shot=True)
     assert [r.name for r in receivers_for(rules, alert_attributes(data))] == ["data-oncall"]
     assert [r.name for r in receivers_for(rules, alert_attributes(other))] == ["default"]
+
+
+def test_an_unreadable_file_is_one_error_naming_it(tmp_path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(RulesError, match=f"^{missing}: cannot read the ownership file"):
+        load_ownership(missing)
+
+
+def test_investigate_refuses_a_bad_ownership_file_naming_file_line_and_key(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "own.yaml"
+    bad.write_text("teams: {a: {receiver: r}}\nrules:\n  - probable_cause: dta\n    owner: a\n")
+    got = subprocess.run([sys.executable, "-m", "runwatch", "investigate", "r1", "--ownership",
+                          str(bad)], capture_output=True, text=True, timeout=60, check=False)
+    assert got.returncode == 2
+    assert got.stderr.strip() == (f"error: {bad}:3: 'probable_cause': unknown cause dta "
+                                  "(one of artifact, data, execution, infrastructure, learning, "
+                                  "unknown)")
