@@ -17,8 +17,8 @@ KINDS = sorted(scenarios.EXPECTED)
 RESTARTS = [("faust", "faust"), ("plain", "plain")]
 """(runtime killed, runtime restarted): both runtimes (RUNWATCH_PROCESSOR_RUNTIME) must
 restore their state after a kill -9. They share the changelogs' format, so a restart on the
-other runtime restores it too (checked by hand with ("faust", "plain") and ("plain", "faust"),
-see docs/processor.md#runtime; left out of CI for its time)."""
+other runtime restores it too (checked by hand with ("faust", "plain"), and ("plain", "faust")
+with SIGTERM for the kill: see docs/processor.md#runtime; left out of CI for its time)."""
 
 
 def runs(t0: int, copies: int = 1) -> tuple[dict[str, list], dict[str, scenarios.Expected]]:
