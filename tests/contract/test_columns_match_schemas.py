@@ -73,8 +73,7 @@ RENAMED: dict[str, dict[str, str]] = {
 #: Fields the tables do not keep (still on the topic and in the dead letters).
 NOT_STORED: dict[str, set[str]] = {
     "*": {"source.host", "source.runwatch_version"},
-    # owner: recomputed from the ownership file by `runwatch investigate` (no column yet)
-    "Alert": {"evidence[].expected", "evidence[].detail", "owner"},
+    "Alert": {"evidence[].expected", "evidence[].detail"},
     "DataQualityReport": {"features[].min", "features[].max", "features[].mean",
                           "drift.psi_threshold"},
     "DeadLetter": {"run_id", "seq", "emitted_at_ms"},

@@ -12,9 +12,9 @@ One scenario set, published once with explicit event times (``runwatch.init``,
 
 Asserted: B's what-changed lists exactly the dataset version and the learning
 rate, C is affected through ``@v2``, the resume point is B's last checkpoint
-before the onset, the owner is the data team (and the processor's alert says
-so); D's corrupt checkpoint is not trustworthy and step 10 is its resume point;
-C's release is blocked with the gate's reason and C's family has no good run
+before the onset, the owner is the data team (the processor's alert says so,
+the store keeps it); D's corrupt checkpoint is not trustworthy and step 10 is
+its resume point; C's release is blocked with the gate's reason and C's family has no good run
 to compare with; ``--since`` lists the hurting runs; an unknown run id is
 answered (exit 1, what is missing). B's page: no console errors, five plots
 drawn, a screenshot under ``.runwatch/``.
@@ -219,6 +219,11 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     finally:
         stop.set()
         thread.join(60)
+
+    ((stored_owner,),) = client.query(
+        f"SELECT DISTINCT owner FROM {db}.alerts WHERE run_id = {{r:String}} "  # noqa: S608
+        "AND detector = 'rule:validation_decline'", parameters={"r": ids["B"]}).result_rows
+    assert stored_owner == "data-engineering"  # Alert.owner, stored by the sink
 
     page = ROOT / ".runwatch" / f"investigate-{ids['B']}.html"
     got = _cli(own_store, db, ids["B"], "--json", "--html", str(page))

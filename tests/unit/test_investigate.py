@@ -209,6 +209,15 @@ def test_bad_input_is_answered_as_far_as_the_evidence_goes() -> None:
     assert partial["what_changed"]["stages"] is None
 
 
+def test_the_owner_stamped_on_the_alert_wins_over_the_file() -> None:
+    stamped = [dict(_alert("x1", T0 + 35 * MIN), owner="vision-data")]
+    got = investigate(_evidence(alerts=stamped), OWN)["owner"]
+    assert got["team"] == "vision-data"
+    assert "stamped on the alert by the processor (this file says data-engineering" in got["why"]
+    same = [dict(_alert("x1", T0 + 35 * MIN), owner="data-engineering")]
+    assert "ownership.yaml" in investigate(_evidence(alerts=same), OWN)["owner"]["why"]
+
+
 def test_hurting_lists_runs_with_firing_alerts_worst_first() -> None:
     rows = [dict(_alert("a1", T0), run_id="r1", state="running"),
             dict(_alert("a2", T0 + MIN, cause="infrastructure"), run_id="r2", state="running",

@@ -45,7 +45,7 @@ _ALERT_COLS = (
     "arrayMap(x -> toUnixTimestamp64Milli(x), evidence_at) AS evidence_at_ms, "
     "evidence_indicators, toUnixTimestamp64Milli(first_seen) AS first_seen_ms, title, "
     "toString(team) AS team, toString(experiment_family) AS experiment_family, "
-    "toString(node) AS node, labels"
+    "toString(node) AS node, labels, {owner}"
 )
 
 
@@ -119,6 +119,10 @@ class EvidenceReader:
         ev.missing.append(f"no {table} table in database {self.db!r}")
         return False
 
+    def _alert_cols(self) -> str:
+        stored = "owner" in self.columns.get("alerts", set())  # Alert v2, migration 0050
+        return _ALERT_COLS.format(owner="toString(owner) AS owner" if stored else "'' AS owner")
+
     def _manifest_select(self) -> str:
         extra = [c for c in ("lineage_hash", "repeat_group")
                  if c in self.columns.get("run_manifests", set())]
@@ -147,7 +151,7 @@ class EvidenceReader:
             "toString(team) AS team, toString(experiment_family) AS experiment_family, reason "
             f"FROM {t('job_events')} FINAL WHERE run_id = {{r:String}} ORDER BY ts", r=run_id)
         ev.alerts = self._rows(
-            f"SELECT {_ALERT_COLS} FROM {t('alerts')} FINAL WHERE run_id = {{r:String}} "  # noqa: S608
+            f"SELECT {self._alert_cols()} FROM {t('alerts')} FINAL WHERE run_id = {{r:String}} "  # noqa: S608
             "ORDER BY ts", r=run_id)
         if self._have("checkpoints", ev):
             ev.checkpoints = self._rows(
@@ -259,7 +263,7 @@ class EvidenceReader:
         out: dict[str, list[dict[str, Any]]] = {r: [] for r in run_ids}
         if not run_ids:
             return out
-        for r in self._rows_in(f"SELECT {_ALERT_COLS} FROM {self._t('alerts')} "  # noqa: S608
+        for r in self._rows_in(f"SELECT {self._alert_cols()} FROM {self._t('alerts')} "  # noqa: S608
                                "FINAL WHERE run_id IN {r:Array(String)} ORDER BY ts LIMIT 20000",
                                run_ids):
             out.setdefault(str(r["run_id"]), []).append(r)
@@ -408,6 +412,8 @@ class EvidenceReader:
             "argMax(detector, ts) AS a_detector, argMax(probable_cause, ts) AS a_cause, "
             "toString(argMax(team, ts)) AS a_team, "
             "toString(argMax(experiment_family, ts)) AS a_family, "
+            + ("toString(argMax(owner, ts)) AS a_owner, "
+               if "owner" in self.columns.get("alerts", set()) else "'' AS a_owner, ") +
             "toUnixTimestamp64Milli(min(first_seen)) AS a_first, "
             "arrayMap(x -> toUnixTimestamp64Milli(x), argMax(evidence_at, ts)) AS a_evidence "
             f"FROM {self._t('alerts')} FINAL "
@@ -417,7 +423,7 @@ class EvidenceReader:
         names = {"a_run": "run_id", "a_status": "status", "a_severity": "severity",
                  "a_detector": "detector", "a_cause": "probable_cause", "a_team": "team",
                  "a_family": "experiment_family", "a_first": "first_seen_ms",
-                 "a_evidence": "evidence_at_ms"}
+                 "a_evidence": "evidence_at_ms", "a_owner": "owner"}
         rows = [{names.get(k, k): v for k, v in r.items()} for r in rows]
         states = self._states(sorted({str(r["run_id"]) for r in rows}))
         for r in rows:

@@ -31,8 +31,9 @@ Rules:
   seed (:func:`~runwatch.core.investigate.lineage.repeat_key`);
 * **release**: blocked when the latest decision of a gate of the run is
   ``fail`` or ``review``;
-* **owner**: the ownership file's owner of each firing alert, and the pager
-  receivers its routes send it to.
+* **owner**: the owner the processor stamped on each firing alert
+  (``Alert.owner``), else the ownership file's, and the pager receivers its
+  routes send it to.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runwatch.core.investigate import lineage as lin
-from runwatch.core.paging.ownership import Ownership
+from runwatch.core.paging.ownership import Owner, Ownership
 from runwatch.core.signals.indicators import label_balance_shift
 from runwatch.core.stream.runstate import RunConfig
 
@@ -457,6 +458,12 @@ def _owner(ev: Evidence, firing: list[dict[str, Any]], ownership: Ownership | No
         o = ownership.owner_for(str(a.get("probable_cause") or "unknown"),
                                 team=a.get("team") or None,
                                 experiment_family=a.get("experiment_family") or None)
+        stored = str(a.get("owner") or "")
+        if stored and stored != o.team:  # the owner the processor stamped when it fired wins
+            receiver, owns = ownership.teams.get(stored, ("", ""))
+            o = Owner(team=stored, receiver=receiver, owns=owns,
+                      why=f"stamped on the alert by the processor (this file says {o.team}: "
+                          f"{o.why})")
         attrs = {k: str(a.get(k) or "") for k in ("severity", "probable_cause", "team",
                                                    "experiment_family", "detector",
                                                    "indicator", "run_id", "node", "status")}
@@ -599,7 +606,10 @@ def hurting(rows: Sequence[Row], since_ms: int, now_ms: int, family: str | None,
             if value and value not in r[key]:
                 r[key].append(str(value))
         computing = a.get("detector") not in POLICY_DETECTORS
-        if ownership is not None and (not r["owner"] or (computing and not r["by_computing"])):
+        if a.get("owner") and (not r["owner"] or (computing and not r["by_computing"])):
+            r["by_computing"] = computing
+            r["owner"] = str(a["owner"])  # stamped by the processor
+        elif ownership is not None and (not r["owner"] or (computing and not r["by_computing"])):
             r["by_computing"] = computing
             r["owner"] = ownership.owner_for(
                 str(a.get("probable_cause") or "unknown"), team=a.get("team") or None,

@@ -245,6 +245,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "summary",
         "team",
         "experiment_family",
+        "owner",
         "node",
         "labels",
         "first_seen",

@@ -429,6 +429,7 @@ def _alert(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 r["summary"],
                 _s(r.get("team")),
                 _s(r.get("experiment_family")),
+                _s(r.get("owner")),
                 _s(r.get("node")),
                 dict(r.get("labels") or {}),
                 r["first_seen_ms"],
