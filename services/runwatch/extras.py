@@ -13,6 +13,7 @@ extra to install.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Iterable
 
 #: What each extra provides, by top-level import name (pyproject.toml lists the pins).
@@ -66,10 +67,12 @@ def missing(modules: Iterable[str]) -> list[str]:
         modules: Top-level import names.
 
     Returns:
-        Those ``importlib`` cannot find, in the given order.
+        Those ``importlib`` cannot find, in the given order. A module already
+        imported counts as installed (faust replaces its module object with one
+        whose ``__spec__`` is None, and ``find_spec`` then raises).
 
     """
-    return [m for m in modules if importlib.util.find_spec(m) is None]
+    return [m for m in modules if m not in sys.modules and importlib.util.find_spec(m) is None]
 
 
 def require(extra: str, what: str | None = None) -> None:
