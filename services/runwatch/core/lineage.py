@@ -25,8 +25,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runwatch.core.codec.text import clean_text
-
 __all__ = [
     "FIELDS",
     "VERSION",
@@ -52,6 +50,8 @@ _LOWER = ("code_revision", "image_digest", "config_hash")
 
 def _str(value: Any) -> str:
     """Text as the record carries it: bytes and lone surrogates repaired as producers do."""
+    # imported here: the codec package imports numpy, and `import runwatch.client` stays lean
+    from runwatch.core.codec.text import clean_text
     return clean_text(value if isinstance(value, str | bytes | bytearray) else str(value))
 
 
