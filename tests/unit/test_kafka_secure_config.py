@@ -24,7 +24,7 @@ from runwatch.stack.secure import (
 from runwatch.stack.services import kafka_properties, service_env
 from runwatch.stack.settings import StackSettings
 
-PRODUCER_KINDS = {"sdk", "agent", "hook"}
+PRODUCER_KINDS = {"sdk", "agent", "hook", "cli"}  # cli: runwatch gate check/approve
 
 
 def _of(role: str) -> list[AclRule]:
@@ -44,8 +44,8 @@ def test_telemetry_is_what_the_topic_map_says_producers_write() -> None:
     assert from_map == set(TELEMETRY)
 
 
-def test_nobody_but_the_processor_writes_alerts() -> None:
-    assert writers_of(ALERTS, acl_table()) == {"User:processor"}
+def test_nobody_but_the_processor_and_the_slo_evaluator_writes_alerts() -> None:
+    assert writers_of(ALERTS, acl_table()) == {"User:processor", "User:slo"}
     assert writers_of(DLQ, acl_table()) == {"User:processor", "User:pager"}
     for topic in TELEMETRY:
         assert writers_of(topic, acl_table()) == {"User:producer"}

@@ -24,9 +24,9 @@ from typing import Literal
 
 from runwatch.stack.pki import BROKER_CN, TlsFiles, ensure_tls, write_private
 
-Role = Literal["admin", "producer", "processor", "sink", "pager"]
+Role = Literal["admin", "producer", "processor", "sink", "pager", "slo"]
 #: Every role, one SCRAM user each (the user name is the role name).
-ROLES: tuple[Role, ...] = ("admin", "producer", "processor", "sink", "pager")
+ROLES: tuple[Role, ...] = ("admin", "producer", "processor", "sink", "pager", "slo")
 MECHANISM = "SCRAM-SHA-512"
 #: What producers (SDK, agent, ``runwatch emit``) write; nothing else.
 TELEMETRY: tuple[str, ...] = ("rw.lineage", "rw.data", "rw.exec.job", "rw.exec.node",
@@ -101,6 +101,7 @@ def acl_table(processor_app_id: str = "runwatch-processor", sink_group: str = "r
     allow("pager", "topic", (DLQ,), ("write",))
     allow("pager", "group", (pager_group,), ("read",))
     allow("pager", "group", ("runwatch-tail-",), ("read",), "prefixed")
+    allow("slo", "topic", (ALERTS,), ("write",))
     return sorted(rules)
 
 
