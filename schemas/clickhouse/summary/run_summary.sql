@@ -1,7 +1,8 @@
--- Recompute run summaries for the runs in %(runs)s (the sink runs this as
+-- Recompute run summaries for the runs in the runs parameter (the sink runs this as
 -- runs end; ReplacingMergeTree(updated_at) keeps the latest).  GPU time per
--- GPU = samples x median tick; idle = util below %(idle_pct)s; wasted = idle +
+-- GPU = samples x median tick; idle = util below the idle_pct parameter; wasted = idle +
 -- (failed/cancelled runs) busy GPU time after the last good checkpoint.
+-- No placeholders in comments: a run id with a newline would end the comment.
 -- Cost columns (docs/cost.md): GPU samples are attributed to a run by its
 -- allocation (the nodes and GPU indices of its latest running job event),
 -- inside its running intervals; each sample of an allocated GPU is one of

@@ -93,7 +93,8 @@ def _hostile_fields(rng: random.Random, value: bytes, tag: str) -> bytes | None:
     leaves = [(p, v) for p, v in _leaves(d) if p[-1] != "run_id" and not isinstance(v, bool)]
     for _ in range(rng.randint(1, 3)):
         path, v = rng.choice(leaves)
-        if path[-1] == "emitted_at_ms" or path[-1].endswith("_ms") and isinstance(v, int):
+        key = path[-1] if isinstance(path[-1], str) else ""  # a list item's key is its index
+        if key.endswith("_ms") and isinstance(v, int):
             new: Any = rng.choice(_TIMES)
         elif isinstance(v, float):
             new = rng.choice(_NUMS)
