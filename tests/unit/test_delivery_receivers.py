@@ -186,6 +186,19 @@ def test_slack_message_is_readable(server: Recorder, tmp_path: Path) -> None:
     assert {b["type"] for b in body["blocks"]} >= {"header", "section", "context"}
 
 
+def test_an_slo_alert_names_its_objective_not_a_run(server: Recorder, tmp_path: Path) -> None:
+    # SLO alerts (detector slo:<name>) concern an objective: they carry no run id
+    alert = make_alert(run_id=None, detector="slo:nightly-window", dedup_key="slo:nightly-window",
+                       title="nightly-window: error budget exhausted")
+    receiver("slack", server.url, tmp_path).send(alert, NOW)
+    body = server.requests[0].json()
+    assert isinstance(body, dict)
+    flat = json.dumps(body)
+    assert "None" not in flat
+    assert "objective slo:nightly-window" in body["text"]
+    assert "*Objective*\\n`slo:nightly-window`" in flat
+
+
 def test_alertmanager_v2_body(server: Recorder, tmp_path: Path) -> None:
     rx = receiver("alertmanager", server.url, tmp_path, repeat="2h")
     rx.send(make_alert(), NOW)

@@ -133,7 +133,7 @@ class HttpReceiver:
         """
         return payloads.investigation_url(
             self._options.investigate_url_template,
-            str(getattr(alert, "run_id", "")),
+            str(getattr(alert, "run_id", None) or ""),
             self._options.database,
         )
 

@@ -331,14 +331,14 @@ def slack_message(alert: object, link: str) -> dict[str, Any]:
     icon = ":white_check_mark:" if resolved else _SLACK_EMOJI.get(str(a.get("severity")), "")
     state = "RESOLVED" if resolved else str(a.get("severity") or "").upper()
     title = str(a.get("title") or a.get("dedup_key"))
-    text = (
-        f"{icon} [{state}] {title} (run {a.get('run_id')}, "
-        f"probable cause: {a.get('probable_cause')})"
-    )
+    run = a.get("run_id")
+    about = f"run {run}" if run else f"objective {a.get('detector')}"  # SLO alerts have no run
+    text = f"{icon} [{state}] {title} ({about}, probable cause: {a.get('probable_cause')})"
     evidence = _evidence_lines(a) or ["(no evidence attached)"]
     fields = [
         {"type": "mrkdwn", "text": f"*Probable cause*\n{a.get('probable_cause')}"},
-        {"type": "mrkdwn", "text": f"*Run*\n`{a.get('run_id')}`"},
+        {"type": "mrkdwn", "text": f"*Run*\n`{run}`" if run
+         else f"*Objective*\n`{a.get('detector')}`"},
         {"type": "mrkdwn", "text": f"*Team*\n{a.get('team') or '-'}"},
         {"type": "mrkdwn", "text": f"*Indicator*\n{a.get('indicator')} "
                                    f"({a.get('observed')} vs {a.get('expected')})"},
@@ -354,7 +354,8 @@ def slack_message(alert: object, link: str) -> dict[str, Any]:
                                              f"• {line}" for line in evidence)}},
             {"type": "context", "elements": [
                 {"type": "mrkdwn", "text": f"<{link}|Investigate the run> · "
-                                           f"`runwatch alerts tail --run {a.get('run_id')}`"},
+                                           f"`runwatch alerts tail --run {run}`" if run
+                 else "`runwatch slo status`"},
             ]},
         ],
     }
