@@ -75,6 +75,7 @@ changelog. The level gate and the trend latch are written on every save; a worke
 recovers a run from the changelog resumes its detectors from a snapshot at most this many
 updates old."""
 _SEP = (",", ":")
+_COMPACT = json.JSONEncoder(separators=_SEP).encode  # json.dumps(.., separators=_SEP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +237,9 @@ class IndicatorWatch:
                 heavy["t"] = self.trend.to_state()
             if self.adwin is not None:
                 heavy["a"] = self.adwin.to_state()
-            self._heavy = json.dumps(heavy, separators=_SEP)[1:-1]
+            self._heavy = _COMPACT(heavy)[1:-1]
             self._since = 0
-        light = '{"w":' + json.dumps(self.gate.to_state(), separators=_SEP)
+        light = '{"w":' + _COMPACT(self.gate.to_state())
         return light + (',"l":true,' if self.latched else ",") + self._heavy + "}"
 
     @classmethod

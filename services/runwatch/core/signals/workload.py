@@ -60,6 +60,14 @@ class RunningStats:
         """Rebuild from :meth:`to_state` output."""
         return cls(int(state[0]), float(state[1]), float(state[2]))
 
+    @staticmethod
+    def added(state: list[float], x: float) -> list[float]:
+        """Return ``from_state(state)``, :meth:`add` ``x``, ``to_state()`` (no object)."""
+        n, mean, m2 = int(state[0]) + 1, float(state[1]), float(state[2])
+        d = x - mean
+        mean += d / n
+        return [n, mean, m2 + d * (x - mean)]
+
 
 @dataclass(frozen=True, slots=True)
 class WatchSpec:

@@ -55,6 +55,7 @@ STARVING_WATCHES = ("loader_share", "effective_batch_size")
 """Execution indicators that starve the GPUs when they move (see :func:`occupancy_cause`)."""
 NODE_AGG = "runwatch.internal.NodeAgg"
 NODE_AGG_VERSION = 1
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # one encoder for json.dumps(..)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +83,8 @@ class NodeAgg:
 
     def to_json(self) -> bytes:
         """Return the compact JSON payload."""
-        n = [[e.node, e.at_ms, [list(g) for g in e.gpus]] for e in self.nodes]
-        return json.dumps({"v": NODE_AGG_VERSION, "run": self.run_id, "n": n},
-                          separators=(",", ":")).encode()
+        n = [[e.node, e.at_ms, e.gpus] for e in self.nodes]  # tuples encode as arrays
+        return _COMPACT({"v": NODE_AGG_VERSION, "run": self.run_id, "n": n}).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> NodeAgg:
@@ -226,7 +226,25 @@ def gpu_of(index: int, util: float, sm: float | None, throttle: int, xid: int | 
     link = None if nvl_rx is None and nvl_tx is None else float(round((nvl_rx or 0.0)
                                                                       + (nvl_tx or 0.0)))
     return (index, util, sm, throttle, xid or 0, ecc,
-            round(used / total, 4) if total > 0 else None, temp, clock, link)
+            round4(used / total) if total > 0 else None, temp, clock, link)
+
+
+def round4(x: float) -> float:
+    """Return ``round(x, 4)`` (the same float), cheaply for a fraction in [0, 1].
+
+    ``round(x, 4)`` is the double nearest the decimal ``k / 10**4``, ``k`` the
+    correctly rounded (half-even) ``x * 10**4``; ``k / 1e4`` is that double too
+    (IEEE division of exact integers rounds correctly). ``x * 1e4`` is off by
+    at most one ulp (about 2e-12 here), so its rounding picks the same ``k``
+    unless it sits within 1e-9 of a half: those, and values outside [0, 1],
+    take ``round`` itself.
+    """
+    if 0.0 <= x <= 1.0:
+        y = x * 1e4
+        k = round(y)
+        if abs(abs(y - k) - 0.5) > 1e-9:
+            return k / 1e4
+    return round(x, 4)
 
 
 def hst_evidence(s: RunState, cfg: RunConfig, at: int, now: int) -> list[Output]:

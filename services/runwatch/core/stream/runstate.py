@@ -181,6 +181,10 @@ _FIELDS = tuple(f.name for f in fields(RunState))
 
 
 _SEP = (",", ":")
+_COMPACT = json.JSONEncoder(separators=_SEP).encode
+"""``json.dumps(obj, separators=_SEP)`` without building an encoder per call (same text)."""
+_NO_STATS = [0, 0.0, 0.0]  # RunningStats().to_state(): an indicator not seen yet (never mutated)
+_KEYS: dict[str, str] = {}  # watch name -> its JSON string (a handful of indicator names)
 _HEAVY = ("watches", "hst", "hst_saved")
 _LIGHT = tuple(n for n in _FIELDS if n not in _HEAVY)
 
@@ -188,7 +192,14 @@ _LIGHT = tuple(n for n in _FIELDS if n not in _HEAVY)
 def _watch_json(w: Any) -> str:
     if isinstance(w, IndicatorWatch):
         return w.to_json()
-    return json.dumps(w, separators=_SEP)
+    return _COMPACT(w)
+
+
+def _key_json(k: str) -> str:
+    text = _KEYS.get(k)
+    if text is None:
+        text = _KEYS[k] = json.dumps(k)
+    return text
 
 
 def dumps(state: RunState) -> bytes:
@@ -203,10 +214,10 @@ def dumps(state: RunState) -> bytes:
     the alert book and the gates are exact.
     """
     d = {name: getattr(state, name) for name in _LIGHT}
-    head = json.dumps(d, separators=_SEP)
+    head = _COMPACT(d)
     hst = (state.hst_saved or "null" if isinstance(state.hst, HalfSpaceTreesDetector)
-           else json.dumps(state.hst, separators=_SEP))
-    watches = ",".join(f"{json.dumps(k)}:{_watch_json(v)}" for k, v in state.watches.items())
+           else _COMPACT(state.hst))
+    watches = ",".join(f"{_key_json(k)}:{_watch_json(v)}" for k, v in state.watches.items())
     tail = f',"watches":{{{watches}}},"hst":{hst},"hst_saved":null}}'
     return (head[:-1] + tail).encode()
 
@@ -247,7 +258,7 @@ def hst_learned(state: RunState) -> None:
     """Count one HST update; refresh the HST snapshot written to the changelog when due."""
     state.hst_n += 1
     if state.hst_saved is None or state.hst_n % HST_SAVE_EVERY == 0:
-        state.hst_saved = json.dumps(state.hst.to_state(), separators=_SEP)
+        state.hst_saved = _COMPACT(state.hst.to_state())
 
 
 def hst_of(state: RunState) -> HalfSpaceTreesDetector:
@@ -259,7 +270,7 @@ def hst_of(state: RunState) -> HalfSpaceTreesDetector:
     h = (HalfSpaceTreesDetector.from_state(h) if h is not None
          else HalfSpaceTreesDetector(n_trees=5, height=4, window_size=50, seed=7))
     state.hst = h
-    state.hst_saved = None if saved is None else json.dumps(saved, separators=_SEP)
+    state.hst_saved = None if saved is None else _COMPACT(saved)
     return h
 
 
@@ -467,9 +478,7 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
     if not math.isfinite(x):
         return []
     spec = cfg.specs[name]
-    st = RunningStats.from_state(state.stats.get(name, [0, 0.0, 0.0]))
-    st.add(x)
-    state.stats[name] = st.to_state()
+    state.stats[name] = RunningStats.added(state.stats.get(name, _NO_STATS), x)
     r = watch_of(state, cfg, name, baseline).update(x, spec)
     out: list[Output] = []
     if r.drift:
