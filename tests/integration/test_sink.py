@@ -79,6 +79,24 @@ def test_sink_exact_counts_through_kill9_and_store_outage(
             f"all {total} rows",
             step=2.0,
         )
+        # Run summaries, rewritten as runs end and again when rows of an ended run
+        # land later (other topics, the replay after the kill -9, also for runs that
+        # ended before the restart), converge right after the last rows are stored.
+        def summaries() -> list[tuple]:
+            return client.query(
+                f"SELECT outcome, count(), min(steps), min(gpu_hours) FROM {db}.run_summaries "
+                "FINAL GROUP BY outcome ORDER BY outcome"
+            ).result_rows
+
+        def complete() -> bool:
+            rows = summaries()
+            return ({o: c for o, c, _s, _g in rows} == {"failed": 7, "succeeded": 13}
+                    and all(s == ticks - 1 and g > 0 for _o, _c, s, g in rows))
+
+        try:
+            _wait(complete, 30, "every run's summary complete", step=1.0)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; ticks {ticks}; summaries {summaries()}") from None
     finally:
         sink.stop()
     log = (tmp_path / "sink.log").read_text()
@@ -107,13 +125,6 @@ def test_sink_exact_counts_through_kill9_and_store_outage(
         assert up90 == pytest.approx(p90, abs=2.0)
     hourly = client.query(f"SELECT countMerge(samples) FROM {db}.gpu_samples_1h").result_rows[0][0]
     assert hourly == expected["gpu_samples"]
-    # Run summaries were written as runs ended.
-    summaries = client.query(
-        f"SELECT outcome, count(), min(steps), min(gpu_hours) FROM {db}.run_summaries FINAL "
-        "GROUP BY outcome ORDER BY outcome"
-    ).result_rows
-    assert {o: c for o, c, _s, _g in summaries} == {"failed": 7, "succeeded": 13}
-    assert all(s == ticks - 1 and g > 0 for _o, _c, s, g in summaries)
 
 
 @pytest.mark.parametrize("bad_at", [(3,), (0, 1, 17)])
@@ -169,3 +180,50 @@ def test_rows_clickhouse_rejects_are_dead_lettered_and_the_rest_stored(
     stored = {r[0] for r in client.query(f"SELECT event_id FROM {db}.step_timings").result_rows}
     assert stored.isdisjoint({events[i].record.event_id for i in bad})
     assert sink.stats["dead_letters"] == len(bad)
+
+
+def test_rows_of_a_run_that_ended_before_a_restart_rewrite_its_summary(
+    stack, sink_topics, own_store, tmp_path: Path
+) -> None:
+    """A run's end is stored, the sink restarts, then the run's last samples arrive.
+
+    The restarted process never saw the end event, and the sweep (off here) only
+    looks at recent event times; it starts its memory of ended runs from the
+    store, so the late samples still reach the run's GPU hours.
+    """
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(own_store.url, db)
+    events = mixed_events(seed=11, runs=3, ticks=60, start_ms=int(time.time() * 1000) - 3_600_000)
+    late = {i for i, e in enumerate(events) if e.kind == "NodeSample"}
+    late = set(sorted(late)[-30:])
+    early = [e for i, e in enumerate(events) if i not in late]
+
+    def gpu_hours() -> dict[str, float]:
+        rows = client.query(f"SELECT run_id, gpu_hours FROM {db}.run_summaries FINAL").result_rows
+        return {str(r): float(g or 0.0) for r, g in rows}
+
+    sink = SinkProc(stack.bootstrap_servers, sink_topics, own_store.url, db,
+                    tmp_path / "sink.log", RUNWATCH_SINK_SUMMARY_SWEEP_S="0")
+    publish(stack.bootstrap_servers, sink_topics, early)
+    want = expected_counts(early)
+    try:
+        sink.start()
+        _wait(lambda: table_counts(client, db, list(want)) == dict(want) and len(gpu_hours()) == 3,
+              120, "the early rows and three summaries")
+        time.sleep(2)  # the summaries of the batch that ended the runs are written
+        before = gpu_hours()
+        sink.stop()
+        sink.start()
+        publish(stack.bootstrap_servers, sink_topics, [events[i] for i in sorted(late)])
+        want = expected_counts(events)
+        _wait(lambda: table_counts(client, db, list(want)) == dict(want), 120, "the late rows")
+        late_runs = {p.run_id for i in late for g in events[i].record.gpus
+                     for p in g.processes or () if p.run_id}
+        assert late_runs
+        try:
+            _wait(lambda: all(gpu_hours()[r] > before[r] for r in late_runs), 30,
+                  "the late samples in their runs' summaries")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: before {before}, after {gpu_hours()}") from None
+    finally:
+        sink.stop()

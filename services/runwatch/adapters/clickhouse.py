@@ -239,6 +239,32 @@ def read_watermarks(client: Client, db: str) -> dict[tuple[str, str, int], int]:
     return {(str(t), str(tp), int(p)): int(o) for t, tp, p, o in result.result_rows}
 
 
+def read_ended_runs(client: Client, db: str, limit: int) -> list[str]:
+    """Return the ``limit`` runs whose latest job state is terminal, newest end last.
+
+    A restarted sink starts its memory of ended runs from these, so rows of a run
+    that ended before the restart, stored after it, still rewrite its summary.
+
+    Args:
+        client: Any client allowed to read ``db``.
+        db: Database.
+        limit: How many runs.
+
+    Returns:
+        Run ids, oldest end first.
+
+    Raises:
+        ClickHouseUnavailable: The server does not answer.
+        ClickHouseRejected: It refused the query (say, ``job_events`` is missing).
+    """
+    sql = (
+        f"SELECT r FROM (SELECT toString(run_id) AS r, argMax(state, ts) AS last, max(ts) AS t "  # noqa: S608
+        f"FROM {db}.job_events GROUP BY r) "
+        "WHERE last IN ('succeeded', 'failed', 'cancelled') ORDER BY t DESC LIMIT %(n)s"
+    )
+    return [str(r[0]) for r in reversed(query_rows(client, sql, {"n": int(limit)}))]
+
+
 def migration_statements(
     schema_dir: Path, rules: retention.RetentionRules
 ) -> tuple[list[ddl.Migration], list[str]]:

@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ENDED_REMEMBERED = 10_000
+_NODE_SAMPLE = "runwatch.v1.NodeSample"
 """Ended runs the sink remembers, to rewrite their summaries when late rows arrive."""
 _STATE = COLUMNS["job_events"].index("state")
 _RUN = COLUMNS["job_events"].index("run_id")
@@ -76,6 +77,7 @@ class Sink:
         # runs seen ending, newest last: rows of theirs that arrive later (other topics and
         # partitions lag behind the end event) rewrite the summary once they are stored
         self.ended: OrderedDict[str, None] = OrderedDict()
+        self.ended_loaded = False  # read from the store with the first high-water marks
         self.seq = 0
         # (topic, partition) -> {table: largest stored offset}
         self.watermarks: dict[tuple[str, int], dict[str, int]] = {}
@@ -150,6 +152,28 @@ class Sink:
         for (table, topic, part), off in marks.items():
             by_tp.setdefault((topic, part), {})[table] = off
         self.watermarks = by_tp
+        if not self.ended_loaded:
+            self._load_ended()
+
+    def _load_ended(self) -> None:
+        """Start the memory of ended runs from the store (once per process).
+
+        A run whose end event was stored before a restart (or by another sink
+        process) can still have rows on their way: another topic's, or ones the
+        restart replays. Remembering it makes them rewrite its summary.
+        """
+        try:
+            runs = ch.read_ended_runs(self.client, self.db, ENDED_REMEMBERED)
+        except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+            logger.warning("could not read the ended runs to remember (%s); "
+                           "late rows of runs that ended before this start rewrite their "
+                           "summaries only through the sweep", str(exc)[:200])
+            return
+        self.ended_loaded = True
+        for run in runs:
+            self.ended.setdefault(run, None)
+        while len(self.ended) > ENDED_REMEMBERED:
+            self.ended.popitem(last=False)
 
     # ---------------------------------------------------------------- intake
     def _dead(
@@ -199,6 +223,12 @@ class Sink:
             run = record.get("run_id")
             if run is not None and run in self.ended:
                 batch.ended_runs.add(run)  # a late row of an ended run: rewrite its summary
+            elif run is None and self.ended and name == _NODE_SAMPLE:
+                # a node's GPUs name their runs through their processes
+                for gpu in record.get("gpus") or ():
+                    for proc in gpu.get("processes") or ():
+                        if proc.get("run_id") in self.ended:
+                            batch.ended_runs.add(proc["run_id"])
             marks = marks_of.get((topic, part))
             if marks is None or off > max(marks.values(), default=-1):
                 undo_marks = append_fast(name, record, (topic, part, off), now, columns)

@@ -61,7 +61,6 @@ def _tail(r: Mapping[str, Any], o: Origin) -> Row:
     return (r["source"]["kind"], r["seq"], o.topic, o.partition, o.offset)
 
 
-
 def gpu_attribution(g: Mapping[str, Any], run: str) -> tuple[str, int, int]:
     """Return a GPU row's run, process count and process memory.
 
@@ -75,6 +74,7 @@ def gpu_attribution(g: Mapping[str, Any], run: str) -> tuple[str, int, int]:
         return p.get("run_id") or run, 1, p.get("used_mem_bytes", 0)
     gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
     return gpu_run, len(procs), sum(p.get("used_mem_bytes", 0) for p in procs)
+
 
 def _node(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
     tail = _tail(r, o)
