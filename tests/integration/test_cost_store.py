@@ -25,7 +25,7 @@ def store(tmp_path_factory: pytest.TempPathFactory):
 
 
 BOTTLENECKS = ["supply_crunch", "scheduler_fragmentation", "storage_contention",
-               "misconfigured_run"]
+               "network_fabric", "misconfigured_run"]
 
 
 def test_each_waste_cause_within_5_percent_and_input_bound_is_not_waste(store: Store) -> None:

@@ -49,6 +49,8 @@ class SimRun:
     artifact: bool = True
     stall: tuple[int, int] | None = None
     slow: tuple[int, int, float, float] | None = None
+    #: (start_s, end_s, extra compute ms a step): a slow interconnect (all-reduce)
+    compute_slow: tuple[int, int, float] | None = None
     gpu_model: str = "H100"
     queue: str = "batch"
     priority_class: str = "standard"
@@ -115,6 +117,17 @@ STORAGE = CostScenario(
     # 60 steps x 3 s + 3 checkpoints x 60 s, on 8 GPUs, for each of 4 runs.
     {"distributed_storage": 4 * 8 * (60 * 3.0 + 3 * 60.0) / 3600}, "distributed_storage")
 
+NETWORK = CostScenario(
+    "network_fabric", "the interconnect degrades: the all-reduce adds 10.8 s of compute to each "
+    "step (loaders unchanged) of four runs on four nodes for 30 minutes",
+    ("n0", "n1", "n2", "n3"),
+    # The rule counts a 5-minute bucket whose mean compute a step is over 1.5 x the run's median
+    # (1.8 s): a bucket with one slowed step of ten needs over 9 s more, so 10.8 s is counted
+    # wherever the scenario's start falls against the buckets (docs/cost.md).
+    tuple(_llm(i, f"n{i}", compute_slow=(30 * MIN, 60 * MIN, 10_800.0)) for i in range(4)),
+    # 60 steps x 10.8 s, on 8 GPUs, for each of 4 runs.
+    {"network_fabric": 4 * 8 * 60 * 10.8 / 3600}, "network_fabric")
+
 MISCONFIGURED = CostScenario(
     "misconfigured_run", "one run at 30 % utilization in a family that runs at 80 %",
     ("n0", "n1", "n2", "n3"), (*_BASE, _llm(3, "n3", util=30.0)),
@@ -128,7 +141,7 @@ BAD_INPUT = CostScenario(
     {}, gaps={"n2": (30 * MIN, 60 * MIN)}, skew_s={"n3": 600})
 
 SCENARIOS: dict[str, CostScenario] = {s.name: s for s in (WASTE, SUPPLY, FRAGMENTATION, STORAGE,
-                                                          MISCONFIGURED, BAD_INPUT)}
+                                                          NETWORK, MISCONFIGURED, BAD_INPUT)}
 
 
 class _Player:
@@ -201,8 +214,10 @@ class _Player:
             return
         extra = r.slow[2] if r.slow is not None and self._in(r.slow, t) else 0.0
         loader = r.loader_ms + extra
+        compute = r.compute_ms + (r.compute_slow[2] if r.compute_slow is not None
+                                  and r.compute_slow[0] <= t < r.compute_slow[1] else 0.0)
         self.sdk[r.run_id].step(i, loss=4.0 / (1 + i / 100), samples=256, now_ms=self.now_ms,
-                                step_ms=loader + r.compute_ms, loader_wait_ms=loader)
+                                step_ms=loader + compute, loader_wait_ms=loader)
         if r.ckpt_every_s and t > r.start_s and (t - r.start_s) % r.ckpt_every_s == 0:
             ok = r.ckpt_ok_until_s is None or t <= r.ckpt_ok_until_s
             dur = r.ckpt_ms + (r.slow[3] if r.slow is not None and self._in(r.slow, t) else 0.0)
