@@ -218,6 +218,17 @@ def test_the_owner_stamped_on_the_alert_wins_over_the_file() -> None:
     assert "ownership.yaml" in investigate(_evidence(alerts=same), OWN)["owner"]["why"]
 
 
+def test_alerts_resolved_since_still_give_the_onset_and_the_owner() -> None:
+    # a finished run's alerts resolve with it; investigated afterwards, they still count
+    resolved = [_alert("x1", T0 + 35 * MIN, status="resolved", evidence=(T0 + 25 * MIN,))]
+    got = investigate(_evidence(alerts=resolved), OWN)
+    assert got["onset_ms"] == T0 + 25 * MIN
+    assert got["owner"]["team"] == "data-engineering"
+    assert got["deterministic"]["reason"] != "no alert fired for this run"
+    trusted = [c["step"] for c in got["trustworthy"]["checkpoints"] if c["trustworthy"]]
+    assert trusted == [100, 200]
+
+
 def test_hurting_lists_runs_with_firing_alerts_worst_first() -> None:
     rows = [dict(_alert("a1", T0), run_id="r1", state="running"),
             dict(_alert("a2", T0 + MIN, cause="infrastructure"), run_id="r2", state="running",

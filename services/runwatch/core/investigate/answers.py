@@ -10,7 +10,7 @@ is the JSON shape ``version 1`` documented in ``docs/investigation.md``.
 
 Rules:
 
-* **onset**: the earliest firing alert of the run about its computation (not
+* **onset**: the earliest alert the run fired (firing or resolved since) about its computation (not
   a policy, gate or record finding: :data:`POLICY_DETECTORS`), at the
   earliest of its first sighting and its evidence times;
 * **reference** (what changed is measured against): the latest run of the same
@@ -31,7 +31,7 @@ Rules:
   seed (:func:`~runwatch.core.investigate.lineage.repeat_key`);
 * **release**: blocked when the latest decision of a gate of the run is
   ``fail`` or ``review``;
-* **owner**: the owner the processor stamped on each firing alert
+* **owner**: the owner the processor stamped on each alert the run fired
   (``Alert.owner``), else the ownership file's, and the pager receivers its
   routes send it to.
 """
@@ -546,8 +546,10 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
                 missing.append(f"no {name.replace('_', ' ')} telemetry recorded for this run")
     facts = _run_facts(ev, me)
     alerts = latest_alerts(ev.alerts)
-    firing = [a for a in alerts if a.get("status") == "firing"]
-    onset = min((onset_of(a) for a in firing if a["detector"] not in POLICY_DETECTORS),
+    # alerts that fired, also those resolved since (a finished run's alerts resolve with it,
+    # and an investigation after the fact still needs their onset, failure and owner)
+    fired = [a for a in alerts if a.get("status") in ("firing", "resolved")]
+    onset = min((onset_of(a) for a in fired if a["detector"] not in POLICY_DETECTORS),
                 default=None)
     changed = _what_changed(ev, me, facts["experiment_family"])
     if me is not None and changed["reference_run_id"] is None:
@@ -567,11 +569,11 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
                    for a in alerts],
         "what_changed": changed,
         "affected_runs": _affected(ev, suspects),
-        "deterministic": _deterministic(ev, firing),
+        "deterministic": _deterministic(ev, fired),
         "trustworthy": trust,
         "resume_point": _resume(ev, trust, me),
         "release": _release(ev),
-        "owner": _owner(ev, firing, ownership, route, me),
+        "owner": _owner(ev, fired, ownership, route, me),
     }
 
 
