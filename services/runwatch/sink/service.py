@@ -46,8 +46,8 @@ logger = logging.getLogger(__name__)
 
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ENDED_REMEMBERED = 10_000
-_NODE_SAMPLE = "runwatch.v1.NodeSample"
 """Ended runs the sink remembers, to rewrite their summaries when late rows arrive."""
+_NODE_SAMPLE = "runwatch.v1.NodeSample"
 _STATE = COLUMNS["job_events"].index("state")
 _RUN = COLUMNS["job_events"].index("run_id")
 
