@@ -7,6 +7,7 @@ to stay paused for good (seen with two sink processes in one group).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -68,6 +69,7 @@ def _sink(paused: bool, room: bool, pending: bool) -> Sink:
     sink.refresh_marks = False
     sink.seq = 0
     sink.seen = SeenEvents(10)
+    sink.ended = OrderedDict()
     return sink
 
 

@@ -47,7 +47,8 @@ logger = logging.getLogger(__name__)
 _TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 ENDED_REMEMBERED = 10_000
 """Ended runs the sink remembers, to rewrite their summaries when late rows arrive."""
-_NODE_SAMPLE = "runwatch.v1.NodeSample"
+_RUN_COLUMN = {t: cols.index("run_id") for t, cols in COLUMNS.items() if "run_id" in cols}
+"""Where each table's rows carry their run (a GPU row's is its process's run)."""
 _STATE = COLUMNS["job_events"].index("state")
 _RUN = COLUMNS["job_events"].index("run_id")
 
@@ -220,15 +221,6 @@ class Sink:
             except DecodeError as exc:
                 self._dead(Origin(topic, part, off), "decode", "", exc.reason, value, msg.key())
                 continue
-            run = record.get("run_id")
-            if run is not None and run in self.ended:
-                batch.ended_runs.add(run)  # a late row of an ended run: rewrite its summary
-            elif run is None and self.ended and name == _NODE_SAMPLE:
-                # a node's GPUs name their runs through their processes
-                for gpu in record.get("gpus") or ():
-                    for proc in gpu.get("processes") or ():
-                        if proc.get("run_id") in self.ended:
-                            batch.ended_runs.add(proc["run_id"])
             marks = marks_of.get((topic, part))
             if marks is None or off > max(marks.values(), default=-1):
                 undo_marks = append_fast(name, record, (topic, part, off), now, columns)
@@ -290,7 +282,16 @@ class Sink:
             logger.warning("offset commit failed (rows are stored; replay is exact): %s", exc)
 
     def _hand_over(self) -> None:
-        """Queue the current batch for the writer and start a new one."""
+        """Queue the current batch for the writer and start a new one.
+
+        Rows of runs that have ended (their GPU rows attributed to runs as stored)
+        make the writer rewrite those runs' summaries once the rows are in.
+        """
+        if self.ended:
+            for table, cols in self.batch.tables.items():
+                i = _RUN_COLUMN.get(table)
+                if i is not None and len(cols):
+                    self.batch.ended_runs.update(self.ended.keys() & set(cols.data[i]))
         if self.batch.offsets:
             self.seq += 1
             self.batch.seq = self.seq
