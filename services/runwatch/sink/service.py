@@ -264,6 +264,10 @@ class Sink:
                 self.ended.pop(str(row[_RUN]), None)  # retried under the same run id
             if marks is not None and off <= marks.get(table, -1):
                 self.counts["skipped"] += 1
+                i = _RUN_COLUMN.get(table)
+                if i is not None and row[i] in self.ended:
+                    # stored before a restart, maybe without its run's summary rewrite
+                    batch.ended_runs.add(row[i])
                 continue
             reason = check_row(table, row, now)
             if reason is not None:
