@@ -23,16 +23,20 @@ from runwatch.core.cost.capacity import (
     capacity_report,
 )
 from runwatch.core.cost.prices import Prices, PricesError, parse_prices
-from runwatch.core.cost.waste import GROUP_KEYS, RunCost, attribute, baselines, cost_report
+from runwatch.core.cost.waste import (
+    GROUP_KEYS,
+    HISTORY_S,
+    RUN_COST_COLUMNS,
+    RunCost,
+    attribute,
+    baselines,
+    cost_report,
+    run_cost_from_row,
+)
 from runwatch.errors import FatalError
 
-#: Baselines are learnt from at least this much history, whatever the window.
-HISTORY_S = 30 * 86_400
-_RUN_COLS = ("run_id, team, experiment_family, queue, priority_class, node_pool, tenancy, "
-             "gpu_model, gpu_count, outcome, toUnixTimestamp64Milli(running_at), queue_delay_s, "
-             "allocated_gpu_hours, observed_gpu_hours, noproc_gpu_hours, stalled_gpu_hours, "
-             "no_artifact_gpu_hours, lost_gpu_hours, busy_util_hours, busy_util_weighted, "
-             "usable_artifact, step_records, skewed_nodes, toUnixTimestamp64Milli(ended_at)")
+#: The run_costs columns (kept under this name for benchmarks/cost.py).
+_RUN_COLS = RUN_COST_COLUMNS
 
 
 def _since_s(text: str) -> int:
@@ -91,29 +95,13 @@ def _query(client: Any, sql: str) -> list[tuple[Any, ...]]:
         raise FatalError(msg) from None
 
 
-def _run(row: tuple[Any, ...]) -> RunCost:
-    (rid, team, fam, queue, pc, pool, ten, model, gpus, outcome, running, delay, alloc, obs,
-     idle, stalled, noart, lost, hist_h, hist_u, usable, steps, skewed, _end) = row
-    return RunCost(run_id=str(rid), team=str(team), family=str(fam), queue=str(queue),
-                   priority_class=str(pc), node_pool=str(pool), tenancy=str(ten),
-                   gpu_model=str(model), gpu_count=int(gpus), outcome=str(outcome),
-                   running_at_ms=None if running is None else int(running),
-                   queue_delay_s=None if delay is None else float(delay),
-                   allocated_h=float(alloc), observed_h=float(obs), idle_h=float(idle),
-                   stalled_h=float(stalled), no_artifact_h=float(noart), lost_h=float(lost),
-                   busy_hours={int(k): float(v) for k, v in hist_h.items()},
-                   busy_weighted={int(k): float(v) for k, v in hist_u.items()},
-                   usable_artifact=bool(usable), step_records=int(steps),
-                   skewed_nodes=int(skewed))
-
-
 def _runs(client: Any, since_s: int, now_ms: int) -> tuple[list[RunCost], list[RunCost]]:
     """Return the window's runs and the history the baselines are learnt from."""
     start = now_ms - since_s * 1000
     first = int(now_ms - max(since_s, HISTORY_S) * 1000)
     rows = _query(client, f"SELECT {_RUN_COLS} FROM run_costs "  # noqa: S608 - fixed columns, int
                   f"WHERE ended_at >= fromUnixTimestamp64Milli({first}, 'UTC')")
-    history = [_run(r) for r in rows]
+    history = [run_cost_from_row(r) for r in rows]
     window = [h for h, r in zip(history, rows, strict=True) if int(r[-1]) >= start]
     return window, history
 

@@ -32,6 +32,16 @@ MIN_BASELINE_RUNS = 3
 GAP_SHARE = 0.10
 TERMINATED = frozenset({"failed", "cancelled", "preempted"})
 GROUP_KEYS = ("family", "team", "queue", "priority_class", "run")
+#: Baselines are learnt from at least this much history (``runwatch cost``, ``investigate``).
+HISTORY_S = 30 * 86_400
+#: The columns of the ``run_costs`` view (0031) a :class:`RunCost` is read from, in
+#: :func:`run_cost_from_row`'s order; the last is ``ended_at`` in epoch ms.
+RUN_COST_COLUMNS = (
+    "run_id, team, experiment_family, queue, priority_class, node_pool, tenancy, "
+    "gpu_model, gpu_count, outcome, toUnixTimestamp64Milli(running_at), queue_delay_s, "
+    "allocated_gpu_hours, observed_gpu_hours, noproc_gpu_hours, stalled_gpu_hours, "
+    "no_artifact_gpu_hours, lost_gpu_hours, busy_util_hours, busy_util_weighted, "
+    "usable_artifact, step_records, skewed_nodes, toUnixTimestamp64Milli(ended_at)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,23 @@ class RunCost:
     def busy_median_util(self) -> float | None:
         """Median utilization of the run's remaining busy time (None without any)."""
         return _hist_median(self.busy_hours, self.busy_weighted)
+
+
+def run_cost_from_row(row: Sequence[Any]) -> RunCost:
+    """Return the :class:`RunCost` of one ``run_costs`` row selected as :data:`RUN_COST_COLUMNS`."""
+    (rid, team, fam, queue, pc, pool, ten, model, gpus, outcome, running, delay, alloc, obs,
+     idle, stalled, noart, lost, hist_h, hist_u, usable, steps, skewed, _end) = row
+    return RunCost(run_id=str(rid), team=str(team), family=str(fam), queue=str(queue),
+                   priority_class=str(pc), node_pool=str(pool), tenancy=str(ten),
+                   gpu_model=str(model), gpu_count=int(gpus), outcome=str(outcome),
+                   running_at_ms=None if running is None else int(running),
+                   queue_delay_s=None if delay is None else float(delay),
+                   allocated_h=float(alloc), observed_h=float(obs), idle_h=float(idle),
+                   stalled_h=float(stalled), no_artifact_h=float(noart), lost_h=float(lost),
+                   busy_hours={int(k): float(v) for k, v in hist_h.items()},
+                   busy_weighted={int(k): float(v) for k, v in hist_u.items()},
+                   usable_artifact=bool(usable), step_records=int(steps),
+                   skewed_nodes=int(skewed))
 
 
 def _hist_median(hours: Mapping[int, float], weighted: Mapping[int, float]) -> float | None:
