@@ -48,7 +48,7 @@ def test_a_model_label_wins_over_the_family() -> None:
     (GOOD + "    slices:\n      max_spread: -1\n",
      "f.yaml:7: policies[0].slices.max_spread: must be a finite number >= 0, got '-1'"),
     (GOOD + "    eval_data: {max_age: soon}\n",
-     "f.yaml:6: policies[0].eval_data.max_age: must be a duration like 30d"),
+     "f.yaml:6: policies[0].eval_data.max_age: bad duration 'soon' (use e.g. 30s"),
     (GOOD + "    metrics:\n      auc: {min: 0.9, max: 0.8}\n",
      "f.yaml:7: policies[0].metrics.auc: min 0.9 is above max 0.8"),
     (GOOD + "    metrics:\n      auc: {min: .nan}\n",

@@ -8,22 +8,21 @@ candidate needs. Every key is optional except ``name``, ``match`` and
 ``primary``; a check whose key is absent is not made. Unknown keys, wrong
 types and impossible values are errors that name the file, the line and the
 key (``gates.yaml:14: policies[0].slices.max_deterioration: must be a number
->= 0, got 'high'``). The reference is docs/gates.md.
+>= 0, got 'high'``), read through :mod:`runwatch.core.yamlconf`. The
+reference is docs/gates.md.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 import yaml
 
+from runwatch.core.yamlconf import Reader, compose
+
 OnMissing = Literal["review", "fail"]
 REVIEW_WHEN = ("always", "dirty_code", "new_training_data")
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 class PolicyError(ValueError):
@@ -119,77 +118,14 @@ class PolicySet:
 
 # ----------------------------------------------------------------- parsing
 
-_Items = dict[str, tuple[yaml.Node, yaml.Node]]
+_Reader = Reader[PolicyError]
 
 
-class _Reader:
-    """Reads typed values out of YAML nodes, raising errors with file, line and key."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def err(self, node: yaml.Node, key: str, text: str) -> PolicyError:
-        return PolicyError(f"{self.source}:{node.start_mark.line + 1}: {key}: {text}")
-
-    def mapping(self, node: yaml.Node, key: str, allowed: set[str]) -> _Items:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.err(node, key, "expected a mapping")
-        out: _Items = {}
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                raise self.err(k, key, "keys must be plain strings")
-            name = str(k.value)
-            if name in out:
-                raise self.err(k, f"{key}.{name}", "duplicate key")
-            if name not in allowed:
-                raise self.err(k, f"{key}.{name}",
-                               f"unknown key (expected one of: {', '.join(sorted(allowed))})")
-            out[name] = (k, v)
-        return out
-
-    def scalar(self, node: yaml.Node, key: str) -> str:
-        if not isinstance(node, yaml.ScalarNode) or node.value == "":
-            raise self.err(node, key, "must be a non-empty string")
-        return str(node.value)
-
-    def number(self, node: yaml.Node, key: str, *, minimum: float | None = None) -> float:
-        text = node.value if isinstance(node, yaml.ScalarNode) else None
-        try:
-            value = float(text) if text is not None and text.lower() not in ("true", "false") \
-                else math.nan
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or (minimum is not None and value < minimum):
-            bound = f" >= {minimum:g}" if minimum is not None else ""
-            raise self.err(node, key, f"must be a finite number{bound}, got {text!r}")
-        return value
-
-    def integer(self, node: yaml.Node, key: str) -> int:
-        text = node.value if isinstance(node, yaml.ScalarNode) else None
-        if text is None or not re.fullmatch(r"\d+", text):
-            raise self.err(node, key, f"must be a whole number >= 0, got {text!r}")
-        return int(text)
-
-    def boolean(self, node: yaml.Node, key: str) -> bool:
-        text = str(node.value).lower() if isinstance(node, yaml.ScalarNode) else ""
-        if text not in ("true", "false"):
-            raise self.err(node, key, f"must be true or false, got {node.value!r}")
-        return text == "true"
-
-    def duration(self, node: yaml.Node, key: str) -> int:
-        text = node.value if isinstance(node, yaml.ScalarNode) else ""
-        m = _DURATION.match(str(text))
-        if not m or int(m.group(1)) <= 0:
-            raise self.err(node, key, f"must be a duration like 30d, 12h or 90m, got {text!r}")
-        return int(m.group(1)) * _UNITS_MS[m.group(2)]
-
-    def names(self, node: yaml.Node, key: str) -> tuple[str, ...]:
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.err(node, key, "must be a list of names")
-        out = tuple(self.scalar(v, f"{key}[{i}]") for i, v in enumerate(node.value))
-        if len(set(out)) != len(out):
-            raise self.err(node, key, "names a slice twice")
-        return out
+def _names(r: _Reader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    out = r.strings(node, key, non_empty=False)
+    if len(set(out)) != len(out):
+        raise r.err(node, key, "names a slice twice")
+    return out
 
 
 _TOP = {"version", "policies"}
@@ -211,14 +147,8 @@ def parse_policies(text: str, source: str = "gates.yaml") -> PolicySet:
         PolicyError: On any problem, naming ``source:line`` and the key.
 
     """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        msg = f"{source}{line}: invalid YAML: {getattr(exc, 'problem', None) or exc}"
-        raise PolicyError(msg) from exc
-    r = _Reader(source)
+    root = compose(text, source, PolicyError)
+    r = Reader(source, PolicyError)
     if root is None:
         msg = f"{source}:1: policies: the file is empty (expected a 'policies' list)"
         raise PolicyError(msg)
@@ -228,14 +158,12 @@ def parse_policies(text: str, source: str = "gates.yaml") -> PolicySet:
         raise r.err(top["version"][1], "version", f"unsupported version {got!r} (expected 1)")
     if "policies" not in top:
         raise r.err(root, "policies", "missing (a list of policies)")
-    node = top["policies"][1]
-    if not isinstance(node, yaml.SequenceNode) or not node.value:
-        raise r.err(node, "policies", "must be a non-empty list")
-    policies = [_policy(r, item, f"policies[{i}]") for i, item in enumerate(node.value)]
+    items = r.sequence(top["policies"][1], "policies", non_empty=True)
+    policies = [_policy(r, item, f"policies[{i}]") for i, item in enumerate(items)]
     seen: dict[str, int] = {}
     for i, p in enumerate(policies):
         if p.name in seen:
-            raise r.err(node.value[i], f"policies[{i}].name", f"duplicate policy name {p.name!r}")
+            raise r.err(items[i], f"policies[{i}].name", f"duplicate policy name {p.name!r}")
         seen[p.name] = i
     return PolicySet(policies=tuple(policies), source=source)
 
@@ -243,10 +171,9 @@ def parse_policies(text: str, source: str = "gates.yaml") -> PolicySet:
 def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR0912 - one key each
     items = r.mapping(node, key, _POLICY)
     for need in ("name", "match", "primary"):
-        if need not in items:
-            raise r.err(node, f"{key}.{need}", "missing (required)")
-    name = r.scalar(items["name"][1], f"{key}.name")
-    primary = r.scalar(items["primary"][1], f"{key}.primary")
+        r.need(items, need, node, key)
+    name = r.string(items["name"][1], f"{key}.name")
+    primary = r.string(items["primary"][1], f"{key}.primary")
     kw: dict[str, object] = {"name": name, "primary": primary,
                              "higher_is_better": not primary.lower().endswith("loss"),
                              "source": f"{r.source}#{name}"}
@@ -254,7 +181,7 @@ def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR
     if len(match) != 1:
         raise r.err(items["match"][1], f"{key}.match", "give exactly one of family or model")
     for k, (_, v) in match.items():
-        kw[k] = r.scalar(v, f"{key}.match.{k}")
+        kw[k] = r.string(v, f"{key}.match.{k}")
     if "higher_is_better" in items:
         kw["higher_is_better"] = r.boolean(items["higher_is_better"][1], f"{key}.higher_is_better")
     if "metrics" in items:
@@ -264,7 +191,7 @@ def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR
         inc = r.mapping(items["incumbent"][1], k2, {"run", "required", "same_dataset_version",
                                                     "margin"})
         if "run" in inc:
-            kw["incumbent_run"] = r.scalar(inc["run"][1], f"{k2}.run")
+            kw["incumbent_run"] = r.string(inc["run"][1], f"{k2}.run")
         if "required" in inc:
             kw["incumbent_required"] = r.boolean(inc["required"][1], f"{k2}.required")
         if "same_dataset_version" in inc:
@@ -277,7 +204,7 @@ def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR
         sl = r.mapping(items["slices"][1], k2, {"required", "max_deterioration", "bounds",
                                                 "min_samples", "max_spread"})
         if "required" in sl:
-            kw["required_slices"] = r.names(sl["required"][1], f"{k2}.required")
+            kw["required_slices"] = _names(r, sl["required"][1], f"{k2}.required")
         if "max_deterioration" in sl:
             kw["max_deterioration"] = r.number(sl["max_deterioration"][1],
                                                f"{k2}.max_deterioration", minimum=0)
@@ -287,7 +214,7 @@ def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR
             kw["slice_bounds"] = {n: r.number(v, f"{k2}.bounds.{n}", minimum=0)
                                   for n, (_, v) in b.items()}
         if "min_samples" in sl:
-            kw["min_samples"] = r.integer(sl["min_samples"][1], f"{k2}.min_samples")
+            kw["min_samples"] = r.whole(sl["min_samples"][1], f"{k2}.min_samples")
         if "max_spread" in sl:
             kw["max_slice_spread"] = r.number(sl["max_spread"][1], f"{k2}.max_spread", minimum=0)
     if "stability" in items:
@@ -296,7 +223,7 @@ def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR
         if "seeds" in st:
             sd = r.mapping(st["seeds"][1], f"{k2}.seeds", {"min", "max_spread"})
             if "min" in sd:
-                kw["seeds_min"] = r.integer(sd["min"][1], f"{k2}.seeds.min")
+                kw["seeds_min"] = r.whole(sd["min"][1], f"{k2}.seeds.min")
             if "max_spread" in sd:
                 kw["max_seed_spread"] = r.number(sd["max_spread"][1], f"{k2}.seeds.max_spread",
                                                  minimum=0)
@@ -314,21 +241,20 @@ def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR
     if "reproducibility" in items:
         k2 = f"{key}.reproducibility"
         rp = r.mapping(items["reproducibility"][1], k2, {"tolerance"})
-        if "tolerance" not in rp:
-            raise r.err(items["reproducibility"][1], f"{k2}.tolerance", "missing (required)")
-        kw["rerun_tolerance"] = r.number(rp["tolerance"][1], f"{k2}.tolerance", minimum=0)
+        tolerance = r.need(rp, "tolerance", items["reproducibility"][1], k2)
+        kw["rerun_tolerance"] = r.number(tolerance, f"{k2}.tolerance", minimum=0)
     if "review" in items:
         k2 = f"{key}.review"
         rv = r.mapping(items["review"][1], k2, {"when", "on_missing"})
         if "when" in rv:
-            when = r.names(rv["when"][1], f"{k2}.when")
+            when = _names(r, rv["when"][1], f"{k2}.when")
             for i, w in enumerate(when):
                 if w not in REVIEW_WHEN:
                     raise r.err(rv["when"][1].value[i], f"{k2}.when[{i}]",
                                 f"unknown condition {w!r} (one of {', '.join(REVIEW_WHEN)})")
             kw["review_when"] = when
         if "on_missing" in rv:
-            om = r.scalar(rv["on_missing"][1], f"{k2}.on_missing")
+            om = r.string(rv["on_missing"][1], f"{k2}.on_missing")
             if om not in ("review", "fail"):
                 raise r.err(rv["on_missing"][1], f"{k2}.on_missing",
                             f"must be review or fail, got {om!r}")
@@ -340,10 +266,7 @@ def _metrics(r: _Reader, node: yaml.Node, key: str) -> dict[str, Threshold]:
     if not isinstance(node, yaml.MappingNode):
         raise r.err(node, key, "expected a mapping of metric -> {min, max}")
     out: dict[str, Threshold] = {}
-    for k, v in node.value:
-        name = r.scalar(k, key)
-        if name in out:
-            raise r.err(k, f"{key}.{name}", "duplicate key")
+    for name, (_k, v) in r.mapping(node, key).items():
         b = r.mapping(v, f"{key}.{name}", {"min", "max"})
         if not b:
             raise r.err(v, f"{key}.{name}", "give min, max or both")
