@@ -89,7 +89,7 @@ def test_the_shipped_example_covers_every_kind() -> None:
         (doc("{kind: resumability, maxLoss: 30m}") + "---\n"
          + doc("{kind: resumability, maxLoss: 30m}"),
          "metadata.name: 'x' is already defined at slos.yaml:1"),
-        ("apiVersion: [", "slos.yaml: invalid YAML"),
+        ("apiVersion: [", "slos.yaml:1: invalid YAML"),
     ],
 )
 def test_invalid_files_name_file_line_and_key(text: str, expected: str) -> None:
