@@ -28,6 +28,7 @@ def _node(text: str) -> Any:
     [
         (R.string, "abc", "abc"),
         (R.string, "123", "123"),
+        (R.string, "'null'", "null"),
         (R.number, "0.25", 0.25),
         (R.number, "-3", -3.0),
         (R.share, "1", 1.0),
@@ -52,6 +53,8 @@ def test_accessors_read_good_values(read: Callable[[Any, str], Any], text: str,
     [
         (R.string, "''", "f.yaml:2: v: must be a non-empty string"),
         (R.string, "[a]", "f.yaml:2: v: must be a non-empty string"),
+        (R.string, "~", "f.yaml:2: v: must be a non-empty string"),
+        (R.string, "null", "f.yaml:2: v: must be a non-empty string"),
         (R.number, "high", "f.yaml:2: v: must be a finite number, got 'high'"),
         (R.number, ".nan", "f.yaml:2: v: must be a finite number, got '.nan'"),
         (R.number, "true", "f.yaml:2: v: must be a finite number, got 'true'"),

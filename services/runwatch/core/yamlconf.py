@@ -33,6 +33,7 @@ Items = dict[str, tuple[yaml.Node, yaml.Node]]
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _WHOLE = re.compile(r"\d+")
+_NULL = "tag:yaml.org,2002:null"
 
 
 def parse_duration_ms(text: str) -> int:
@@ -161,8 +162,9 @@ class Reader(Generic[E]):
         return list(node.value)
 
     def string(self, node: yaml.Node, key: str) -> str:
-        """Return a scalar's text, which must not be blank."""
-        if not isinstance(node, yaml.ScalarNode) or not str(node.value).strip():
+        """Return a scalar's text, which must not be blank or null (``~``, ``null``)."""
+        if not isinstance(node, yaml.ScalarNode) or node.tag == _NULL \
+                or not str(node.value).strip():
             raise self.err(node, key, "must be a non-empty string")
         return str(node.value)
 
