@@ -9,7 +9,7 @@ its GPU model in effect when the run started running: the one matching the
 most of its attributes, then the latest ``effective_from``. A run whose GPU
 model no price names is *unknown model*; a known model without a price in
 effect at that time is *no price in effect*: both are reported as unpriced,
-never as zero.
+never as zero. The file is read through :mod:`runwatch.core.yamlconf`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from runwatch.core.yamlconf import Reader, compose
 
 MATCH_KEYS: tuple[str, ...] = ("queue", "priority_class", "node_pool", "tenancy")
 _PRICE_KEYS = frozenset({"gpu_model", "per_gpu_hour", "effective_from", "effective_to", "match"})
@@ -107,29 +109,10 @@ class Prices:
         return Quote(best.per_gpu_hour, "", best)
 
 
-def _where(source: str, node: yaml.Node) -> str:
-    return f"{source}:{node.start_mark.line + 1}"
+_Reader = Reader[PricesError]
 
 
-def _fail(source: str, node: yaml.Node, text: str) -> PricesError:
-    return PricesError(f"{_where(source, node)}: {text}")
-
-
-def _pairs(node: yaml.Node, source: str, what: str) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-    if not isinstance(node, yaml.MappingNode):
-        raise _fail(source, node, f"{what} must be a mapping")
-    out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-    for k, v in node.value:
-        name = str(k.value) if isinstance(k, yaml.ScalarNode) else ""
-        if not name:
-            raise _fail(source, k, f"keys of {what} must be plain strings")
-        if name in out:
-            raise _fail(source, k, f"duplicate key {name!r} in {what}")
-        out[name] = (k, v)
-    return out
-
-
-def _date_ms(node: yaml.Node, source: str, key: str) -> int:
+def _date_ms(r: _Reader, node: yaml.Node, key: str) -> int:
     text = str(node.value).strip() if isinstance(node, yaml.ScalarNode) else ""
     try:
         if len(text) == 10:
@@ -140,50 +123,31 @@ def _date_ms(node: yaml.Node, source: str, key: str) -> int:
             if when.tzinfo is None:
                 when = when.replace(tzinfo=dt.UTC)
     except ValueError:
-        raise _fail(source, node, f"{key!r} must be a date (YYYY-MM-DD) or an ISO "
+        raise r.err(node, "", f"{key!r} must be a date (YYYY-MM-DD) or an ISO "
                     f"date-time, not {text!r}") from None
     return int(when.timestamp() * 1000)
 
 
-def _price(node: yaml.Node, source: str, index: int) -> Price:
+def _price(r: _Reader, node: yaml.Node, index: int) -> Price:
     what = f"prices[{index}]"
-    items = _pairs(node, source, what)
-    for name, (k, _v) in items.items():
-        if name not in _PRICE_KEYS:
-            raise _fail(source, k, f"unknown key {name!r} in {what} "
-                        f"(known: {', '.join(sorted(_PRICE_KEYS))})")
+    items = r.mapping(node, allowed=set(_PRICE_KEYS), where=what)
     for need in ("gpu_model", "per_gpu_hour", "effective_from"):
         if need not in items:
-            raise _fail(source, node, f"{what} needs {need!r}")
-    model_node = items["gpu_model"][1]
-    if not isinstance(model_node, yaml.ScalarNode) or not str(model_node.value).strip():
-        raise _fail(source, model_node, f"'gpu_model' in {what} must be a non-empty string")
-    amount_node = items["per_gpu_hour"][1]
-    try:
-        amount = float(amount_node.value) if isinstance(amount_node, yaml.ScalarNode) else -1.0
-    except ValueError:
-        amount = -1.0
-    if not amount >= 0 or amount == float("inf"):
-        raise _fail(source, amount_node, f"'per_gpu_hour' in {what} must be a number >= 0, "
-                    f"not {getattr(amount_node, 'value', '?')!r}")
-    start = _date_ms(items["effective_from"][1], source, "effective_from")
+            raise r.err(node, "", f"{what} needs {need!r}")
+    model = r.string(items["gpu_model"][1], f"'gpu_model' in {what}").strip()
+    amount = r.number(items["per_gpu_hour"][1], f"'per_gpu_hour' in {what}", minimum=0)
+    start = _date_ms(r, items["effective_from"][1], "effective_from")
     end = None
     if "effective_to" in items:
-        end = _date_ms(items["effective_to"][1], source, "effective_to")
+        end = _date_ms(r, items["effective_to"][1], "effective_to")
         if end <= start:
-            raise _fail(source, items["effective_to"][1],
+            raise r.err(items["effective_to"][1], "",
                         f"'effective_to' in {what} must be after 'effective_from'")
     match: dict[str, str] = {}
     if "match" in items:
-        for name, (k, v) in _pairs(items["match"][1], source, f"{what}.match").items():
-            if name not in MATCH_KEYS:
-                raise _fail(source, k, f"unknown key {name!r} in {what}.match "
-                            f"(known: {', '.join(MATCH_KEYS)})")
-            if not isinstance(v, yaml.ScalarNode) or not str(v.value):
-                raise _fail(source, v, f"{what}.match.{name} must be a non-empty string")
-            match[name] = str(v.value)
-    return Price(str(model_node.value).strip(), amount, start, end, match,
-                 node.start_mark.line + 1)
+        pairs = r.mapping(items["match"][1], allowed=set(MATCH_KEYS), where=f"{what}.match")
+        match = {name: r.string(v, f"{what}.match.{name}") for name, (_k, v) in pairs.items()}
+    return Price(model, amount, start, end, match, r.line(node))
 
 
 def parse_prices(text: str, source: str = "<prices>") -> Prices:
@@ -200,31 +164,17 @@ def parse_prices(text: str, source: str = "<prices>") -> Prices:
         PricesError: On any problem, naming ``source:line`` and the key.
 
     """
-    try:
-        root: Any = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        msg = f"{source}: invalid YAML: {exc}"
-        raise PricesError(msg) from exc
+    root = compose(text, source, PricesError)
     if root is None:
         msg = f"{source}:1: empty prices file (it needs 'currency' and 'prices')"
         raise PricesError(msg)
-    top = _pairs(root, source, "the prices file")
-    for name, (k, _v) in top.items():
-        if name not in ("currency", "prices"):
-            raise _fail(source, k, f"unknown key {name!r} at the top level "
-                        "(known: currency, prices)")
+    r = Reader(source, PricesError)
+    top = r.mapping(root, allowed={"currency", "prices"}, where="the prices file")
     if "prices" not in top:
-        raise _fail(source, root, "the prices file needs 'prices'")
-    currency = "USD"
-    if "currency" in top:
-        node = top["currency"][1]
-        if not isinstance(node, yaml.ScalarNode) or not str(node.value).strip():
-            raise _fail(source, node, "'currency' must be a non-empty string")
-        currency = str(node.value).strip()
-    seq = top["prices"][1]
-    if not isinstance(seq, yaml.SequenceNode) or not seq.value:
-        raise _fail(source, seq, "'prices' must be a non-empty list")
-    prices = tuple(_price(item, source, i) for i, item in enumerate(seq.value))
+        raise r.err(root, "", "the prices file needs 'prices'")
+    currency = r.string(top["currency"][1], "'currency'").strip() if "currency" in top else "USD"
+    items = r.sequence(top["prices"][1], "'prices'", non_empty=True)
+    prices = tuple(_price(r, item, i) for i, item in enumerate(items))
     seen: dict[tuple[Any, ...], Price] = {}
     for p in prices:
         key = (p.gpu_model, p.effective_from_ms, tuple(sorted(p.match.items())))
