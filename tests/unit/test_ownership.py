@@ -77,7 +77,7 @@ def test_first_matching_rule_wins_and_names_its_line() -> None:
     ("teams: {a: {receiver: r}}\nrules: []\ndefault: z\n", "x.yaml:3: 'default': unknown team"),
     ("teams: {a: {receiver: r}}\n", "x.yaml:1: the ownership file needs 'rules'"),
     ("teams: {a: {receiver: r}}\nrules: []\nowners: []\n", "x.yaml:3: unknown key 'owners'"),
-    ("teams: [a\n", "x.yaml: invalid YAML"),
+    ("teams: [a\n", "x.yaml:2: invalid YAML"),
 ])
 def test_bad_files_name_file_line_and_key(text: str, where: str) -> None:
     with pytest.raises(RulesError, match="^" + where.replace("|", r"\|").replace("(", r"\(")):

@@ -15,8 +15,9 @@ owner of what no rule takes::
     default: ml-engineering
 
 The lookup is pure: the processor, the SLO evaluator, gate checks and
-``runwatch investigate`` all call :meth:`Ownership.owner_for`. Parsing reuses
-the routing rules' YAML helpers, so every error names the file, line and key
+``runwatch investigate`` all call :meth:`Ownership.owner_for`. Parsing reads
+the file through :mod:`runwatch.core.yamlconf`, so every error names the file,
+line and key; it raises the routing rules' error class
 (:class:`~runwatch.core.paging.routes.RulesError`).
 """
 
@@ -28,11 +29,13 @@ from pathlib import Path
 
 import yaml
 
-from runwatch.core.paging.routes import RulesError, _err, _line, _mapping, _only, _scalar
+from runwatch.core.paging.routes import RulesError
+from runwatch.core.yamlconf import Reader, compose
 
 #: The alert attributes a rule may match, and the Alert field each reads.
 MATCH_KEYS: tuple[str, ...] = ("probable_cause", "experiment_family", "team", "dataset")
 CAUSES = frozenset({"data", "execution", "learning", "artifact", "infrastructure", "unknown"})
+_Reader = Reader[RulesError]
 
 __all__ = [
     "MATCH_KEYS", "Owner", "OwnerRule", "Ownership", "RulesError", "load_ownership",
@@ -138,80 +141,70 @@ def parse_ownership(text: str, source: str = "<ownership>") -> Ownership:
     Raises:
         RulesError: On any problem, naming ``source:line`` and the key.
     """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        msg = f"{source}: invalid YAML: {exc}"
-        raise RulesError(msg) from exc
+    root = compose(text, source, RulesError)
     if not isinstance(root, yaml.MappingNode):
         msg = f"{source}:1: the ownership file must be a mapping with 'teams' and 'rules'"
         raise RulesError(msg)
-    top = _mapping(root, source)
-    _only(top, {"teams", "rules", "default"}, source, "top level")
+    r = Reader(source, RulesError)
+    top = r.mapping(root, allowed={"teams", "rules", "default"}, where="top level")
     for need in ("teams", "rules"):
         if need not in top:
-            raise _err(source, root, f"the ownership file needs {need!r}")
-    teams = _parse_teams(top["teams"][1], source)
-    rules = _parse_rules(top["rules"][1], source, teams)
+            raise r.err(root, "", f"the ownership file needs {need!r}")
+    teams = _parse_teams(r, top["teams"][1])
+    rules = _parse_rules(r, top["rules"][1], teams)
     default = ""
     if "default" in top:
         dnode = top["default"][1]
-        default = _scalar(dnode, source, "'default'")
+        default = r.string(dnode, "'default'")
         if default not in teams:
-            raise _err(source, dnode, f"'default': unknown team {default!r} "
-                                      f"(declared: {', '.join(sorted(teams))})")
+            raise r.err(dnode, "'default'", f"unknown team {default!r} "
+                                            f"(declared: {', '.join(sorted(teams))})")
     return Ownership(teams=teams, rules=rules, default=default, source=source)
 
 
-def _parse_teams(node: yaml.Node, source: str) -> dict[str, tuple[str, str]]:
-    items = _mapping(node, source)
+def _parse_teams(r: _Reader, node: yaml.Node) -> dict[str, tuple[str, str]]:
+    items = r.mapping(node, where="'teams'")
     if not items:
-        raise _err(source, node, "'teams' needs at least one team")
+        raise r.err(node, "", "'teams' needs at least one team")
     out: dict[str, tuple[str, str]] = {}
     for name, (_knode, vnode) in items.items():
-        spec = _mapping(vnode, source)
-        _only(spec, {"receiver", "owns"}, source, f"team {name!r}")
+        spec = r.mapping(vnode, allowed={"receiver", "owns"}, where=f"team {name!r}")
         if "receiver" not in spec:
-            raise _err(source, vnode, f"team {name!r} needs 'receiver'")
-        receiver = _scalar(spec["receiver"][1], source, f"team {name!r}: 'receiver'")
-        owns = _scalar(spec["owns"][1], source, f"team {name!r}: 'owns'") if "owns" in spec else ""
+            raise r.err(vnode, "", f"team {name!r} needs 'receiver'")
+        receiver = r.string(spec["receiver"][1], f"team {name!r}: 'receiver'")
+        owns = r.string(spec["owns"][1], f"team {name!r}: 'owns'") if "owns" in spec else ""
         out[name] = (receiver, owns)
     return out
 
 
-def _values(node: yaml.Node, source: str, key: str) -> frozenset[str]:
+def _values(r: _Reader, node: yaml.Node, key: str) -> frozenset[str]:
     if isinstance(node, yaml.SequenceNode):
-        if not node.value:
-            raise _err(source, node, f"{key!r}: the list is empty")
-        return frozenset(_scalar(v, source, f"{key!r} entry") for v in node.value)
-    return frozenset({_scalar(node, source, repr(key))})
+        return frozenset(r.strings(node, repr(key)))
+    return frozenset({r.string(node, repr(key))})
 
 
-def _parse_rules(node: yaml.Node, source: str,
+def _parse_rules(r: _Reader, node: yaml.Node,
                  teams: Mapping[str, object]) -> tuple[OwnerRule, ...]:
-    if not isinstance(node, yaml.SequenceNode):
-        raise _err(source, node, "'rules' must be a list")
     out: list[OwnerRule] = []
-    for item in node.value:
-        spec = _mapping(item, source)
-        _only(spec, {*MATCH_KEYS, "owner"}, source, "a rule")
+    for item in r.sequence(node, "'rules'"):
+        spec = r.mapping(item, allowed={*MATCH_KEYS, "owner"}, where="a rule")
         if "owner" not in spec:
-            raise _err(source, item, "a rule needs 'owner'")
+            raise r.err(item, "", "a rule needs 'owner'")
         onode = spec["owner"][1]
-        owner = _scalar(onode, source, "'owner'")
+        owner = r.string(onode, "'owner'")
         if owner not in teams:
-            raise _err(source, onode, f"'owner': unknown team {owner!r} "
-                                      f"(declared: {', '.join(sorted(teams))})")
+            raise r.err(onode, "'owner'", f"unknown team {owner!r} "
+                                          f"(declared: {', '.join(sorted(teams))})")
         match: list[tuple[str, frozenset[str]]] = []
         for key in MATCH_KEYS:
             if key not in spec:
                 continue
             vnode = spec[key][1]
-            values = _values(vnode, source, key)
+            values = _values(r, vnode, key)
             if key == "probable_cause" and not values <= CAUSES:
                 bad = sorted(values - CAUSES)
-                raise _err(source, vnode, f"'probable_cause': unknown cause {', '.join(bad)} "
-                                          f"(one of {', '.join(sorted(CAUSES))})")
+                raise r.err(vnode, "'probable_cause'", f"unknown cause {', '.join(bad)} "
+                                                       f"(one of {', '.join(sorted(CAUSES))})")
             match.append((key, values))
-        out.append(OwnerRule(match=tuple(match), owner=owner, line=_line(item)))
+        out.append(OwnerRule(match=tuple(match), owner=owner, line=r.line(item)))
     return tuple(out)
