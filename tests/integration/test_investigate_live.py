@@ -8,7 +8,9 @@ One scenario set, published once with explicit event times (``runwatch.init``,
   run B reads ``@v2`` with lr 0.003, the pipeline reports a label shift on v2
   at step 25 and B's validation declines;
 * run C (another family) reads ``@v2`` too and fails its evaluation gate;
-* run D's checkpoint at step 20 fails its checksum.
+* run D's checkpoint at step 20 fails its checksum;
+* A and B are placed by the scheduler hook (``runwatch emit``'s job-state with an
+  allocation of 8 H100s), so their run summaries are priced.
 
 Asserted: B's what-changed lists exactly the dataset version and the learning
 rate, C is affected through ``@v2``, the resume point is B's last checkpoint
@@ -16,8 +18,10 @@ before the onset, the owner is the data team (the processor's alert says so,
 the store keeps it); D's corrupt checkpoint is not trustworthy and step 10 is
 its resume point; C's release is blocked with the gate's reason and C's family has no good run
 to compare with; ``--since`` lists the hurting runs; an unknown run id is
-answered (exit 1, what is missing). B's page: no console errors, five plots
-drawn, a screenshot under ``.runwatch/``.
+answered (exit 1, what is missing). B's cost is ``runwatch cost --by run``'s
+(8 GPUs for its running time at the example's H100 price), compared with A's.
+B's page: no console errors, five indicator plots and the cost plot drawn (B's bar
+beside A's, with B's GPU-hours and cost), a screenshot under ``.runwatch/``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from runwatch.adapters.publisher import Publisher, default_topics
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.agent.service import NodeAgent
 from runwatch.client import data
+from runwatch.client.emit import emit_records
 from runwatch.core.records import Alert, DatasetRef
 from runwatch.sink.service import Sink
 from runwatch.sink.settings import SinkSettings
@@ -83,6 +88,7 @@ class Scenario:
         # the pipeline's and the agent's transport; each run has its own (finish closes it)
         self.transport = self._transport("pipeline")
         self.pipeline = Publisher(self.transport, kind="sdk", topics=self.topics)
+        self.hook = Publisher(self.transport, kind="hook", topics=self.topics)
         tag = harness.prefix.rstrip(".")
         self.ids = {k: f"{tag}-{k}" for k in "ABCD"}
         self.base = int(time.time() * 1000) - 3 * 3_600_000
@@ -99,8 +105,16 @@ class Scenario:
 
     def run(self, key: str, family: str, start: int, steps: int, *, version: str | None,
             lr: float, node: str, val: list[float], checkpoints: dict[int, bool],
-            gate: tuple[str, list[str]] | None = None, agent: bool = False) -> None:
+            gate: tuple[str, list[str]] | None = None, agent: bool = False,
+            placed: bool = False) -> None:
         lineage = {**LINEAGE, "hardware": {**LINEAGE["hardware"], "nodes": [node]}}
+        if placed:  # the scheduler hook's job-state, as `runwatch emit` publishes it
+            res = emit_records(self.hook, [{
+                "type": "job-state", "run_id": self.ids[key], "state": "running",
+                "team": "vision", "experiment_family": family, "emitted_at_ms": start,
+                "allocation": {"nodes": [node], "gpu_indices": list(range(8)),
+                               "gpu_model": "H100"}}])
+            assert not res.errors, res.errors
         run = runwatch.init(
             family, team="vision", run_id=self.ids[key], transport=self._transport(key),
             topics=self.topics, install_hooks=False, capture_lineage=False, strict=True,
@@ -139,14 +153,16 @@ class Scenario:
         b = self.base
         self.report("v1", UNIFORM, b, 1)
         self.run("A", "inv", b, 60, version="v1", lr=0.001, node="inv-node-1",
-                 val=[0.50, 0.55, 0.60, 0.64, 0.67, 0.70], checkpoints={10: True, 30: True})
+                 val=[0.50, 0.55, 0.60, 0.64, 0.67, 0.70], checkpoints={10: True, 30: True},
+                 placed=True)
         b2 = b + 20 * 60_000
         self.report("v2", UNIFORM, b2, 2)
         self.shift_ms = b2 + 26 * STEP_MS
         self.report("v2", SHIFTED, self.shift_ms, 3)
         self.run("B", "inv", b2, 60, version="v2", lr=0.003, node="inv-node-1",
                  val=[0.50, 0.55, 0.60, 0.50, 0.42, 0.34],
-                 checkpoints={10: True, 20: True, 30: True, 40: True, 50: True}, agent=True)
+                 checkpoints={10: True, 20: True, 30: True, 40: True, 50: True}, agent=True,
+                 placed=True)
         self.run("C", "inv-other", b2, 30, version="v2", lr=0.001, node="inv-node-3",
                  val=[], checkpoints={}, gate=("eval", ["accuracy 0.61 < 0.70 on slice night"]))
         self.run("D", "inv-ckpt", b + 40 * 60_000, 40, version=None, lr=0.001,
@@ -211,10 +227,12 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
             q = client.query(
                 f"SELECT (SELECT uniqExact(alert_id) FROM {db}.alerts), "  # noqa: S608
                 f"(SELECT count() FROM {db}.checkpoints), (SELECT count() FROM {db}.job_events "
-                f"WHERE state = 'succeeded'), (SELECT count() FROM {db}.gate_decisions)")
-            ((n_alerts, n_ck, n_done, n_gates),) = q.result_rows
+                f"WHERE state = 'succeeded'), (SELECT count() FROM {db}.gate_decisions), "
+                f"(SELECT countIf(gpu_model = 'H100') FROM {db}.run_costs), "
+                f"(SELECT countIf(observed_gpu_hours > 0) FROM {db}.run_costs)")
+            ((n_alerts, n_ck, n_done, n_gates, n_priced, n_seen),) = q.result_rows
             return (n_alerts >= len(stored_alerts) and n_ck == 10 and n_done == 4
-                    and n_gates == 1)
+                    and n_gates == 1 and n_priced == 2 and n_seen >= 1)
         _wait(landed, 90, "the runs' rows in the store")
     finally:
         stop.set()
@@ -249,6 +267,25 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     assert "alertmanager" in b["owner"]["paged"][0]["receivers"]
     assert b["release"]["blocked"] is False
 
+    # cost: B ran 8 H100s from its start to its end (60 steps), at the example's 4.00 USD
+    cost = b["cost"]
+    run_h = 8 * (61 * STEP_MS + 1) / 3_600_000
+    assert cost["currency"] == "USD" and cost["run"]["gpu_hours"] == pytest.approx(run_h, abs=1e-3)
+    assert cost["run"]["cost"] == pytest.approx(4.0 * run_h, abs=0.01)
+    assert cost["run"]["wasted_gpu_hours"]["idle"] > 0  # the NVML double runs no process
+    assert [p["run_id"] for p in cost["peers"]["runs"]] == [ids["A"]]
+    assert cost["peers"]["runs"][0]["cost"] == pytest.approx(4.0 * run_h, abs=0.01)
+    assert cost["resume_lost"]["cost"] == pytest.approx(
+        4.0 * b["resume_point"]["gpu_hours_lost"], abs=0.01)
+    env = {**os.environ, "CLICKHOUSE_URL": own_store.url, "CLICKHOUSE_DATABASE": db}
+    by_run = subprocess.run([sys.executable, "-m", "runwatch", "cost", "--by", "run", "--since",
+                             "1d", "--json"], env=env, cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, check=True)
+    (same,) = [g for g in json.loads(by_run.stdout)["groups"] if g["key"] == ids["B"]]
+    assert (same["gpu_hours"], same["cost"], same["wasted_gpu_hours"]) == (
+        cost["run"]["gpu_hours"], cost["run"]["cost"], cost["run"]["wasted_gpu_hours"])
+    assert "Cost" in _cli(own_store, db, ids["B"]).stdout  # the text answer
+
     d = _answer(own_store, db, ids["D"])
     ck = {c["step"]: c for c in d["trustworthy"]["checkpoints"]}
     assert ck[20]["trustworthy"] is False and "checksum mismatch" in ck[20]["reasons"]
@@ -276,6 +313,12 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
             "s.dataset.indicator, empty: s.dataset.empty, w: s.getBBox().width, "
             "lines: s.querySelectorAll('polyline.series').length, "
             "onsets: s.querySelectorAll('.onset').length}))")
+        bars = browser.evaluate(
+            "Array.from(document.querySelectorAll('svg.costplot[data-empty=false] g.bar'))"
+            ".map(g => ({run: g.dataset.run, mine: g.dataset.this, h: g.dataset.gpuHours, "
+            "cost: g.querySelector('.cost-label').textContent, "
+            "drawn: Array.from(g.querySelectorAll('rect.seg'))"
+            ".reduce((a, r) => a + r.getBBox().height, 0)}))")
         errors = browser.errors()
         browser.screenshot(ROOT / ".runwatch" / f"investigate-{ids['B']}.png")
     assert errors == []
@@ -283,3 +326,8 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
                                          "checkpoint_share", "gpu_util"]
     for p in plots:
         assert p["empty"] == "false" and p["lines"] == 1 and p["w"] > 100 and p["onsets"] >= 1, p
+    # the cost plot: A's bar, then B's (highlighted) with B's GPU-hours and cost, drawn
+    assert [(x["run"], x["mine"]) for x in bars] == [(ids["A"], "false"), (ids["B"], "true")]
+    mine = bars[1]
+    assert float(mine["h"]) == cost["run"]["gpu_hours"]
+    assert mine["cost"] == f"{cost['run']['cost']:,.2f} USD" and mine["drawn"] > 20, bars

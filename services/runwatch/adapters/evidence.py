@@ -2,7 +2,7 @@
 
 Size: one query per question's evidence (manifests, jobs, alerts, checkpoints,
 artifacts, gates, data quality, stages, GPU faults, family, sharing, repeats,
-series), each small; together they are the investigation's read side.
+series, cost), each small; together they are the investigation's read side.
 
 Every query names the run (or its nodes in its time span, or its datasets),
 so it reads one run's slice of the ordered tables, never a scan: telemetry
@@ -22,9 +22,12 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from runwatch.adapters.clickhouse import ClickHouseUnavailable, make_client
 from runwatch.adapters.settings import ClickHouseSettings
+from runwatch.core.cost.prices import Prices
+from runwatch.core.cost.waste import HISTORY_S, RUN_COST_COLUMNS, run_cost_from_row
 from runwatch.core.investigate import answers
 from runwatch.core.investigate import lineage as lin
 from runwatch.core.investigate.answers import Evidence, Router
+from runwatch.core.investigate.cost import CostRow
 from runwatch.core.investigate.html import checkpoint_share
 from runwatch.core.paging.ownership import Ownership
 
@@ -32,6 +35,8 @@ BUCKETS = 300
 STEP_BUCKETS = 1200
 ID_CHUNK = 40
 FAMILY_RUNS = 50
+#: At most this many of the family's run summaries are read for its cost baseline and peers.
+COST_RUNS = 5000
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MANIFEST_COLS = (
     "event_id", "dataset_uris", "dataset_versions", "transform_names", "transform_versions",
@@ -192,7 +197,28 @@ class EvidenceReader:
         if me is not None:
             self._repeats(ev, me)
         self._series(ev, nodes, span)
+        self._costs(ev, family)
         return ev
+
+    def _costs(self, ev: Evidence, family: str) -> None:
+        """Read the run's summary and its family's of the baseline history (``run_costs``).
+
+        The same view and columns as ``runwatch cost`` (0031,
+        :data:`~runwatch.core.cost.waste.RUN_COST_COLUMNS`); pricing and waste are core's.
+        """
+        if "run_costs" not in self.tables:
+            ev.cost_rows = None
+            return
+        rows = self._rows(
+            f"SELECT {RUN_COST_COLUMNS} FROM {self._t('run_costs')} "  # noqa: S608 - fixed columns
+            "WHERE run_id = {r:String} OR (experiment_family = {f:String} AND {f:String} != '' "
+            "AND ended_at >= fromUnixTimestamp64Milli({h:Int64}, 'UTC')) "
+            "ORDER BY ended_at DESC LIMIT {n:UInt32}",
+            r=ev.run_id, f=family, h=ev.now_ms - HISTORY_S * 1000, n=COST_RUNS)
+        ev.cost_rows = []
+        for r in rows:
+            values = tuple(r.values())
+            ev.cost_rows.append(CostRow(run_cost_from_row(values), int(values[-1])))
 
     def _steps(self, ev: Evidence) -> None:
         """Read the run's learning steps once: its span, steps by time, the loss series."""
@@ -436,6 +462,7 @@ __all__ = ["BUCKETS", "EvidenceError", "EvidenceReader", "connect", "investigate
 
 def investigate_run(client: Client, database: str, run_id: str, now_ms: int, *,
                     ownership: Ownership | None = None, route: Router | None = None,
+                    prices: Prices | None = None,
                     ) -> tuple[dict[str, Any], dict[str, list[tuple[int, float]]]]:
     """Read a run's evidence and answer the questions (``runwatch investigate``, the demo).
 
@@ -446,6 +473,7 @@ def investigate_run(client: Client, database: str, run_id: str, now_ms: int, *,
         now_ms: Now.
         ownership: The ownership file.
         route: Pager routing (alert attributes → receiver names).
+        prices: The prices file (``runwatch cost``'s; None: the cost answer is unpriced).
 
     Returns:
         The answer (JSON shape version 1) and the page's indicator series.
@@ -456,7 +484,7 @@ def investigate_run(client: Client, database: str, run_id: str, now_ms: int, *,
     reader = EvidenceReader(client, database)
     ev = reader.evidence(run_id, now_ms)
     reader.sharing(ev, answers.suspects(ev))
-    result = answers.investigate(ev, ownership, route)
+    result = answers.investigate(ev, ownership, route, prices)
     series = dict(ev.series)
     run = result["run"]
     if run["started_ms"] is not None and run["ended_ms"] is not None:

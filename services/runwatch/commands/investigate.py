@@ -88,8 +88,11 @@ def _run(args: argparse.Namespace) -> int:
                                      now_ms, args.family, ownership, database)
             series: dict[str, Any] = {}
         else:
+            from runwatch.commands.cost import load_prices
+
             result, series = investigate_run(client, database, args.run_id, now_ms,
-                                             ownership=ownership, route=_router(args.routes))
+                                             ownership=ownership, route=_router(args.routes),
+                                             prices=load_prices(args.prices))
     except EvidenceError as exc:
         raise FatalError(str(exc)) from exc
     if args.html:
@@ -197,12 +200,53 @@ def _show(result: Mapping[str, Any]) -> None:
     con.print("\n[bold]Release[/bold]  " + ("[red]blocked[/red]: " + esc("; ".join(rel["reasons"]))
                                            if rel["blocked"] else "not blocked "
                                            + esc(rel["note"])))
+    _show_cost(con, result["cost"])
     own = result["owner"]
     con.print(f"\n[bold]Owner[/bold]  {esc(own['team'] or 'nobody')} (receiver "
               f"{esc(own['receiver'] or '?')}): {esc(own['why'])}")
     for p in own["paged"]:
         con.print(f"  {esc(p['detector'])} → {esc(p['team'])} via "
                   f"{esc(', '.join(p['receivers']) or p['receiver'])}")
+
+
+def _show_cost(con: Any, cost: Mapping[str, Any]) -> None:
+    """Print the cost answer: the run's GPU-hours and cost, waste by cause, its peers."""
+    from rich.markup import escape as esc
+
+    from runwatch.core.investigate.cost import money
+
+    cur, run, peers = cost["currency"], cost["run"], cost["peers"]
+    if run is None:
+        con.print(f"\n[bold]Cost[/bold]  {esc(cost['note'])}")
+        return
+    price = (f" ({esc(run['gpu_model'])} at {run['per_gpu_hour']:g} {esc(cur)}/GPU-h)"
+             if run["priced"] else "")
+    con.print(f"\n[bold]Cost[/bold]  {run['gpu_hours']:g} GPU-h, "
+              f"{esc(money(run['cost'], cur, run['unpriced_reason']))}{price}")
+    waste = ", ".join(f"{c} {h:g}" for c, h in run["wasted_gpu_hours"].items() if h)
+    con.print(f"  wasted {run['wasted_gpu_hours_total']:g} GPU-h"
+              + (f" ({esc(waste)})" if waste else "")
+              + (f" = {esc(money(run['wasted_cost'], cur))}" if run["priced"] else ""))
+    if peers["runs"]:
+        con.print(f"  family {esc(peers['family'])}: median of {len(peers['runs'])} earlier "
+                  f"run(s) {peers['median_gpu_hours']:g} GPU-h, "
+                  f"{esc(money(peers['median_cost'], cur, 'no priced peer'))}; this run ranks "
+                  f"{peers['gpu_hours_rank']} of {peers['ranked_of']} by GPU-hours"
+                  + (f", {peers['cost_rank']} of {peers['priced_of']} by cost"
+                     if peers["cost_rank"] is not None else ""))
+    elif cost["note"]:
+        con.print(f"  {esc(cost['note'])}")
+    lost = cost["resume_lost"]
+    if lost is not None:
+        con.print(f"  resuming from step {lost['step']} loses {lost['gpu_hours']:g} GPU-h = "
+                  f"{esc(money(lost['cost'], cur, lost['unpriced_reason']))}")
+    bad = cost["bad_input"]
+    if bad["unpriced_runs"] or bad["telemetry_gap_runs"] or bad["clock_skew_runs"]:
+        con.print(f"  [yellow]of this run and its peers:[/yellow] {bad['unpriced_runs']} "
+                  f"unpriced {esc(json.dumps(bad['unpriced_reasons']))}, "
+                  f"{bad['telemetry_gap_runs']} with telemetry gaps "
+                  f"({bad['unobserved_gpu_hours']:g} GPU-h unobserved), "
+                  f"{bad['clock_skew_runs']} with clock skew")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -215,7 +259,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "investigate",
         help="answer the incident questions about a run (or: which runs hurt now)",
         description="What changed, affected runs, deterministic, trustworthy artifacts, resume "
-                    "point, release, owner: each answered with its evidence from ClickHouse "
+                    "point, release, owner, cost: each answered with its evidence from ClickHouse "
                     "(docs/investigation.md).")
     p.add_argument("run_id", nargs="?", help="the run to investigate")
     p.add_argument("--since", help="instead of a run: runs with firing alerts in the last "
@@ -228,6 +272,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ownership", type=Path, metavar="FILE",
                    help="ownership file (default RUNWATCH_PROCESSOR_OWNERSHIP_FILE or the "
                         "packaged infra/pager/ownership.yaml)")
+    p.add_argument("--prices", type=Path, metavar="FILE",
+                   help="prices file for the cost answer (default RUNWATCH_COSTS_FILE or the "
+                        "packaged infra/cost/costs.yaml, as runwatch cost)")
     p.add_argument("--routes", type=Path, metavar="FILE",
                    help="pager rules, to say who is paged (default RUNWATCH_PAGER_RULES_FILE "
                         "or the packaged infra/pager/routes.yaml)")

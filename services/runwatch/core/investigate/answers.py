@@ -42,7 +42,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runwatch.core.cost.prices import Prices
 from runwatch.core.investigate import lineage as lin
+from runwatch.core.investigate.cost import CostRow, cost_answer
 from runwatch.core.paging.ownership import Owner, Ownership
 from runwatch.core.signals.indicators import label_balance_shift
 from runwatch.core.stream.runstate import RunConfig
@@ -88,6 +90,8 @@ class Evidence:
             indicator, first_seen_ms, step).
         steps_at: (ts_ms, step) pairs of the run, ascending, to place alerts at a step.
         series: Indicator name → [(ts_ms, value)] for the page.
+        cost_rows: The run's summary and its family's of the last 30 days from the
+            ``run_costs`` view (None: no such view), for the cost answer.
         missing: What the adapter could not read (tables absent, errors).
     """
 
@@ -109,6 +113,7 @@ class Evidence:
     repeats: list[Row] = field(default_factory=list)
     steps_at: list[tuple[int, int]] = field(default_factory=list)
     series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    cost_rows: list[CostRow] | None = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
 
@@ -519,13 +524,14 @@ def suspects(ev: Evidence) -> list[dict[str, str]]:
 
 
 def investigate(ev: Evidence, ownership: Ownership | None = None,
-                route: Router | None = None) -> dict[str, Any]:
+                route: Router | None = None, prices: Prices | None = None) -> dict[str, Any]:
     """Answer the incident questions about one run.
 
     Args:
         ev: What the store holds.
         ownership: The ownership file (None: no owner answer).
         route: Pager routing (alert attributes → receiver names), when known.
+        prices: The prices file (None: the cost answer says every run is unpriced).
 
     Returns:
         The JSON shape ``version 1`` (docs/investigation.md).
@@ -559,6 +565,11 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
     bad_inputs = [q["ts_ms"] for q in changed["input_quality"]]
     trust = _trust(ev, onset, min(bad_inputs, default=None))
     suspects = _suspects(me, changed)
+    resume = _resume(ev, trust, me)
+    cost = cost_answer(ev.run_id, facts["experiment_family"], ev.cost_rows, prices, resume,
+                       ev.now_ms)
+    if found and cost["run"] is None:
+        missing.append(cost["note"])
     return {
         "version": VERSION, "kind": "run", "run_id": ev.run_id, "database": ev.database,
         "generated_at_ms": ev.now_ms, "found": found, "run": facts,
@@ -571,9 +582,10 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
         "affected_runs": _affected(ev, suspects),
         "deterministic": _deterministic(ev, fired),
         "trustworthy": trust,
-        "resume_point": _resume(ev, trust, me),
+        "resume_point": resume,
         "release": _release(ev),
         "owner": _owner(ev, fired, ownership, route, me),
+        "cost": cost,
     }
 
 

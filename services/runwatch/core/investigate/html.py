@@ -1,12 +1,19 @@
 """The investigation page: one self-contained HTML file (inline styles, inline SVG, no script).
 
+Size: one page of a dozen sections and its two kinds of plot (indicator lines,
+cost bars) sharing one style, scale and escaping; apart they would share
+their helpers through a third module.
+
 The page needs no network and runs no JavaScript: the plots are SVG drawn
 here, one per indicator (loss, validation metric, loader share, checkpoint
 share, GPU utilization), each marking alert onsets (red lines) and
 checkpoints (triangles: green trustworthy, red not). Below them: the answers,
 the lineage diff and the affected-runs table. Every plot is an
 ``<svg class="plot" data-indicator=...>``; one without data says so in the
-plot and carries ``data-empty="true"``.
+plot and carries ``data-empty="true"``. The cost answer has its own plot,
+``<svg class="costplot" data-plot="cost">``: stacked bars of GPU-hours by waste
+cause of the family's earlier runs and this run (highlighted, last), the cost
+over each bar (``unpriced`` where there is no price, never 0).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from runwatch.core.investigate.cost import money
+
 PLOTS: tuple[tuple[str, str], ...] = (
     ("loss", "Loss"),
     ("validation", "Validation metric"),
@@ -24,6 +33,17 @@ PLOTS: tuple[tuple[str, str], ...] = (
     ("gpu_util", "GPU utilization (%)"),
 )
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 720, 170, 56, 12, 14, 26
+#: The cost plot: its height, and the colour of each stacked part (waste causes, then use).
+COST_H = 240
+COST_COLOURS: tuple[tuple[str, str, str], ...] = (
+    ("useful", "#2b6cb0", "not wasted"),
+    ("below_baseline", "#805ad5", "below the baseline"),
+    ("work_lost", "#dd6b20", "work lost"),
+    ("no_artifact", "#b4232a", "no usable artifact"),
+    ("stalled", "#d69e2e", "stalled"),
+    ("idle", "#9aa5b1", "idle"),
+    ("unobserved", "#e2e8f0", "no telemetry"),
+)
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;
@@ -36,7 +56,7 @@ th,td{border:1px solid #d8dde6;padding:4px 8px;text-align:left;vertical-align:to
 th{background:#eef1f6}.bad{color:#b4232a;font-weight:600}.good{color:#1f7a3a;font-weight:600}
 .note{color:#5b6576;font-style:italic}.miss li{color:#8a5a00}
 .plots{display:grid;grid-template-columns:1fr;gap:10px}
-svg.plot{background:#fff;border:1px solid #d8dde6;border-radius:4px}
+svg.plot,svg.costplot{background:#fff;border:1px solid #d8dde6;border-radius:4px}
 .legend span{display:inline-block;margin-right:14px;font-size:12px;color:#5b6576}
 code{background:#eef1f6;padding:0 3px;border-radius:3px}
 """
@@ -134,6 +154,113 @@ def plot_svg(key: str, title: str, points: Sequence[tuple[int, float]], span: tu
             f'viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}">{"".join(parts)}</svg>')
 
 
+def cost_svg(cost: Mapping[str, Any]) -> str:
+    """Return the cost plot: stacked GPU-hours by waste cause, the family's peers and this run.
+
+    Args:
+        cost: The ``cost`` answer (:func:`runwatch.core.investigate.cost.cost_answer`).
+
+    Returns:
+        The ``<svg class="costplot">`` markup; ``data-empty="true"`` without the run's figures.
+    """
+    run = cost.get("run")
+    peers = (cost.get("peers") or {}).get("runs") or []
+    bars = [*peers, run] if run is not None else []
+    cur = cost.get("currency")
+    iw, top, bottom = W - PAD_L - PAD_R, PAD_T + 34, COST_H - 40
+    ih = bottom - top
+    title = "GPU-hours by waste cause: this run (outlined, last) and its family's earlier runs"
+    parts = [f'<rect x="{PAD_L}" y="{top}" width="{iw}" height="{ih}" fill="#fbfcfe" '
+             'stroke="#e3e7ee"/>',
+             f'<text x="{PAD_L}" y="{PAD_T + 2}" font-size="12" fill="#1d2330" '
+             f'font-weight="600">{_e(title)}</text>']
+    lx = float(PAD_L)
+    for _key, colour, label in COST_COLOURS:
+        parts.append(f'<rect x="{lx:.1f}" y="{PAD_T + 10}" width="10" height="10" '
+                     f'fill="{colour}" stroke="#cbd2dc"/><text x="{lx + 14:.1f}" '
+                     f'y="{PAD_T + 19}" font-size="10" fill="#5b6576">{_e(label)}</text>')
+        lx += 22 + 5.6 * len(label)
+    if run is None:
+        parts.append(f'<text x="{PAD_L + iw / 2}" y="{top + ih / 2 + 4}" font-size="12" '
+                     f'text-anchor="middle" fill="#8a5a00">{_e(cost.get("note") or "no cost")}'
+                     '</text>')
+    hi = max([float(b["gpu_hours"]) for b in bars] + [0.0]) * 1.3 or 1.0
+    slot = iw / max(len(bars), 1)
+    bw = min(slot * 0.62, 60.0)
+
+    def y(v: float) -> float:
+        return bottom - v / hi * ih
+
+    for frac in (0.0, 0.5, 1.0):
+        val = frac * hi
+        parts.append(f'<line x1="{PAD_L}" x2="{PAD_L + iw}" y1="{y(val):.1f}" y2="{y(val):.1f}" '
+                     f'stroke="#eef1f6"/><text x="{PAD_L - 4}" y="{y(val) + 4:.1f}" '
+                     f'font-size="10" text-anchor="end" fill="#5b6576">{_num(val)}</text>')
+    parts.append(f'<text x="12" y="{top + ih / 2:.1f}" font-size="10" fill="#5b6576" '
+                 f'transform="rotate(-90 12 {top + ih / 2:.1f})" text-anchor="middle">'
+                 'GPU-hours</text>')
+    for i, b in enumerate(bars):
+        mine = b is run
+        cx = PAD_L + slot * (i + 0.5)
+        x0 = cx - bw / 2
+        wasted = b.get("wasted_gpu_hours") or {}
+        parts_h = {"useful": float(b.get("useful_gpu_hours") or 0.0),
+                   "unobserved": float(b.get("unobserved_gpu_hours") or 0.0),
+                   **{k: float(v or 0.0) for k, v in wasted.items()}}
+        label = money(b.get("cost"), cur, b.get("unpriced_reason"))
+        segs = []
+        base = 0.0
+        for key, colour, name in COST_COLOURS:
+            h = parts_h.get(key, 0.0)
+            if h <= 0:
+                continue
+            y1, y0 = y(base + h), y(base)
+            edge = ' stroke="#a0aec0" stroke-dasharray="3 2"' if key == "unobserved" else ""
+            segs.append(f'<rect class="seg" data-cause="{key}" data-gpu-hours="{h:g}" '
+                        f'x="{x0:.1f}" y="{y1:.1f}" width="{bw:.1f}" '
+                        f'height="{max(y0 - y1, 0.5):.1f}" fill="{colour}"{edge}>'
+                        f'<title>{_e(name)}: {_num(h)} GPU-h</title></rect>')
+            base += h
+        top_y = y(float(b["gpu_hours"]))
+        outline = (f'<rect class="this-run" x="{x0 - 2:.1f}" y="{top_y - 2:.1f}" '
+                   f'width="{bw + 4:.1f}" height="{bottom - top_y + 2:.1f}" fill="none" '
+                   'stroke="#1d2330" stroke-width="2"/>') if mine else ""
+        weight = ' font-weight="700"' if mine else ""
+        faded = "" if mine else ' opacity="0.6"'
+        name = "this run" if mine else str(b["run_id"])[-10:]
+        parts.append(
+            f'<g class="bar" data-run="{_e(b["run_id"])}" data-this="{str(mine).lower()}" '
+            f'data-gpu-hours="{float(b["gpu_hours"]):g}" data-cost="{_e(label)}"'
+            f'{faded}>'
+            f'<title>{_e(b["run_id"])} ({_e(b.get("outcome"))}): {_num(float(b["gpu_hours"]))} '
+            f'GPU-h, {_e(label)}; wasted {_num(float(b.get("wasted_gpu_hours_total") or 0))} '
+            f'GPU-h</title>{"".join(segs)}{outline}'
+            f'<text class="cost-label" x="{cx:.1f}" y="{top_y - 6:.1f}" font-size="10" '
+            f'fill="#1d2330"{weight} transform="rotate(-90 {cx:.1f} {top_y - 6:.1f})">'
+            f'{_e(label)}</text>'
+            f'<text x="{cx:.1f}" y="{bottom + 13}" font-size="9" text-anchor="middle" '
+            f'fill="#5b6576"{weight}>{_e(name)}</text></g>')
+    median = (cost.get("peers") or {}).get("median_gpu_hours")
+    if median is not None and run is not None:
+        ym = y(float(median))
+        parts.append(f'<line class="median" x1="{PAD_L}" x2="{PAD_L + iw}" y1="{ym:.1f}" '
+                     f'y2="{ym:.1f}" stroke="#1d2330" stroke-dasharray="5 4" stroke-width="1">'
+                     f'<title>family median {_num(float(median))} GPU-h</title></line>')
+    if run is not None:
+        tail = ("" if median is None else
+                f"; dashed: the family's median, {_num(float(median))} GPU-h")
+        parts.append(f'<text x="{PAD_L}" y="{COST_H - 10}" font-size="11" fill="#1d2330">'
+                     f'this run: {_num(float(run["gpu_hours"]))} GPU-h, '
+                     f'{_e(money(run.get("cost"), cur, run.get("unpriced_reason")))}, wasted '
+                     f'{_num(float(run.get("wasted_gpu_hours_total") or 0))} GPU-h{_e(tail)}'
+                     '</text>')
+    empty = run is None
+    return (f'<svg class="costplot" data-plot="cost" data-empty="{str(empty).lower()}" '
+            f'xmlns="http://www.w3.org/2000/svg" width="{W}" height="{COST_H}" '
+            f'viewBox="0 0 {W} {COST_H}" role="img" aria-label="{_e(title)}">'
+            f'{"".join(parts)}</svg>')
+
+
 def checkpoint_share(checkpoints: Sequence[Mapping[str, Any]], span: tuple[int, int],
                      buckets: int = 60) -> list[tuple[int, float]]:
     """Return the share of wall time spent writing checkpoints, per time bucket.
@@ -171,6 +298,41 @@ def _flag(ok: bool | None, yes: str = "yes", no: str = "no") -> str:
     if ok is None:
         return '<span class="note">unknown</span>'
     return f'<span class="good">{yes}</span>' if ok else f'<span class="bad">{no}</span>'
+
+
+def _cost_section(cost: Mapping[str, Any] | None) -> str:
+    if not cost:
+        return ""
+    out = ["<h2>Cost</h2>"]
+    run, peers, cur = cost.get("run"), cost.get("peers") or {}, cost.get("currency")
+    if run is not None:
+        waste = ", ".join(f"{k.replace('_', ' ')} {_num(float(v))}"
+                          for k, v in (run.get("wasted_gpu_hours") or {}).items() if v)
+        price = (f" ({_e(run.get('gpu_model'))} at {_num(float(run['per_gpu_hour']))} "
+                 f"{_e(cur)} per GPU-hour)" if run.get("priced") else "")
+        out.append(f"<p><b>{_num(float(run['gpu_hours']))}</b> GPU-hours, "
+                   f"<b>{_e(money(run.get('cost'), cur, run.get('unpriced_reason')))}</b>"
+                   f"{price}; wasted {_num(float(run.get('wasted_gpu_hours_total') or 0))} "
+                   f"GPU-hours{f' ({_e(waste)})' if waste else ''}.</p>")
+        if peers.get("runs"):
+            ranks = f"ranks {peers['gpu_hours_rank']} of {peers['ranked_of']} by GPU-hours"
+            if peers.get("cost_rank") is not None:
+                ranks += f", {peers['cost_rank']} of {peers['priced_of']} by cost"
+            out.append(f"<p>Against the {len(peers['runs'])} earlier run(s) of family "
+                       f"<code>{_e(peers.get('family'))}</code>: median "
+                       f"{_num(float(peers['median_gpu_hours']))} GPU-hours, "
+                       f"{_e(money(peers.get('median_cost'), cur, 'no priced peer'))}; "
+                       f"this run {_e(ranks)} (1 = the most).</p>")
+        lost = cost.get("resume_lost")
+        if lost:
+            out.append(f"<p>Resuming from step {_e(lost.get('step'))} loses "
+                       f"{_num(float(lost['gpu_hours']))} GPU-hours = "
+                       f"<b>{_e(money(lost.get('cost'), cur, lost.get('unpriced_reason')))}</b>"
+                       ".</p>")
+    if cost.get("note"):
+        out.append(f'<p class="note">{_e(cost["note"])}</p>')
+    out.append(f'<div class="plots">{cost_svg(cost)}</div>')
+    return "".join(out)
 
 
 def render(result: Mapping[str, Any], series: Mapping[str, Sequence[tuple[int, float]]]) -> str:
@@ -285,6 +447,7 @@ def render(result: Mapping[str, Any], series: Mapping[str, Sequence[tuple[int, f
                    f"({_e(res.get('gpu_count'))} GPUs).</p>")
     else:
         out.append(f'<p class="bad">{_e(res.get("reason"))}</p>')
+    out.append(_cost_section(result.get("cost")))
     rel = result.get("release") or {}
     out.append("<h2>Release</h2>")
     out.append(f'<p>{_flag(not rel.get("blocked"), "not blocked", "blocked")} '
