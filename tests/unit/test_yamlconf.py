@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runwatch.core.yamlconf import Reader, compose, compose_all, parse_duration_ms
+from runwatch.core.yamlconf import Reader, compose, compose_all
 
 
 class Bad(ValueError):
@@ -150,14 +150,3 @@ def test_compose_all_reads_every_document_and_names_the_bad_line() -> None:
     assert compose("", "f.yaml", Bad) is None
     with pytest.raises(Bad, match=r"^f\.yaml:5: invalid YAML"):
         compose_all("a: 1\n---\nb: 2\nc: [\n", "f.yaml", Bad)
-
-
-@pytest.mark.parametrize(("text", "ms"), [("500ms", 500), ("15m", 900_000), ("1d", 86_400_000)])
-def test_durations(text: str, ms: int) -> None:
-    assert parse_duration_ms(text) == ms
-
-
-@pytest.mark.parametrize("text", ["", "2", "-1h", "1w", "1.5h"])
-def test_bad_durations(text: str) -> None:
-    with pytest.raises(ValueError, match="bad duration"):
-        parse_duration_ms(text)
