@@ -166,7 +166,6 @@ def cost_svg(cost: Mapping[str, Any]) -> str:
     run = cost.get("run")
     peers = (cost.get("peers") or {}).get("runs") or []
     bars = [*peers, run] if run is not None else []
-    cur = cost.get("currency")
     iw, top, bottom = W - PAD_L - PAD_R, PAD_T + 34, COST_H - 40
     ih = bottom - top
     title = "GPU-hours by waste cause: this run (outlined, last) and its family's earlier runs"
@@ -184,7 +183,11 @@ def cost_svg(cost: Mapping[str, Any]) -> str:
         parts.append(f'<text x="{PAD_L + iw / 2}" y="{top + ih / 2 + 4}" font-size="12" '
                      f'text-anchor="middle" fill="#8a5a00">{_e(cost.get("note") or "no cost")}'
                      '</text>')
-    hi = max([float(b["gpu_hours"]) for b in bars] + [0.0]) * 1.3 or 1.0
+    cur = cost.get("currency")
+    labels = [money(b.get("cost"), cur, b.get("unpriced_reason")) for b in bars]
+    # the scale leaves room over each bar for its cost, written upwards (about 6 px a letter)
+    hi = max([float(b["gpu_hours"]) * ih / max(ih - 6.0 * len(t) - 10, ih / 4)
+              for b, t in zip(bars, labels, strict=True)] + [0.0]) or 1.0
     slot = iw / max(len(bars), 1)
     bw = min(slot * 0.62, 60.0)
 
@@ -199,6 +202,15 @@ def cost_svg(cost: Mapping[str, Any]) -> str:
     parts.append(f'<text x="12" y="{top + ih / 2:.1f}" font-size="10" fill="#5b6576" '
                  f'transform="rotate(-90 12 {top + ih / 2:.1f})" text-anchor="middle">'
                  'GPU-hours</text>')
+    if len(bars) > 1 and slot < 72:  # too narrow to name each run: their titles do
+        parts.append(f'<text x="{PAD_L}" y="{bottom + 13}" font-size="9" fill="#5b6576">'
+                     "earlier runs of the family, oldest first →</text>")
+    median = (cost.get("peers") or {}).get("median_gpu_hours")
+    if median is not None and run is not None:
+        ym = y(float(median))
+        parts.append(f'<line class="median" x1="{PAD_L}" x2="{PAD_L + iw}" y1="{ym:.1f}" '
+                     f'y2="{ym:.1f}" stroke="#1d2330" stroke-dasharray="5 4" stroke-width="1">'
+                     f'<title>family median {_num(float(median))} GPU-h</title></line>')
     for i, b in enumerate(bars):
         mine = b is run
         cx = PAD_L + slot * (i + 0.5)
@@ -207,7 +219,7 @@ def cost_svg(cost: Mapping[str, Any]) -> str:
         parts_h = {"useful": float(b.get("useful_gpu_hours") or 0.0),
                    "unobserved": float(b.get("unobserved_gpu_hours") or 0.0),
                    **{k: float(v or 0.0) for k, v in wasted.items()}}
-        label = money(b.get("cost"), cur, b.get("unpriced_reason"))
+        label = labels[i]
         segs = []
         base = 0.0
         for key, colour, name in COST_COLOURS:
@@ -227,7 +239,7 @@ def cost_svg(cost: Mapping[str, Any]) -> str:
                    'stroke="#1d2330" stroke-width="2"/>') if mine else ""
         weight = ' font-weight="700"' if mine else ""
         faded = "" if mine else ' opacity="0.6"'
-        name = "this run" if mine else str(b["run_id"])[-10:]
+        name = "this run" if mine else (str(b["run_id"])[-12:] if slot >= 72 else "")
         parts.append(
             f'<g class="bar" data-run="{_e(b["run_id"])}" data-this="{str(mine).lower()}" '
             f'data-gpu-hours="{float(b["gpu_hours"]):g}" data-cost="{_e(label)}"'
@@ -240,12 +252,6 @@ def cost_svg(cost: Mapping[str, Any]) -> str:
             f'{_e(label)}</text>'
             f'<text x="{cx:.1f}" y="{bottom + 13}" font-size="9" text-anchor="middle" '
             f'fill="#5b6576"{weight}>{_e(name)}</text></g>')
-    median = (cost.get("peers") or {}).get("median_gpu_hours")
-    if median is not None and run is not None:
-        ym = y(float(median))
-        parts.append(f'<line class="median" x1="{PAD_L}" x2="{PAD_L + iw}" y1="{ym:.1f}" '
-                     f'y2="{ym:.1f}" stroke="#1d2330" stroke-dasharray="5 4" stroke-width="1">'
-                     f'<title>family median {_num(float(median))} GPU-h</title></line>')
     if run is not None:
         tail = ("" if median is None else
                 f"; dashed: the family's median, {_num(float(median))} GPU-h")
