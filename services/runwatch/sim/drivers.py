@@ -327,8 +327,15 @@ class RunDriver:
 
     def _rejoin(self, a: Action) -> None:
         if self.run is not None:
-            self.run.job_state("running", reason="worker restarted",
+            self.run.job_state("running", reason=a.args.get("reason", "worker restarted"),
                                attempt=self.model.restarts + 1, now_ms=a.at_ms)
+
+    def _register(self, a: Action) -> None:
+        """Push the run's model to the registry (``registered``), as a release script does."""
+        if self.run is not None:
+            self.run.artifact(f"s3://models/{self.plan.run_id}/release", "model",
+                              sha256=hashlib.sha256(self.plan.run_id.encode()).hexdigest(),
+                              registry_status="registered", now_ms=a.at_ms)
 
     def _gate(self, a: Action) -> None:
         if self.run is not None:

@@ -21,7 +21,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from runwatch.sim.scenarios import ALLOWED_IMAGE_PREFIX, PLAIN, Scenario, Workload
+from runwatch.sim.scenarios import (
+    ALLOWED_IMAGE_PREFIX,
+    DATA_STALL_S,
+    PLAIN,
+    RESUME_S,
+    Scenario,
+    Workload,
+)
 
 FAMILIES: tuple[tuple[str, str], ...] = (
     ("llm-pretrain", "foundation"), ("vision-cls", "perception"), ("speech-asr", "audio"),
@@ -63,7 +70,8 @@ class Action:
         at_ms: Virtual time it is due.
         kind: ``job`` (scheduler hook), ``start``, ``step``, ``validation``,
             ``checkpoint``, ``data`` (a pipeline's report), ``rejoin``,
-            ``gate``, ``fault`` (the injection marker) or ``finish``.
+            ``gate``, ``register`` (a registry push), ``fault`` (the injection
+            marker) or ``finish``.
         args: Keyword arguments for the driver.
 
     """
@@ -157,6 +165,8 @@ def plan_cluster(seed: int, nodes: int, runs: int, faults: list[Scenario],
     shared: dict[str, tuple[str, ...]] = {}
     for i, (fault, member) in enumerate(kinds):
         family, team = FAMILIES[rng.randrange(len(FAMILIES))]
+        if fault is not None and fault.workload.family is not None:  # an SLO scenario's own
+            family, team = fault.workload.family
         tag = fault.name if fault else ("control" if i == 0 else "healthy")
         if fault is not None and fault.workload.runs > 1:
             tag = f"{tag}{member + 1}"
@@ -249,6 +259,17 @@ class RunModel:
             if self.effect == "restarts":
                 for k in range(3):
                     self._push(Action(self.fault_ms + k * 60_000, "restart", {}))
+        self.paused_until = 0
+        wl = self.wl
+        if wl.train_s is not None:
+            self._push(Action(self.train_ms + int(wl.train_s * 1000), "end", {"early": True}))
+        if wl.register_s is not None:
+            at_reg = self.train_ms + int(wl.register_s * 1000)
+            if self.effect != "ungated_push":
+                self._push(Action(at_reg - 1000, "gate", self._gate(True)))
+            self._push(Action(at_reg, "register"))
+        if wl.preempt_s is not None:
+            self._push(Action(self.train_ms + int(wl.preempt_s * 1000), "preempt"))
         for d, uri in enumerate(plan.pipelines):
             self._push(Action(start_ms + 2 + 7_000 * d, "data_tick", {"dataset": uri}))
         self._push(Action(self.t_ms, "step_tick"))
@@ -298,14 +319,24 @@ class RunModel:
         while self._heap and self._heap[0][0] <= until_ms and not self.finished:
             _, _, a = heapq.heappop(self._heap)
             if a.kind == "end" or (a.at_ms >= self.end_ms and not a.args.get("final")):
-                self._finish_at(max(a.at_ms, self.end_ms))
+                early = a.args.get("early") and a.at_ms < self.end_ms
+                self._finish_at(a.at_ms if early else max(a.at_ms, self.end_ms))
                 continue
-            if a.kind == "step_tick":
+            if a.kind == "step_tick" and a.at_ms < self.paused_until:  # preempted: resumes
+                self._push(Action(self.paused_until, "step_tick"))
+            elif a.kind == "step_tick":
                 out.extend(self._step(a.at_ms))
             elif a.kind == "data_tick":
                 uri = a.args["dataset"]
-                out.append(Action(a.at_ms, "data", self._batch(uri, a.at_ms)))
+                if self._reports(a.at_ms):
+                    out.append(Action(a.at_ms, "data", self._batch(uri, a.at_ms)))
                 self._push(Action(a.at_ms + DATA_EVERY_MS, "data_tick", {"dataset": uri}))
+            elif a.kind == "preempt":
+                self.paused_until = a.at_ms + int(RESUME_S * 1000)
+                out.append(Action(a.at_ms, "job", {"state": "preempted",
+                                                   "reason": "preempted by the scheduler"}))
+                self._push(Action(self.paused_until, "rejoin",
+                                  {"reason": "resumed after preemption"}))
             elif a.kind == "restart":
                 out.extend(self._restart(a.at_ms))
             elif a.kind == "finish":
@@ -314,6 +345,13 @@ class RunModel:
             else:
                 out.append(a)
         return out
+
+    def _reports(self, at_ms: int) -> bool:
+        """Whether a pipeline reports at ``at_ms`` (``data_late`` stalls, ``data_missing`` ends)."""
+        if self.faulted(at_ms, "data_missing"):
+            return False
+        return not (self.faulted(at_ms, "data_late")
+                    and at_ms < (self.fault_ms or 0) + int(DATA_STALL_S * 1000))
 
     def _finish_at(self, at_ms: int) -> None:
         self._heap.clear()
@@ -375,7 +413,7 @@ class RunModel:
         if i % VAL_EVERY == VAL_EVERY - 1:
             out.append(Action(at_ms + 1, "validation", {"step": i, "metrics":
                                                         self._validate(at_ms)}))
-        if i % CKPT_EVERY == CKPT_EVERY - 1:
+        if i % CKPT_EVERY == CKPT_EVERY - 1 and self.effect != "preemption_far":
             if self.fault_ms is not None and at_ms >= self.fault_ms:
                 self.ckpts_since_fault += 1
             dur = self._ckpt_ms(at_ms)

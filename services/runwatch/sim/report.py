@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from runwatch.sim.runner import Progress, SimConfig, SimResult, run_simulation
 from runwatch.sim.scenarios import Scenario
@@ -41,17 +42,22 @@ def simulate_offline(cfg: SimConfig) -> SimResult:
 def run_and_score(*, nodes: int, runs: int, seed: int, speed: float, duration_s: float,
                   scenarios: tuple[Scenario, ...], report: bool, offline: bool,
                   topic_prefix: str = "", grace_s: float = 30.0, collect_s: float = 0.0,
-                  progress: Callable[[Progress], None] | None = None) -> int:
+                  progress: Callable[[Progress], None] | None = None,
+                  slo_file: Path | None = None) -> int:
     """Run a simulation and print its summary (and the scoreboard with ``report``).
 
     Returns:
         0 (the scoreboard is information, not a verdict); 1 when producing failed.
 
+    Raises:
+        SloUnavailable: SLO scenarios offline, or without a store holding the SLO tables.
+        SloConfigError: The SLO scenarios' objectives file is invalid.
+
     """
     cfg = SimConfig(nodes=nodes, runs=runs, seed=seed, speed=speed, duration_s=duration_s,
                     scenarios=scenarios, topic_prefix=topic_prefix, grace_s=grace_s,
                     collect_s=collect_s if report or offline else 0.0,
-                    collect_alerts=report and not offline)
+                    collect_alerts=report and not offline, slo_file=slo_file)
     if offline:
         res = simulate_offline(dataclasses.replace(cfg, collect_alerts=False))
     else:

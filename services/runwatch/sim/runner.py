@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runwatch.adapters.publisher import default_topics
-from runwatch.adapters.settings import KafkaSettings
+from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
 from runwatch.sim.clock import VirtualClock
 from runwatch.sim.drivers import (
     Producers,
@@ -26,6 +26,7 @@ from runwatch.sim.drivers import (
 from runwatch.sim.model import RunModel, plan_cluster
 from runwatch.sim.scenarios import Scenario
 from runwatch.sim.scoreboard import AlertSeen, Board, Injection, score
+from runwatch.sim.slodrive import SESSION_LABEL, SloDriver, SloUnavailable, make_driver
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,11 @@ class SimConfig:
         collect_alerts: Read rw.alerts back while running.
         gpm: Whether the simulated GPUs report SM occupancy (NVML GPM); without
             it the processor's occupancy indicator falls back to utilization.
+        slo_file: The objectives of the SLO scenarios (default
+            ``infra/slo/sim-slos.yaml``).
+        slo_interval_s: Virtual seconds between SLO evaluation instants.
+        slo_settle_s: Wall seconds an SLO evaluation instant waits for the sink
+            to store the rows timed up to it (see :mod:`runwatch.sim.slodrive`).
 
     """
 
@@ -72,6 +78,9 @@ class SimConfig:
     collect_s: float = 0.0
     collect_alerts: bool = True
     gpm: bool = True
+    slo_file: Path | None = None
+    slo_interval_s: float = 30.0
+    slo_settle_s: float = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +112,12 @@ class SimResult:
     run_ids: list[str] = field(default_factory=list)
     control_names: dict[str, str] = field(default_factory=dict)
     ended_wall_ms: int | None = None
+    control_slos: dict[str, str] = field(default_factory=dict)
 
     def board(self) -> Board:
         """Score the alerts against the injections."""
-        return score(self.injections, self.alerts, self.control_runs, self.control_names)
+        return score(self.injections, self.alerts, self.control_runs, self.control_names,
+                     self.control_slos)
 
 
 class AlertCollector:
@@ -141,7 +152,8 @@ class AlertCollector:
                 except Exception as exc:
                     logger.warning("undecodable alert: %s", exc)
                     continue
-                if (getattr(rec, "run_id", None) or "").startswith(self.prefix + "-"):
+                ours = (getattr(rec, "run_id", None) or "").startswith(self.prefix + "-")
+                if ours or (getattr(rec, "labels", None) or {}).get(SESSION_LABEL) == self.prefix:
                     self.alerts.append(AlertSeen.from_alert(rec, now))
 
     def close(self) -> None:
@@ -153,7 +165,8 @@ class AlertCollector:
 
 def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
                    transport: Any = None, progress: Callable[[Progress], None] | None = None,
-                   workdir: Path | None = None) -> SimResult:
+                   workdir: Path | None = None,
+                   clickhouse: ClickHouseSettings | None = None) -> SimResult:
     """Simulate the cluster until every run has finished, then wait for alerts.
 
     Args:
@@ -162,15 +175,25 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
         transport: A ready transport (tests); a KafkaTransport otherwise.
         progress: Called about once per wall second with a snapshot.
         workdir: Where checkpoint files are written (a temporary directory by default).
+        clickhouse: The store the sink writes to, read by the SLO scenarios'
+            evaluator (env ``CLICKHOUSE_*`` by default).
 
     Returns:
         The result, with the alerts read back.
+
+    Raises:
+        SloUnavailable: SLO scenarios were asked for without Kafka and a store
+            with the SLO tables (or their objectives are missing).
 
     """
     kafka = kafka or KafkaSettings()
     prefix = cfg.prefix or f"sim{cfg.seed}-{uuid.uuid4().hex[:6]}"
     topics = {name: cfg.topic_prefix + name for name in set(default_topics().values())}
     own = transport is None
+    if transport is not None and any(s.slo for s in cfg.scenarios):
+        msg = ("SLO scenarios are evaluated from what the sink stored: they need Kafka, the "
+               "sink and the store (not offline)")
+        raise SloUnavailable(msg)
     if transport is None:
         from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 
@@ -180,6 +203,19 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
                  if cfg.collect_alerts else None)
     clock = VirtualClock(cfg.speed)
     start = clock.now_ms()
+    slo = None
+    if any(s.slo for s in cfg.scenarios):
+        try:
+            slo = make_driver(cfg.scenarios, prefix=prefix, clock=clock, start_ms=start,
+                              transport=transport, alerts_topic=cfg.topic_prefix + "rw.alerts",
+                              clickhouse=clickhouse, slo_file=cfg.slo_file,
+                              interval_s=cfg.slo_interval_s, settle_s=cfg.slo_settle_s)
+        except BaseException:
+            if collector is not None:
+                collector.close()
+            if own:
+                transport.close(5.0)
+            raise
     duration_ms = int(cfg.duration_s * 1000)
     plans = plan_cluster(cfg.seed, cfg.nodes, cfg.runs, list(cfg.scenarios), prefix)
     hook_pub = sim_publisher(shared, clock, kind="hook", topics=topics)
@@ -200,6 +236,8 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     ticker = _NodeTicker(nodes, drivers, start, int(cfg.node_interval_s * 1000))
     next_progress = 0.0
     ended_wall_ms: int | None = None
+    if slo is not None:
+        slo.start()
     try:
         while not all(d.done for d in drivers):
             ticker.run_until(clock.now_ms())
@@ -209,8 +247,10 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
             time.sleep(cfg.tick_s)
         ended_wall_ms = int(time.time() * 1000)
         shared.flush(30.0)
+        if slo is not None:
+            slo.end_at(max((d.ended_ms or start) for d in drivers))
         if collector is not None:
-            _await_alerts(collector, drivers, cfg, clock, start, shared, progress, ticker)
+            _await_alerts(collector, drivers, cfg, clock, start, shared, progress, ticker, slo)
         elif cfg.collect_s > 0:  # offline: the window's agent samples, without waiting for it
             last = max((d.ended_ms or start) for d in drivers)
             stop = last + int(cfg.collect_s * cfg.speed * 1000)
@@ -218,6 +258,8 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
                 ticker.tick(ticker.next_ms)
         shared.flush(30.0)
     finally:
+        if slo is not None:
+            slo.stop()
         if collector is not None:
             collector.close()
         if own:
@@ -229,11 +271,13 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     controls = [d.plan.run_id for d in drivers if d.plan.control]
     names = {d.plan.run_id: d.plan.fault.name for d in drivers
              if d.plan.fault is not None and d.plan.control}
+    slos = {d.plan.run_id: d.plan.fault.slo for d in drivers
+            if d.plan.fault is not None and d.plan.control and d.plan.fault.slo}
     return SimResult(prefix=prefix, start_ms=start, clock=clock, injections=injections,
                      control_runs=controls, alerts=list(collector.alerts) if collector else [],
                      records=shared.produced, errors=sum(d.errors for d in drivers),
                      wall_s=time.monotonic() - t0, run_ids=[d.plan.run_id for d in drivers],
-                     control_names=names, ended_wall_ms=ended_wall_ms)
+                     control_names=names, ended_wall_ms=ended_wall_ms, control_slos=slos)
 
 
 def _advance(drivers: list[RunDriver], until_ms: int) -> None:
@@ -294,12 +338,14 @@ def _snapshot(clock: VirtualClock, start: int, cfg: SimConfig, drivers: list[Run
 
 def _await_alerts(collector: AlertCollector, drivers: list[RunDriver], cfg: SimConfig,
                   clock: VirtualClock, start: int, shared: SharedTransport,
-                  progress: Callable[[Progress], None] | None, ticker: _NodeTicker) -> None:
+                  progress: Callable[[Progress], None] | None, ticker: _NodeTicker,
+                  slo: SloDriver | None = None) -> None:
     """Collect alerts after the runs ended while the node agents keep sampling.
 
     For ``collect_s`` wall seconds in full when it is set (late alerts count);
     otherwise up to ``grace_s``, stopping a few seconds after every injected
-    fault's expected alert has arrived.
+    fault's expected alert has arrived and the SLO evaluator (if any) has
+    evaluated the end of the runs.
     """
     t0 = time.monotonic()
     window = cfg.collect_s if cfg.collect_s > 0 else cfg.grace_s
@@ -310,10 +356,10 @@ def _await_alerts(collector: AlertCollector, drivers: list[RunDriver], cfg: SimC
             pending = [d for d in drivers
                        if d.plan.fault is not None and not d.plan.control
                        and d.injected_ms is not None
-                       and not any(a.run_id == d.plan.run_id
+                       and not any((a.run_id == d.plan.run_id or d.plan.fault.slo)
                                    and a.detector in d.plan.fault.detectors
                                    for a in collector.alerts)]
-            if not pending:
+            if not pending and (slo is None or slo.finished):
                 time.sleep(min(3.0, cfg.grace_s))  # a little longer, for false alerts
                 return
         if progress is not None and time.monotonic() >= next_progress:

@@ -12,6 +12,13 @@ healthy run that may look alarming and must raise no alert at all.
 
 Adding a failure mode: add a :class:`Scenario` here and its effect in
 :mod:`runwatch.sim.model` (``RunModel`` checks ``fault.name``).
+
+SLO scenarios (:data:`SLO_FAULTS`, :data:`SLO_CONTROLS`) break, or keep, one
+objective of ``infra/slo/sim-slos.yaml`` each (``slo``): a fault is detected by
+that objective's alert (detector ``slo:<objective>``, which names no run), a
+control's objective must raise nothing. They are scored only where the
+simulation drives the SLO evaluator (online: the store holds what the sink
+wrote; see ``docs/simulator.md``), so they are not in :data:`SCENARIOS`.
 """
 
 from __future__ import annotations
@@ -52,6 +59,14 @@ class Workload:
         eval_s: Length of an evaluation phase.
         report_run_id: The pipeline passes ``run_id=`` (of the first run) to
             ``data.report``; by default it knows no run, as the SDK's default.
+        family: ``(experiment family, team)`` of the runs (default: drawn from
+            the simulator's families); an SLO scenario's objective watches its own.
+        train_s: The run finishes this long after training starts (default:
+            at the end of the simulation).
+        register_s: The run pushes its model to the registry (``registered``)
+            this long into training, a passing gate decision a second before.
+        preempt_s: The scheduler preempts the run this long into training; it
+            resumes :data:`RESUME_S` later.
 
     """
 
@@ -67,6 +82,10 @@ class Workload:
     report_run_id: bool = False
     eval_every_s: float | None = None
     eval_s: float = 45.0
+    family: tuple[str, str] | None = None
+    train_s: float | None = None
+    register_s: float | None = None
+    preempt_s: float | None = None
 
 
 PLAIN = Workload()
@@ -93,6 +112,8 @@ class Scenario:
             mode under another workload share it.
         persistent: The fault lasts (and worsens) until the run ends, so its
             alert must not resolve while the run goes on.
+        slo: The objective (``infra/slo/sim-slos.yaml``) an SLO scenario breaks
+            (a fault) or must keep (a control); "" for the processor's scenarios.
 
     """
 
@@ -108,6 +129,7 @@ class Scenario:
     forbidden: tuple[str, ...] = ()
     effect: str = field(default="")
     persistent: bool = False
+    slo: str = ""
 
     @property
     def control(self) -> bool:
@@ -195,8 +217,61 @@ CONTROLS: tuple[Scenario, ...] = (
              Workload(snapshot_lag_s=4 * 86_400.0)),
 )
 
-#: Every scenario by name: the faults, then the controls.
+#: Every scenario of the processor's detectors by name: the faults, then the controls.
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (*FAULTS, *CONTROLS)}
+
+#: Virtual seconds a preempted run waits before it resumes (``Workload.preempt_s``).
+RESUME_S = 30.0
+#: Virtual seconds a ``data_late`` pipeline stalls: longer than two of its objective's
+#: 2-minute cutoff intervals, so one interval passes without a report.
+DATA_STALL_S = 300.0
+_DATA = Workload(report_run_id=True)  # its reports name its run: the session's own
+
+
+def _slo(name: str, title: str, at_s: float, budget_s: float, cause: str, objective: str,
+         workload: Workload, effect: str = "") -> Scenario:
+    return Scenario(name, title, at_s, 1.0, budget_s, (f"slo:{objective}",), cause,
+                    workload=workload, effect=effect, slo=objective)
+
+
+def _slo_control(name: str, title: str, objective: str, workload: Workload) -> Scenario:
+    return Scenario(name, title, 0, 1.0, 0, (), "", workload=workload, slo=objective)
+
+
+#: Scenarios that break an objective of ``infra/slo/sim-slos.yaml``, one kind each.
+SLO_FAULTS: tuple[Scenario, ...] = (
+    _slo("data_late", "a dataset's passing data-quality report arrives after its cutoff "
+         "(the pipeline stalls 5 min)", 60, 360, "data", "sim-data-late", _DATA),
+    _slo("data_missing", "a dataset's data-quality report never arrives (the pipeline stops)",
+         60, 360, "data", "sim-data-missing", _DATA),
+    _slo("window_overrun", "a forecast-nightly run overruns its 5-minute training window",
+         300 - LOADING_S, 120, "execution", "sim-forecast-nightly-window",
+         Workload(family=("forecast-nightly", "forecasting"))),
+    _slo("ungated_push", "a model reaches the registry without any gate decision", 120, 120,
+         "artifact", "sim-ranker-release-registry",
+         Workload(family=("ranker-release", "ads"), register_s=120.0)),
+    _slo("preemption_far", "a run that never checkpoints is preempted 5.5 min into its work "
+         "(at most 3 min may be lost)", 240, 120, "execution", "sim-asr-finetune-resumability",
+         Workload(family=("asr-finetune", "audio"), preempt_s=240.0)),
+)
+
+#: Healthy runs for each SLO kind: their objective must raise no alert.
+SLO_CONTROLS: tuple[Scenario, ...] = (
+    _slo_control("data_on_time", "a pipeline whose passing reports come every minute, "
+                 "before each 2-minute cutoff", "sim-data-on-time", _DATA),
+    _slo_control("window_on_time", "a forecast-hourly run that finishes after 4.5 of its 5 "
+                 "minutes", "sim-forecast-hourly-window",
+                 Workload(family=("forecast-hourly", "forecasting"), train_s=180.0)),
+    _slo_control("gated_push", "a model registered a second after its passing gate",
+                 "sim-ranker-canary-registry",
+                 Workload(family=("ranker-canary", "ads"), register_s=120.0)),
+    _slo_control("preemption_near", "a run checkpointing every minute is preempted 5.5 min "
+                 "into its work", "sim-asr-distill-resumability",
+                 Workload(family=("asr-distill", "audio"), preempt_s=240.0)),
+)
+
+#: Every SLO scenario by name: the faults, then the controls.
+SLO_SCENARIOS: dict[str, Scenario] = {s.name: s for s in (*SLO_FAULTS, *SLO_CONTROLS)}
 
 #: A handful shown by ``runwatch demo``.
 DEMO_SCENARIOS: tuple[str, ...] = (
@@ -216,7 +291,8 @@ def get(name: str) -> Scenario:
 
     """
     try:
-        return SCENARIOS[name]
+        return SCENARIOS.get(name) or SLO_SCENARIOS[name]
     except KeyError:
-        msg = f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}"
+        msg = (f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}, or the SLO "
+               f"scenarios {', '.join(SLO_SCENARIOS)}")
         raise ValueError(msg) from None

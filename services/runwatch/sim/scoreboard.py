@@ -109,7 +109,8 @@ class Board:
 
 
 def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
-          control_runs: Sequence[str], control_names: Mapping[str, str] | None = None) -> Board:
+          control_runs: Sequence[str], control_names: Mapping[str, str] | None = None,
+          control_slos: Mapping[str, str] | None = None) -> Board:
     """Score every injection against the firing alerts of its run.
 
     A scenario is detected by the earliest firing alert on its run whose
@@ -117,12 +118,16 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
     than the injection (less :data:`SKEW_MS`). Time to detect is that alert's
     ``first_seen_ms`` (virtual event time) minus the injection time. Every
     firing alert on a healthy control run is a false alert, whenever it came.
+    An SLO scenario's alert names no run: it is its objective's
+    (``slo:<objective>``, one objective per SLO scenario), and every firing
+    alert of a control's objective is a false alert too.
 
     Args:
         injections: What was injected where.
         alerts: Alerts read back from rw.alerts.
         control_runs: Run ids of the healthy runs (plain ones and control scenarios).
         control_names: Control scenario name per run id (plain healthy runs: absent).
+        control_slos: The objective of an SLO control, per run id.
 
     Returns:
         The board.
@@ -136,12 +141,14 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
         sc = inj.scenario
         hit = None
         if inj.injected_ms is not None:
-            hit = next((a for a in firing if a.run_id == inj.run_id and a.detector in sc.detectors
+            hit = next((a for a in firing if (a.run_id == inj.run_id or sc.slo)
+                        and a.detector in sc.detectors
                         and a.first_seen_ms >= inj.injected_ms - SKEW_MS), None)
         ttd = None
         if hit is not None and inj.injected_ms is not None:
             ttd = max(hit.first_seen_ms - inj.injected_ms, 0) / 1000.0
-        on_run = sorted({a.detector for a in firing if a.run_id == inj.run_id})
+        on_run = sorted({a.detector for a in firing if a.run_id == inj.run_id
+                         or (sc.slo and a.detector == f"slo:{sc.slo}")})
         flaps = 0
         if sc.persistent and inj.ended_wall_ms is not None:
             flaps = sum(1 for a in resolved if a.run_id == inj.run_id
@@ -158,8 +165,10 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
             flaps=flaps,
         ))
     names = dict(control_names or {})
+    slos = dict(control_slos or {})
     controls = tuple(ControlRow(names.get(r, "healthy"), r,
-                                tuple(a for a in firing if a.run_id == r))
+                                tuple(a for a in firing if a.run_id == r
+                                      or (r in slos and a.detector == f"slo:{slos[r]}")))
                      for r in control_runs)
     false = tuple(a for c in controls for a in c.alerts)
     return Board(tuple(rows), tuple(control_runs), false, controls)

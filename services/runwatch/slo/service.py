@@ -138,7 +138,8 @@ class Evaluator:
 
     def __init__(self, objectives: Sequence[Objective], store: Store, db: str, *,
                  source: Source, publish: Callable[[list[Alert]], None] | None = None,
-                 raw_ttl_ms: int | None = None, ownership: Ownership | None = None) -> None:
+                 raw_ttl_ms: int | None = None, ownership: Ownership | None = None,
+                 run_prefix: str = "") -> None:
         """Create an evaluator.
 
         Args:
@@ -150,9 +151,12 @@ class Evaluator:
             raw_ttl_ms: How long the store keeps raw rows of routine runs
                 (``raw.ttl`` of the retention rules; None: as long as the window).
             ownership: The ownership file (``Alert.owner`` of objectives without ``owner``).
+            run_prefix: Count only the facts of runs whose id starts with it (a
+                simulation's session, ``runwatch simulate``); "" counts every run.
 
         """
         self.raw_ttl_ms = raw_ttl_ms
+        self.run_prefix = run_prefix
         self.ownership = ownership
         self.objectives = list(objectives)
         self.store = store
@@ -186,8 +190,10 @@ class Evaluator:
         out = []
         for obj in self.objectives:
             _row_type, compute = COMPUTE[obj.kind]
-            events = compute(obj.params, mine(obj, rows[batch_key(obj)]), starts[obj.name],
-                             now_ms)
+            facts = mine(obj, rows[batch_key(obj)])
+            if self.run_prefix:
+                facts = [r for r in facts if r.run_id.startswith(self.run_prefix)]
+            events = compute(obj.params, facts, starts[obj.name], now_ms)
             out.append(status(obj, events, now_ms, starts[obj.name]))
         return out
 

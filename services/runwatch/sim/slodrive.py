@@ -1,0 +1,211 @@
+"""The SLO evaluator on the simulation's virtual clock (SLO scenarios, online only).
+
+SLO indicators are computed from the store, so they see what the sink has
+stored, and the simulation's events carry virtual times running ``speed``
+times faster than the wall clock. A :class:`SloDriver` therefore calls the
+evaluator's one-shot round (:meth:`runwatch.slo.service.Evaluator.evaluate`,
+the code ``runwatch slo serve`` runs on its schedule and ``runwatch slo
+evaluate --at`` runs once) with an explicit evaluation instant in virtual
+time: every ``interval`` virtual seconds from the simulation's start, each
+instant evaluated once the virtual clock is ``settle`` past it (a few wall
+seconds, so the sink has stored the rows timed up to it). An instant missed
+while a round took long is skipped, as a ``slo serve`` round would be; once
+every run has ended, the last instant is the end of the last run (later
+cutoffs would find pipelines that stopped with the simulation).
+
+The evaluator counts only this session's runs (``run_prefix``) and starts
+from fresh alert books (earlier sessions' books in ``slo_state`` do not carry
+over); its alerts carry the label ``sim_session`` (the session's run-id
+prefix), by which the simulation reads its own SLO alerts back from
+``rw.alerts`` (they name no run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runwatch.adapters import clickhouse as ch
+from runwatch.adapters.publisher import Publisher
+from runwatch.adapters.settings import ClickHouseSettings
+from runwatch.core.records import Alert
+from runwatch.core.slo.spec import Objective
+from runwatch.resources import resource
+from runwatch.sim.clock import VirtualClock
+from runwatch.sim.scenarios import Scenario
+from runwatch.slo.service import ClickHouseStore, Evaluator, Round, load_objectives
+
+logger = logging.getLogger(__name__)
+
+#: The label naming the simulation session (run-id prefix) on its SLO alerts.
+SESSION_LABEL = "sim_session"
+
+
+class SloUnavailable(RuntimeError):
+    """SLO scenarios cannot be evaluated here (no store, no such objective...)."""
+
+
+def sim_slo_file() -> Path:
+    """Return the simulator's objectives (``infra/slo/sim-slos.yaml``, packaged)."""
+    return resource("infra", "slo", "sim-slos.yaml")
+
+
+def due_instant(last_ms: int, start_ms: int, interval_ms: int, horizon_ms: int,
+                end_ms: int | None = None) -> int | None:
+    """Return the virtual instant to evaluate now, or None.
+
+    Args:
+        last_ms: The last instant evaluated.
+        start_ms: The schedule's origin (instants are ``start + k * interval``).
+        interval_ms: Virtual time between instants.
+        horizon_ms: The latest instant whose rows are stored (virtual now less the settle).
+        end_ms: The end of the last run, once every run has ended.
+
+    Returns:
+        The latest scheduled instant reached (missed ones are skipped); once
+        the runs ended and the horizon passed their end, that end, once.
+
+    """
+    if end_ms is not None and horizon_ms >= end_ms:
+        at = end_ms
+    else:
+        at = start_ms + max(horizon_ms - start_ms, 0) // interval_ms * interval_ms
+    return at if at > last_ms else None
+
+
+def objectives_for(scenarios: Sequence[Scenario], objectives: Sequence[Objective],
+                   source: str) -> list[Objective]:
+    """Return the objectives the SLO scenarios name, in the file's order.
+
+    Raises:
+        SloUnavailable: A scenario's objective is not in the file.
+
+    """
+    wanted = {s.slo for s in scenarios if s.slo}
+    have = {o.name for o in objectives}
+    missing = sorted(wanted - have)
+    if missing:
+        msg = (f"{source} has no objective {', '.join(missing)} (the SLO scenarios "
+               f"{', '.join(s.name for s in scenarios if s.slo in missing)} need it)")
+        raise SloUnavailable(msg)
+    return [o for o in objectives if o.name in wanted]
+
+
+class SloDriver:
+    """Evaluates the session's objectives at virtual instants, in a thread of its own."""
+
+    def __init__(self, evaluator: Evaluator, clock: VirtualClock, start_ms: int, *,
+                 interval_ms: int, settle_ms: int) -> None:
+        """Schedule rounds every ``interval_ms`` virtual ms from ``start_ms``."""
+        self.evaluator = evaluator
+        self.clock = clock
+        self.start_ms = start_ms
+        self.interval_ms = interval_ms
+        self.settle_ms = settle_ms
+        self.last_ms = start_ms
+        self.end_ms: int | None = None
+        self.rounds: list[Round] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sim-slo", daemon=True)
+
+    def start(self) -> None:
+        """Start evaluating."""
+        self._thread.start()
+
+    def end_at(self, end_ms: int) -> None:
+        """Every run has ended at ``end_ms`` (virtual): evaluate up to it, then stop."""
+        self.end_ms = end_ms
+
+    @property
+    def finished(self) -> bool:
+        """Whether the instant at the end of the runs has been evaluated."""
+        return self.end_ms is not None and self.last_ms >= self.end_ms
+
+    def step(self) -> Round | None:
+        """Evaluate the instant due now, if any (the thread's body; tests call it)."""
+        at = due_instant(self.last_ms, self.start_ms, self.interval_ms,
+                         self.clock.now_ms() - self.settle_ms, self.end_ms)
+        if at is None:
+            return None
+        r = self.evaluator.evaluate(at)
+        if not r.paused:  # a paused round is retried at the next instant
+            self.last_ms = at
+        self.rounds.append(r)
+        return r
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() and not self.finished:
+            try:
+                self.step()
+            except Exception:
+                logger.exception("SLO evaluation failed")
+            self._stop.wait(0.05)
+
+    def stop(self) -> None:
+        """Stop evaluating."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30.0)
+
+
+def make_driver(scenarios: Sequence[Scenario], *, prefix: str, clock: VirtualClock,
+                start_ms: int, transport: Any, alerts_topic: str,
+                clickhouse: ClickHouseSettings | None = None, slo_file: Path | None = None,
+                interval_s: float = 30.0, settle_s: float = 3.0) -> SloDriver:
+    """Build the session's SLO driver: objectives, the store, the alerts' producer.
+
+    Args:
+        scenarios: The simulation's scenarios (those with ``slo`` pick the objectives).
+        prefix: The session's run-id prefix.
+        clock: The virtual clock.
+        start_ms: The simulation's virtual start.
+        transport: The Kafka transport alerts are produced through.
+        alerts_topic: Where they go.
+        clickhouse: Where the sink stores (env ``CLICKHOUSE_*`` by default).
+        slo_file: The objectives (default :func:`sim_slo_file`).
+        interval_s: Virtual seconds between evaluation instants.
+        settle_s: Wall seconds an instant waits for the sink to store its rows.
+
+    Raises:
+        SloUnavailable: The store does not answer or lacks the SLO tables, or an
+            objective is missing.
+        SloConfigError: The objectives file is invalid (file, line, key).
+
+    """
+    from runwatch.core.storage.retention import parse_rules
+    from runwatch.resources import retention_file
+
+    path = slo_file or sim_slo_file()
+    try:
+        objectives = objectives_for(scenarios, load_objectives(path), str(path))
+    except OSError as exc:
+        msg = f"cannot read {path}: {exc}"
+        raise SloUnavailable(msg) from None
+    chs = clickhouse or ClickHouseSettings()
+    try:
+        store = ClickHouseStore(ch.make_client(chs, database=""))
+        store.query(f"SELECT count() FROM {chs.database}.slo_state", {})  # noqa: S608
+    except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+        msg = (f"SLO scenarios read what the sink stored: the store at {chs.url} (database "
+               f"{chs.database}) did not answer or lacks the SLO tables (runwatch db migrate): "
+               f"{exc}")
+        raise SloUnavailable(msg) from None
+    publisher = Publisher(transport, kind="slo")
+
+    def send(alerts: list[Alert]) -> None:
+        for alert in alerts:
+            labelled = dataclasses.replace(alert, labels={**alert.labels, SESSION_LABEL: prefix})
+            rec, value = publisher.encode_one(labelled)
+            transport.produce(alerts_topic, rec.dedup_key, value)
+
+    rules = parse_rules(retention_file().read_text(encoding="utf-8"))
+    ev = Evaluator(objectives, store, chs.database, source=publisher.source, publish=send,
+                   raw_ttl_ms=rules.raw_ttl_s * 1000, run_prefix=prefix + "-")
+    ev.books = {}  # fresh books: an earlier session's firing alert does not carry over
+    settle_ms = int(settle_s * clock.speed * 1000)
+    return SloDriver(ev, clock, start_ms, interval_ms=int(interval_s * 1000),
+                     settle_ms=settle_ms)
