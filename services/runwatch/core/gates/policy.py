@@ -7,8 +7,8 @@ A policy file holds ``policies``, a list; each policy names the runs it governs
 candidate needs. Every key is optional except ``name``, ``match`` and
 ``primary``; a check whose key is absent is not made. Unknown keys, wrong
 types and impossible values are errors that name the file, the line and the
-key (``gates.yaml:14: policies[0].slices.max_deterioration: must be a number
->= 0, got 'high'``), read through :mod:`runwatch.core.yamlconf`. The
+key (``gates.yaml:14: policies[0].slices.max_deterioration: must be a finite
+number >= 0, got 'high'``), read through :mod:`runwatch.core.yamlconf`. The
 reference is docs/gates.md.
 """
 
