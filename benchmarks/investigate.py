@@ -8,7 +8,10 @@ with ``--rows`` telemetry rows (learning steps, step timings and per-GPU
 samples in equal parts, on its 8 GPUs), checkpoints, validation results,
 data-quality reports of its dataset with a label shift, an alert, a failed
 gate; its family's reference run and 200 other runs with 1M telemetry rows of
-their own between them, so every query has to find its run's slice. Then it times,
+their own between them, so every query has to find its run's slice; the run
+summaries of the run and its reference (the cost answer's rows, priced from the
+packaged costs.yaml; written by SQL like the rest: the sink's summary statement
+over this run's 1M rows exceeds the store's 8 GiB query memory). Then it times,
 over ``--reps`` repetitions:
 
 * ``answer``: reading the evidence and answering every question (what
@@ -20,7 +23,8 @@ over ``--reps`` repetitions:
 
 The issue's target is an answer under 2 s. Checks (exit 1 when one fails):
 the run's rows are all stored, the answer finds the run, its reference, the
-label shift, the resume point and the failed gate, and every plot has data.
+label shift, the resume point, the failed gate and the run's cost beside its
+reference's, and every plot (the cost plot too) has data.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from sinkkit import Store, migrate  # noqa: E402
 from runwatch.adapters import clickhouse as ch  # noqa: E402
 from runwatch.adapters.evidence import investigate_run  # noqa: E402
 from runwatch.adapters.settings import ClickHouseSettings  # noqa: E402
+from runwatch.commands.cost import load_prices  # noqa: E402
 from runwatch.core.investigate.html import render  # noqa: E402
 from runwatch.core.paging.ownership import load_ownership  # noqa: E402
 from runwatch.core.storage.columns import COLUMNS  # noqa: E402
@@ -179,6 +184,25 @@ def fill(client, db: str, rows: int, t0: int) -> None:
       f"{TAIL} FROM numbers(1)")
 
 
+def summaries(client, db: str, rows: int, t0: int) -> None:
+    """Store the summaries of the run (failed, 8 GPUs over its span) and its reference (1 h)."""
+    span_h = rows // 3 / 3600
+    client.command(
+        f"INSERT INTO {db}.run_summaries (run_id, team, experiment_family, outcome, "  # noqa: S608
+        "started_at, ended_at, gpu_model, gpu_count, running_at, allocated_gpu_hours, "
+        "observed_gpu_hours, noproc_gpu_hours, lost_gpu_hours, busy_util_hours, "
+        "busy_util_weighted, usable_artifact, step_records, updated_at) VALUES "
+        f"('{REF}', 'ml', 'bench', 'succeeded', fromUnixTimestamp64Milli({t0 - 86_400_000}), "
+        f"fromUnixTimestamp64Milli({t0 - 82_800_000}), 'H100', 8, "
+        f"fromUnixTimestamp64Milli({t0 - 86_400_000}), 8, 8, 0, 0, map(85, 8), "
+        f"map(85, 680), 1, 3600, now64(3)), "
+        f"('{RUN}', 'ml', 'bench', 'failed', fromUnixTimestamp64Milli({t0}), "
+        f"fromUnixTimestamp64Milli({t0 + int(span_h * 3_600_000)}), 'H100', 8, "
+        f"fromUnixTimestamp64Milli({t0}), {8 * span_h}, {8 * span_h}, {0.5 * span_h}, "
+        f"{2 * span_h}, map(85, {5.5 * span_h}), map(85, {85 * 5.5 * span_h}), 1, "
+        f"{rows // 3}, now64(3))")
+
+
 def main() -> int:
     """Fill, time, print."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -195,6 +219,7 @@ def main() -> int:
             t0 = int(time.time() * 1000) - 108 * 3_600_000  # inside the raw tables' 7-day TTL
             began = time.perf_counter()
             fill(writer, db, args.rows, t0)
+            summaries(writer, db, args.rows, t0)
             print(f"filled {db} in {time.perf_counter() - began:.1f} s")
             mine = sum(int(writer.command(
                 f"SELECT count() FROM {db}.{t} WHERE run_id = '{RUN}'"))  # noqa: S608
@@ -206,9 +231,11 @@ def main() -> int:
             reader = ch.make_client(ClickHouseSettings(url=store.url), readonly=True,
                                     database="")
             own = load_ownership(ownership_file())
+            prices = load_prices(None)
 
             def answer() -> tuple[dict, dict]:
-                return investigate_run(reader, db, RUN, int(time.time() * 1000), ownership=own)
+                return investigate_run(reader, db, RUN, int(time.time() * 1000), ownership=own,
+                                       prices=prices)
 
             result, series = answer()  # warm the store's caches once, as a second look would
             times: dict[str, list[float]] = {"answer": [], "page": [], "cli": [], "baseline": []}
@@ -250,7 +277,13 @@ def main() -> int:
     checks.check(result["release"]["blocked"], "the failed gate blocks the release")
     checks.check(all(series.get(k) for k in ("loss", "loader_share", "gpu_util",
                                              "checkpoint_share")), "every plot has data")
-    checks.check(page.count('data-empty="false"') == 5, "five plots drawn")
+    cost = result["cost"]
+    checks.check(cost["run"] is not None and cost["run"]["cost"] is not None
+                 and cost["run"]["gpu_hours"] > 0, f"the run's cost: {cost['run']}")
+    checks.check([r["run_id"] for r in cost["peers"]["runs"]] == [REF], "its reference is its "
+                 f"peer: {[r['run_id'] for r in cost['peers']['runs']]}")
+    checks.check(page.count('<svg class="plot" data-indicator') == 5
+                 and page.count('data-empty="false"') == 6, "five plots and the cost plot drawn")
     checks.check(cli_ok, "the CLI answers")
     checks.done()
     return 0
