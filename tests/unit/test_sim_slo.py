@@ -241,3 +241,51 @@ def test_list_marks_the_slo_scenarios() -> None:
     assert len(lines) == len(sc.SLO_SCENARIOS)
     assert any(ln.startswith("ungated_push") and "slo:sim-ranker-release-registry" in ln
                for ln in lines)
+
+
+class _Rounds:
+    """Records the instants an evaluator is asked for."""
+
+    db = "simdb"
+
+    def __init__(self) -> None:
+        self.at: list[int] = []
+
+    def evaluate(self, now_ms: int) -> Any:
+        from runwatch.slo.service import Round
+
+        self.at.append(now_ms)
+        return Round(now_ms)
+
+
+def test_an_instant_waits_for_the_sink_to_store_its_steps(caplog) -> None:
+    from runwatch.sim.clock import VirtualClock
+    from runwatch.sim.slodrive import SloDriver
+
+    wall = [1_000.0]
+    clock = VirtualClock(10.0, start_ms=START, wall=lambda: wall[0])
+    stored = [START]
+    rounds = _Rounds()
+    driver = SloDriver(rounds, clock, START, interval_ms=30_000, settle_ms=20_000,  # type: ignore[arg-type]
+                       stored=lambda: stored[0], wait_s=3600.0)
+    driver.published = lambda: START + 60_000
+    wall[0] += 4.9  # virtual now START + 49 s: the first instant is not settled yet
+    assert driver.step() is None
+    wall[0] += 0.2
+    assert driver.step() is None and rounds.at == []  # settled, but its steps not stored
+    stored[0] = START + 30_000
+    assert driver.step() is not None and rounds.at == [START + 30_000]
+    # the runs ended at +70 s, their last step at +60 s: the end waits for that step only
+    driver.end_at(START + 70_000)
+    wall[0] += 10.0
+    stored[0] = START + 59_000
+    assert driver.step() is None
+    stored[0] = START + 60_000
+    driver.step()
+    assert rounds.at == [START + 30_000, START + 70_000] and driver.finished
+    # no sink at all: the instant is evaluated after the wait, with a warning naming the database
+    lost = SloDriver(_Rounds(), clock, START, interval_ms=30_000, settle_ms=0,  # type: ignore[arg-type]
+                     stored=lambda: 0, wait_s=0.0)
+    lost.published = lambda: START + 60_000
+    assert lost.step() is not None
+    assert "is a sink writing into database simdb" in caplog.text

@@ -219,6 +219,7 @@ class RunDriver:
         self.ended_ms: int | None = None
         self.ended_wall_ms: int | None = None
         self.now_ms = model.start_ms
+        self.last_step_ms = 0
         self.done = False
         self.errors = 0
 
@@ -291,6 +292,7 @@ class RunDriver:
             args = dict(a.args)
             step = args.pop("step")
             self.run.step(step, now_ms=a.at_ms, **args)
+            self.last_step_ms = a.at_ms
 
     def _validation(self, a: Action) -> None:
         if self.run is not None:

@@ -232,6 +232,8 @@ def run_simulation(cfg: SimConfig, kafka: KafkaSettings | None = None, *,
     producers = Producers(shared, topics, clock, hook_pub, data_pub, workdir)
     drivers = [RunDriver(RunModel(p, cfg.seed, start, duration_ms), producers, nodes[p.node])
                for p in plans]
+    if slo is not None:
+        slo.published = lambda: max((d.last_step_ms for d in drivers), default=0)
     t0 = time.monotonic()
     ticker = _NodeTicker(nodes, drivers, start, int(cfg.node_interval_s * 1000))
     next_progress = 0.0

@@ -7,8 +7,11 @@ evaluator's one-shot round (:meth:`runwatch.slo.service.Evaluator.evaluate`,
 the code ``runwatch slo serve`` runs on its schedule and ``runwatch slo
 evaluate --at`` runs once) with an explicit evaluation instant in virtual
 time: every ``interval`` virtual seconds from the simulation's start, each
-instant evaluated once the virtual clock is ``settle`` past it (a few wall
-seconds, so the sink has stored the rows timed up to it). An instant missed
+instant evaluated once the sink has stored the rows timed up to it: the
+virtual clock is ``settle`` past it (a few wall seconds) and the store holds
+the session's training steps up to the instant (or up to the last step
+published; after ``wait_s`` wall seconds without, the instant is evaluated
+anyway, with a warning naming the database). An instant missed
 while a round took long is skipped, as a ``slo serve`` round would be; once
 every run has ended, the last instant is the end of the last run (later
 cutoffs would find pipelines that stopped with the simulation).
@@ -25,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +103,26 @@ class SloDriver:
     """Evaluates the session's objectives at virtual instants, in a thread of its own."""
 
     def __init__(self, evaluator: Evaluator, clock: VirtualClock, start_ms: int, *,
-                 interval_ms: int, settle_ms: int) -> None:
-        """Schedule rounds every ``interval_ms`` virtual ms from ``start_ms``."""
+                 interval_ms: int, settle_ms: int, stored: Callable[[], int] | None = None,
+                 wait_s: float = 30.0) -> None:
+        """Schedule rounds every ``interval_ms`` virtual ms from ``start_ms``.
+
+        Args:
+            evaluator: The evaluator.
+            clock: The virtual clock.
+            start_ms: The simulation's virtual start.
+            interval_ms: Virtual time between instants.
+            settle_ms: Virtual time an instant waits at least.
+            stored: The latest event time of the session's steps the store holds.
+            wait_s: Wall seconds an instant waits for ``stored`` at most.
+
+        """
+        self.stored = stored
+        #: The latest event time of the session's steps published (the runner sets it).
+        self.published: Callable[[], int] = lambda: 0
+        self.wait_s = wait_s
+        self._waiting: tuple[int, float] | None = None
+        self._warned = False
         self.evaluator = evaluator
         self.clock = clock
         self.start_ms = start_ms
@@ -129,7 +151,7 @@ class SloDriver:
         """Evaluate the instant due now, if any (the thread's body; tests call it)."""
         at = due_instant(self.last_ms, self.start_ms, self.interval_ms,
                          self.clock.now_ms() - self.settle_ms, self.end_ms)
-        if at is None:
+        if at is None or not self._stored(at):
             return None
         r = self.evaluator.evaluate(at)
         if not r.paused:  # a paused round is retried at the next instant
@@ -137,13 +159,35 @@ class SloDriver:
         self.rounds.append(r)
         return r
 
+    def _stored(self, at: int) -> bool:
+        """Whether the store holds the session's steps up to ``at`` (or gave up waiting)."""
+        if self.stored is None:
+            return True
+        want = min(at, self.published())
+        try:
+            if self.stored() >= want:
+                self._waiting = None
+                return True
+        except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+            logger.warning("cannot read what the store holds: %s", exc)
+        if self._waiting is None or self._waiting[0] != at:
+            self._waiting = (at, time.monotonic())
+        if time.monotonic() - self._waiting[1] < self.wait_s:
+            return False
+        if not self._warned:
+            self._warned = True
+            logger.warning("the store holds no training step of this simulation timed after "
+                           "%d ms: is a sink writing into database %s? Evaluating anyway",
+                           want, self.evaluator.db)
+        return True
+
     def _loop(self) -> None:
         while not self._stop.is_set() and not self.finished:
             try:
                 self.step()
             except Exception:
                 logger.exception("SLO evaluation failed")
-            self._stop.wait(0.05)
+            self._stop.wait(0.1)
 
     def stop(self) -> None:
         """Stop evaluating."""
@@ -206,6 +250,13 @@ def make_driver(scenarios: Sequence[Scenario], *, prefix: str, clock: VirtualClo
     ev = Evaluator(objectives, store, chs.database, source=publisher.source, publish=send,
                    raw_ttl_ms=rules.raw_ttl_s * 1000, run_prefix=prefix + "-")
     ev.books = {}  # fresh books: an earlier session's firing alert does not carry over
+    steps_sql = (f"SELECT toUnixTimestamp64Milli(max(ts)) FROM {chs.database}.learning_steps "  # noqa: S608
+                 "WHERE startsWith(run_id, %(p)s)")
+
+    def stored() -> int:
+        rows = store.query(steps_sql, {"p": prefix + "-"})
+        return int(rows[0][0] or 0) if rows else 0
+
     settle_ms = int(settle_s * clock.speed * 1000)
     return SloDriver(ev, clock, start_ms, interval_ms=int(interval_s * 1000),
-                     settle_ms=settle_ms)
+                     settle_ms=settle_ms, stored=stored)
