@@ -289,3 +289,15 @@ def test_an_instant_waits_for_the_sink_to_store_its_steps(caplog) -> None:
     lost.published = lambda: START + 60_000
     assert lost.step() is not None
     assert "is a sink writing into database simdb" in caplog.text
+
+
+def test_a_bad_slo_file_is_one_line_with_file_line_and_key(tmp_path: Path) -> None:
+    bad = tmp_path / "slos.yaml"
+    bad.write_text(sim_slo_file().read_text().replace("maxLoss: 3m", "maxLoss: 3 minutes", 1))
+    out = _cli("--scenario", "preemption_far", "--duration", "10", "--slo-file", str(bad))
+    assert out.returncode == 2
+    lineno = next(i for i, ln in enumerate(bad.read_text().splitlines(), 1)
+                  if "maxLoss: 3 minutes" in ln)
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: {bad}:{lineno}: spec.indicator.spec.maxLoss: bad duration '3 minutes' "
+        "(use e.g. 30s, 15m, 2h, 1d)")
