@@ -9,7 +9,7 @@ from ``rw.alerts`` and scored like the processor's (no processor runs here:
 the SLO alerts' causes fall back to their kinds' signal classes). Checked:
 
 * each SLO fault is detected by its objective's alert with the right cause
-  within its budget;
+  within its budget, one incident however many rounds followed;
 * no control's objective alerts;
 * the rounds were evaluated at virtual instants and stored as SLI points.
 """
@@ -70,6 +70,9 @@ def test_every_slo_fault_detected_with_cause_within_budget(sim) -> None:
         assert row.detector == f"slo:{want.slo}"
         assert row.cause_correct, f"{name}: cause {row.cause}, expected {want.cause}\n{text}"
         assert row.within_budget, f"{name}: {row.ttd_s}s > budget {row.budget_s}s\n{text}"
+        # one incident, kept by the evaluator's alert book across the rounds that followed
+        firing = [a for a in res.alerts if a.detector == row.detector and a.status == "firing"]
+        assert len({a.first_seen_ms for a in firing}) == 1, firing
 
 
 def test_slo_controls_raise_nothing(sim) -> None:
