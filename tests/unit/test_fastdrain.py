@@ -271,3 +271,29 @@ def test_sections_count_garbage_collector_pauses() -> None:
         del gc.callbacks[n:]
     assert s.counts["gc"] == 2 and s.secs["gc"] > 0
     assert "gc " in s.summary()
+
+
+def test_prepared_worker_names_a_bad_ownership_file_and_tracks_gc(tmp_path) -> None:
+    import gc
+
+    from runwatch.core.paging.ownership import load_ownership
+    from runwatch.processor.__main__ import prepared
+    from runwatch.processor.settings import ProcessorSettings
+    from runwatch.processor.timing import Sections
+
+    bad = tmp_path / "ownership.yaml"
+    bad.write_text("owners:\n  - cause: [data\n")
+    settings = ProcessorSettings(gc_threshold=0)
+    with pytest.raises(SystemExit, match=r"^error: .*ownership.yaml:3: invalid YAML"):
+        prepared(lambda: load_ownership(bad), settings)
+
+    class Worker:
+        sections = Sections()
+
+    n = len(gc.callbacks)
+    try:
+        assert isinstance(prepared(Worker, settings), Worker)
+        assert len(gc.callbacks) == n + 1  # the worker's log shows the collector's pauses
+    finally:
+        del gc.callbacks[n:]
+        gc.unfreeze()

@@ -6,6 +6,8 @@ import asyncio
 import gc
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from runwatch.adapters.kafka_security import check_credentials
 from runwatch.adapters.settings import KafkaSettings
@@ -16,6 +18,13 @@ from runwatch.processor.provision import ensure_internal_topics
 from runwatch.processor.settings import ProcessorSettings
 
 logger = logging.getLogger(__name__)
+
+
+class _Worker(Protocol):
+    sections: Any
+
+
+W = TypeVar("W", bound=_Worker)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,13 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         run_plain(settings, kafka)
         return
     use_event_loop(settings.event_loop)
-    try:
-        processor = build(settings, kafka)
-    except RulesError as exc:  # the ownership file: its file, line and key
-        msg = f"error: {exc}"
-        raise SystemExit(msg) from None
-    processor.sections.track_gc()  # the worker's log shows the collector's pauses
-    tune_gc(settings.gc_threshold)
+    processor = prepared(lambda: build(settings, kafka), settings)
     sys.argv = ["runwatch-processor", *args]
     processor.app.main()
 
@@ -52,18 +55,29 @@ def run_plain(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
 
     logging.basicConfig(level=logging.INFO,
                         format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
-    try:
-        runtime = PlainRuntime(settings, kafka)
-    except RulesError as exc:  # the ownership file: its file, line and key
-        msg = f"error: {exc}"
-        raise SystemExit(msg) from None
-    runtime.sections.track_gc()  # the worker's log shows the collector's pauses
-    tune_gc(settings.gc_threshold)
+    runtime = prepared(lambda: PlainRuntime(settings, kafka), settings)
     try:
         runtime.run()
     except DeliveryFailed as exc:  # nothing was committed past it: a restart replays
         msg = f"error: writes not delivered ({exc}); the worker stopped before committing them"
         raise SystemExit(msg) from None
+
+
+def prepared(make: Callable[[], W], settings: ProcessorSettings) -> W:
+    """Build a worker (either runtime) and tune the collector for it.
+
+    Raises:
+        SystemExit: ``error: FILE:LINE: ...`` when the ownership file is invalid.
+
+    """
+    try:
+        worker = make()
+    except RulesError as exc:  # the ownership file: its file, line and key
+        msg = f"error: {exc}"
+        raise SystemExit(msg) from None
+    worker.sections.track_gc()  # the worker's log shows the collector's pauses
+    tune_gc(settings.gc_threshold)
+    return worker
 
 
 def use_event_loop(name: str) -> str:
