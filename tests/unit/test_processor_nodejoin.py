@@ -208,3 +208,16 @@ def test_a_run_ending_on_a_node_that_showed_processes_gets_no_idle_samples() -> 
     after_exit = sample_event(T0 + TICK)  # its processes exited; the end event is not in yet
     p = run_batches([[change_event("R", "add", [0, 1], at=T0), running], [after_exit]])
     assert p.got("R") == [("n0", T0, [0, 1])]
+
+
+@pytest.mark.parametrize("runtime", ["faust", "plain"])
+def test_only_the_faust_runtime_gets_a_tick_topic(runtime: str) -> None:
+    from runwatch.processor.provision import TABLES, wanted_topics
+    from runwatch.processor.settings import ProcessorSettings
+
+    s = ProcessorSettings(runtime=runtime, app_id="rw-t", partitions=4)
+    wanted = wanted_topics(s)
+    assert ("rw-t-tick" in wanted) is (runtime == "faust")
+    assert {f"rw-t-{t}-changelog" for t in TABLES} <= set(wanted)
+    assert wanted["rw-t-runstate-changelog"] == (4, {"cleanup.policy": "compact"})
+    assert s.topic("rw.internal.job-by-node") in wanted

@@ -16,7 +16,7 @@ COPARTITIONED = (("rw.data", "rw.internal.manifest-by-dataset"),
 
 
 def ensure_internal_topics(settings: ProcessorSettings, kafka: KafkaSettings) -> None:
-    """Create the tick topic, the tables' changelogs and internal topics if missing.
+    """Create the tick topic (faust runtime), the tables' changelogs and internal topics.
 
     Faust would create the changelogs itself, but a worker that joins its group
     before the new topics show in the metadata can stall in recovery; creating
@@ -32,17 +32,24 @@ def ensure_internal_topics(settings: ProcessorSettings, kafka: KafkaSettings) ->
     Raises:
         ValueError: A co-partitioned topic has another partition count.
     """
+    config = dict(kafka.client_config())
+    create_named_topics(config, wanted_topics(settings),
+                        replication_factor=settings.replication_factor)
+    names = [settings.topic(t) for pair in COPARTITIONED for t in pair]
+    check_copartitioned(partition_counts(config, names), names, settings.partitions)
+
+
+def wanted_topics(settings: ProcessorSettings) -> dict[str, tuple[int, dict[str, str]]]:
+    """Return the processor's own topics: name -> (partitions, topic config)."""
     n, app_id = settings.partitions, settings.app_id
-    wanted: dict[str, tuple[int, dict[str, str]]] = {
-        f"{app_id}-tick": (n, {"retention.ms": "3600000"})}
+    wanted: dict[str, tuple[int, dict[str, str]]] = {}
+    if settings.runtime == "faust":  # the plain runtime's loop times its rules without one
+        wanted[f"{app_id}-tick"] = (n, {"retention.ms": "3600000"})
     wanted.update({f"{app_id}-{t}-changelog": (n, {"cleanup.policy": "compact"})
                    for t in TABLES})
     specs = load_topics()
     wanted.update({settings.topic(t): (n, specs[t].topic_config()) for t in INTERNAL})
-    config = dict(kafka.client_config())
-    create_named_topics(config, wanted, replication_factor=settings.replication_factor)
-    names = [settings.topic(t) for pair in COPARTITIONED for t in pair]
-    check_copartitioned(partition_counts(config, names), names, n)
+    return wanted
 
 
 def check_copartitioned(counts: dict[str, int], names: list[str], partitions: int) -> None:
