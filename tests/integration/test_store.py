@@ -231,6 +231,24 @@ def test_param_raw_http(store: StoreProcess) -> None:
     assert (status, body) == (200, b"42\n")
 
 
+def test_long_parameters_sent_as_a_form(store: StoreProcess, database: str) -> None:
+    """clickhouse-connect moves bound parameters past 4 KiB into a multipart form."""
+    c = client(store, database=database)
+    c.command("CREATE TABLE runs (run_id String, n UInt32) ENGINE = MergeTree ORDER BY run_id")
+    ids = [f"run-{i:05d}-{uuid.uuid4().hex}" for i in range(3000)]  # ~130 KB of parameters
+    c.insert("runs", [[r, i] for i, r in enumerate(ids)], column_names=["run_id", "n"])
+    got = c.query("SELECT count(), sum(n) FROM runs WHERE run_id IN {r:Array(String)} "
+                  "AND n >= {lo:UInt32}", parameters={"r": ids[:2500], "lo": 10}).result_rows
+    assert got == [(2490, sum(range(10, 2500)))]
+    b = "rwb"
+    body = (f'--{b}\r\nContent-Disposition: form-data; name="query"\r\n\r\nSELECT 1\r\n'
+            f'--{b}\r\nContent-Disposition: form-data; name="t"; filename="t.tsv"\r\n\r\n'
+            f"1\r\n--{b}--\r\n").encode()
+    status, _, text = http(store, body, headers={
+        "Content-Type": f"multipart/form-data; boundary={b}"})
+    assert status == 400 and b"External data" in text and b"BAD_ARGUMENTS" in text, text
+
+
 def test_settings_do_not_leak(store: StoreProcess) -> None:
     c = client(store)
     default = c.command("SELECT getSetting('max_block_size')")

@@ -16,6 +16,8 @@ from runwatch.store.errors import CODES, StoreError, from_engine, http_status
 from runwatch.store.http_body import decode_body, encode_body, iter_chunked
 from runwatch.store.request import (
     choose_encoding,
+    form_fields,
+    is_form,
     join_query,
     output_format,
     parse_options,
@@ -294,3 +296,37 @@ def test_split_settings(statement: str, head: str, settings: str) -> None:
     from runwatch.store.engine import split_settings
 
     assert split_settings(statement) == (head, settings)
+
+
+def _form(*parts: tuple[str, str | None, bytes]) -> tuple[str, bytes]:
+    b = "rwBoundary42"
+    body = b""
+    for name, filename, data in parts:
+        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        body += f"--{b}\r\nContent-Disposition: {disp}\r\n\r\n".encode() + data + b"\r\n"
+    return f"multipart/form-data; boundary={b}", body + f"--{b}--\r\n".encode()
+
+
+def test_form_fields_read_like_url_parameters() -> None:
+    ids = ",".join(f"'run-{i:05d}'" for i in range(2000)).encode()  # far past a URL's length
+    ctype, body = _form(("query", None, b"SELECT {r:Array(String)} FORMAT Native"),
+                        ("param_r", None, b"[" + ids + b"]"), ("max_threads", None, b"2"),
+                        ("param_t", None, "caf\u00e9\r\nline".encode()))
+    assert is_form(ctype) and is_form("Multipart/Form-Data;boundary=x")
+    assert not is_form("application/x-www-form-urlencoded") and not is_form(None)
+    fields = form_fields(ctype, body)
+    assert fields["query"] == "SELECT {r:Array(String)} FORMAT Native"
+    assert fields["param_r"] == "[" + ids.decode() + "]"
+    assert fields["param_t"] == "caf\u00e9\r\nline"  # a value's own line breaks are kept
+    opts = parse_options(fields)
+    assert opts.settings == {"max_threads": "2"} and set(opts.params) == {"r", "t"}
+
+
+@pytest.mark.parametrize(("ctype", "body", "match"), [
+    ("multipart/form-data", b"query=SELECT 1", "no boundary"),
+    (*_form(("param_x", None, b"1"), ("tbl", "rows.tsv", b"1\n2\n")), "External data"),
+    (*_form(("param_x", None, b"\xff\xfe")), "not UTF-8"),
+])
+def test_bad_forms_are_named(ctype: str, body: bytes, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        form_fields(ctype, body)

@@ -3,7 +3,10 @@
 ClickHouse's HTTP interface takes the query from the ``query`` URL parameter
 and/or the body (the parameter first, then a newline, then the body), query
 parameters as ``param_<name>``, per-query settings as any other URL
-parameter, and a handful of transport parameters that are not settings.
+parameter, and a handful of transport parameters that are not settings. A
+``multipart/form-data`` body (clickhouse-connect sends one when its bound
+parameters would make the URL too long) carries the same names as form
+fields (:func:`form_fields`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from email import policy
+from email.parser import BytesParser
 
 # URL parameters that steer the HTTP layer itself and never reach the engine as
 # settings (ClickHouse's HTTPHandler consumes them the same way).
@@ -62,6 +67,8 @@ _CONTENT_TYPES = {
     "pretty": "text/plain; charset=UTF-8",
 }
 _SUPPORTED_ENCODINGS = ("gzip", "deflate", "zstd", "lz4")
+#: The most a ``multipart/form-data`` body may hold (its fields are read into memory).
+MAX_FORM_BYTES = 64 << 20
 _SETTINGS_RE = re.compile(r"\s+SETTINGS\s+(?=[A-Za-z_])", re.IGNORECASE)
 
 
@@ -261,3 +268,51 @@ def choose_encoding(accept_encoding: str | None) -> str | None:
         if name in _SUPPORTED_ENCODINGS:
             return name
     return None
+
+
+def is_form(content_type: str | None) -> bool:
+    """Return whether a request's Content-Type is ``multipart/form-data``."""
+    return (content_type or "").split(";")[0].strip().lower() == "multipart/form-data"
+
+
+def form_fields(content_type: str, body: bytes) -> dict[str, str]:
+    """Read the fields of a ``multipart/form-data`` body, as ClickHouse's HTTP handler does.
+
+    Each field is one more request parameter: ``query``, ``param_<name>``, a
+    setting. A part with a file name is an external table, which the store
+    does not serve.
+
+    Args:
+        content_type: The request's Content-Type header (with its boundary).
+        body: The whole body, decoded from its Content-Encoding.
+
+    Returns:
+        Field name -> value (the last one wins).
+
+    Raises:
+        ValueError: A malformed form, a part without a name, a value that is
+            not UTF-8, or an external table.
+
+    """
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
+    msg = BytesParser(policy=policy.HTTP).parsebytes(head + body)
+    if not msg.is_multipart() or not msg.get_boundary() or msg.defects:
+        msg_text = "Malformed multipart/form-data body (no boundary, or parts do not parse)"
+        raise ValueError(msg_text)
+    out: dict[str, str] = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str) or not name:
+            msg_text = "A multipart/form-data part has no name in its Content-Disposition"
+            raise ValueError(msg_text)
+        if part.get_filename() is not None:
+            msg_text = (f"External data (the form's file part {name!r}) is not supported by "
+                        "the local store; send the rows with an INSERT, or query a table")
+            raise ValueError(msg_text)
+        payload = part.get_payload(decode=True)
+        try:
+            out[name] = (payload if isinstance(payload, bytes) else b"").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            msg_text = f"The form field {name!r} is not UTF-8 text"
+            raise ValueError(msg_text) from exc
+    return out

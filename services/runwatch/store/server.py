@@ -26,7 +26,14 @@ from runwatch.store.errors import StoreError
 from runwatch.store.executor import Call, execute
 from runwatch.store.http_body import decode_body, encode_body, iter_chunked, iter_sized
 from runwatch.store.limits import Limits
-from runwatch.store.request import choose_encoding, content_type, parse_options
+from runwatch.store.request import (
+    MAX_FORM_BYTES,
+    choose_encoding,
+    content_type,
+    form_fields,
+    is_form,
+    parse_options,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -168,12 +175,14 @@ class _Handler(BaseHTTPRequestHandler):
             user = authenticate(
                 self.server.users, credentials_from_request(_lower(self.headers.items()), params)
             )
+            body = decode_body(raw, self.headers.get("Content-Encoding"))
+            if not http_get and is_form(self.headers.get("Content-Type")):
+                params, body = self._form(params, body), iter(())
             try:
                 opts = parse_options(params)
             except ValueError as exc:
                 err = StoreError.named("BAD_ARGUMENTS", str(exc))
                 raise err from exc
-            body = decode_body(raw, self.headers.get("Content-Encoding"))
             server = self.server
             call = Call(server.engine, server.limits, user, opts, http_get, self.connection)
             outcome, fmt = execute(call, body)
@@ -188,6 +197,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(failure, query_id)
             return
         self._send_result(outcome, fmt, query_id, opts.compress_response, opts.settings)
+
+    def _form(self, params: dict[str, str], body: Iterator[bytes]) -> dict[str, str]:
+        """The URL's parameters with the form's fields over them (the whole form is read)."""
+        size, parts = 0, []
+        for chunk in body:
+            size += len(chunk)
+            if size > MAX_FORM_BYTES:
+                err = StoreError.named(
+                    "BAD_ARGUMENTS", f"The multipart/form-data body is over {MAX_FORM_BYTES} "
+                    "bytes, the most the local store reads into memory; send the data as "
+                    "the request body instead")
+                raise err
+            parts.append(chunk)
+        try:
+            fields = form_fields(self.headers["Content-Type"], b"".join(parts))
+        except ValueError as exc:
+            err = StoreError.named("BAD_ARGUMENTS", str(exc))
+            raise err from exc
+        return {**params, **fields}
 
     def _drain(self, raw: Iterator[bytes]) -> None:
         try:
