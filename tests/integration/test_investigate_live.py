@@ -26,7 +26,9 @@ beside A's, with B's GPU-hours and cost), a screenshot under ``.runwatch/``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -42,6 +44,7 @@ from cdp import Page
 from sinkkit import Store, migrate
 
 import runwatch
+from runwatch import cli
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 from runwatch.adapters.nvml import Nvml
 from runwatch.adapters.publisher import Publisher, default_topics
@@ -193,7 +196,8 @@ def _wait(cond: Any, timeout_s: float, what: str) -> None:
 
 
 def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Store,
-                                               tmp_path: Path) -> None:
+                                               tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     db = f"t_inv_{uuid.uuid4().hex[:10]}"
     client = migrate(own_store.url, db)
     harness.start_worker()
@@ -277,14 +281,13 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     assert cost["peers"]["runs"][0]["cost"] == pytest.approx(4.0 * run_h, abs=0.01)
     assert cost["resume_lost"]["cost"] == pytest.approx(
         4.0 * b["resume_point"]["gpu_hours_lost"], abs=0.01)
-    env = {**os.environ, "CLICKHOUSE_URL": own_store.url, "CLICKHOUSE_DATABASE": db}
-    by_run = subprocess.run([sys.executable, "-m", "runwatch", "cost", "--by", "run", "--since",
-                             "1d", "--json"], env=env, cwd=ROOT, capture_output=True,
-                            text=True, timeout=120, check=True)
-    (same,) = [g for g in json.loads(by_run.stdout)["groups"] if g["key"] == ids["B"]]
+    monkeypatch.setenv("CLICKHOUSE_URL", own_store.url)  # runwatch cost, in this process
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["cost", "--by", "run", "--since", "1d", "--json", "--database", db]) == 0
+    (same,) = [g for g in json.loads(out.getvalue())["groups"] if g["key"] == ids["B"]]
     assert (same["gpu_hours"], same["cost"], same["wasted_gpu_hours"]) == (
         cost["run"]["gpu_hours"], cost["run"]["cost"], cost["run"]["wasted_gpu_hours"])
-    assert "Cost" in _cli(own_store, db, ids["B"]).stdout  # the text answer
 
     d = _answer(own_store, db, ids["D"])
     ck = {c["step"]: c for c in d["trustworthy"]["checkpoints"]}
@@ -302,6 +305,7 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     assert ids["A"] not in {r["run_id"] for r in hurt["runs"]}
     text = _cli(own_store, db, ids["B"])
     assert text.returncode == 0 and "What changed" in text.stdout and "0.003" in text.stdout
+    assert f"{cost['run']['cost']:,.2f} USD" in text.stdout.partition("Cost")[2]  # B's cost
     ghost = _cli(own_store, db, "no-such-run", "--json")
     assert ghost.returncode == 1 and "Traceback" not in ghost.stderr
     assert "nothing recorded for run 'no-such-run'" in json.loads(ghost.stdout)["missing"][0]
