@@ -258,7 +258,7 @@ class _Rounds:
         return Round(now_ms)
 
 
-def test_an_instant_waits_for_the_sink_to_store_its_steps(caplog) -> None:
+def test_instants_go_no_later_than_the_steps_the_store_holds(caplog) -> None:
     from runwatch.sim.clock import VirtualClock
     from runwatch.sim.slodrive import SloDriver
 
@@ -275,6 +275,9 @@ def test_an_instant_waits_for_the_sink_to_store_its_steps(caplog) -> None:
     assert driver.step() is None and rounds.at == []  # settled, but its steps not stored
     stored[0] = START + 30_000
     assert driver.step() is not None and rounds.at == [START + 30_000]
+    wall[0] += 3.0  # a lagging sink: settled up to +61 s, steps stored up to +44 s only
+    stored[0] = START + 44_000
+    assert driver.step() is None and rounds.at == [START + 30_000]
     # the runs ended at +70 s, their last step at +60 s: the end waits for that step only
     driver.end_at(START + 70_000)
     wall[0] += 10.0
@@ -283,10 +286,12 @@ def test_an_instant_waits_for_the_sink_to_store_its_steps(caplog) -> None:
     stored[0] = START + 60_000
     driver.step()
     assert rounds.at == [START + 30_000, START + 70_000] and driver.finished
-    # no sink at all: the instant is evaluated after the wait, with a warning naming the database
+    # no sink at all: evaluated once its steps stood still for the wait, with a warning naming
+    # the database
     lost = SloDriver(_Rounds(), clock, START, interval_ms=30_000, settle_ms=0,  # type: ignore[arg-type]
                      stored=lambda: 0, wait_s=0.0)
     lost.published = lambda: START + 60_000
+    assert lost.step() is None  # its steps stand still from now on
     assert lost.step() is not None
     assert "is a sink writing into database simdb" in caplog.text
 

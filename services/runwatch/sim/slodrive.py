@@ -9,9 +9,10 @@ evaluate --at`` runs once) with an explicit evaluation instant in virtual
 time: every ``interval`` virtual seconds from the simulation's start, each
 instant evaluated once the sink has stored the rows timed up to it: the
 virtual clock is ``settle`` past it (a few wall seconds) and the store holds
-the session's training steps up to the instant (or up to the last step
-published; after ``wait_s`` wall seconds without, the instant is evaluated
-anyway, with a warning naming the database). An instant missed
+the session's training steps up to the instant (or every step published: a
+lagging sink holds the instants back to what it has stored; a store whose
+steps stand still for ``wait_s`` wall seconds is no longer waited for, with a
+warning naming the database). An instant missed
 while a round took long is skipped, as a ``slo serve`` round would be; once
 every run has ended, the last instant is the end of the last run (later
 cutoffs would find pipelines that stopped with the simulation).
@@ -114,15 +115,16 @@ class SloDriver:
             interval_ms: Virtual time between instants.
             settle_ms: Virtual time an instant waits at least.
             stored: The latest event time of the session's steps the store holds.
-            wait_s: Wall seconds an instant waits for ``stored`` at most.
+            wait_s: Wall seconds the store's steps may stand still before the
+                driver stops waiting for them.
 
         """
         self.stored = stored
         #: The latest event time of the session's steps published (the runner sets it).
         self.published: Callable[[], int] = lambda: 0
         self.wait_s = wait_s
-        self._waiting: tuple[int, float] | None = None
-        self._warned = False
+        self._held: tuple[int, float] | None = None  # the store's last step, since when
+        self._gave_up = False
         self.evaluator = evaluator
         self.clock = clock
         self.start_ms = start_ms
@@ -149,9 +151,9 @@ class SloDriver:
 
     def step(self) -> Round | None:
         """Evaluate the instant due now, if any (the thread's body; tests call it)."""
-        at = due_instant(self.last_ms, self.start_ms, self.interval_ms,
-                         self.clock.now_ms() - self.settle_ms, self.end_ms)
-        if at is None or not self._stored(at):
+        at = due_instant(self.last_ms, self.start_ms, self.interval_ms, self._horizon(),
+                         self.end_ms)
+        if at is None:
             return None
         r = self.evaluator.evaluate(at)
         if not r.paused:  # a paused round is retried at the next instant
@@ -159,27 +161,33 @@ class SloDriver:
         self.rounds.append(r)
         return r
 
-    def _stored(self, at: int) -> bool:
-        """Whether the store holds the session's steps up to ``at`` (or gave up waiting)."""
-        if self.stored is None:
-            return True
-        want = min(at, self.published())
+    def _horizon(self) -> int:
+        """The latest instant whose rows are stored: settled, and the sink past its steps.
+
+        While the store lacks some of the session's published steps, instants
+        go no later than the last step it holds. A store whose steps do not
+        advance for ``wait_s`` wall seconds is no longer waited for (one warning).
+        """
+        horizon = self.clock.now_ms() - self.settle_ms
+        if self.stored is None or self._gave_up:
+            return horizon
         try:
-            if self.stored() >= want:
-                self._waiting = None
-                return True
+            held = self.stored()
         except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
             logger.warning("cannot read what the store holds: %s", exc)
-        if self._waiting is None or self._waiting[0] != at:
-            self._waiting = (at, time.monotonic())
-        if time.monotonic() - self._waiting[1] < self.wait_s:
-            return False
-        if not self._warned:
-            self._warned = True
-            logger.warning("the store holds no training step of this simulation timed after "
-                           "%d ms: is a sink writing into database %s? Evaluating anyway",
-                           want, self.evaluator.db)
-        return True
+            return min(horizon, self._held[0]) if self._held else horizon
+        if held >= self.published():
+            self._held = None
+            return horizon
+        if self._held is None or held > self._held[0]:
+            self._held = (held, time.monotonic())
+        elif time.monotonic() - self._held[1] >= self.wait_s:
+            self._gave_up = True
+            logger.warning("the store's training steps of this simulation stopped at %d ms for "
+                           "%.0f s: is a sink writing into database %s? Evaluating without "
+                           "waiting for it", held, self.wait_s, self.evaluator.db)
+            return horizon
+        return min(horizon, held)
 
     def _loop(self) -> None:
         while not self._stop.is_set() and not self.finished:
