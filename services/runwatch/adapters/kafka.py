@@ -116,6 +116,9 @@ class TransportCounters:
         failed: Rejected for good (non-retriable error) or lost from memory at close.
         duplicates: Delivered more than once (in flight when the transport tripped,
             or delivered after an earlier record of a replay batch failed).
+        in_doubt: Sent again after a delivery error that does not say whether the
+            broker stored them (a broker that stopped before acknowledging); each
+            may be one more duplicate that no client can see.
         in_spool: Still in the spool now.
         missing_topic: Refused because their topic does not exist on a broker
             that answered (also counted in ``failed``).
@@ -128,6 +131,7 @@ class TransportCounters:
     evicted: int = 0
     failed: int = 0
     duplicates: int = 0
+    in_doubt: int = 0
     in_spool: int = 0
     missing_topic: int = 0
 
@@ -306,7 +310,7 @@ class KafkaTransport:
         logger.log(
             level,
             "transport %s closed: sent=%d spooled=%d replayed=%d evicted=%d failed=%d "
-            "duplicates=%d left_in_spool=%d missing_topic=%d%s",
+            "duplicates=%d in_doubt=%d left_in_spool=%d missing_topic=%d%s",
             self.name,
             c.sent,
             c.spooled,
@@ -314,6 +318,7 @@ class KafkaTransport:
             c.evicted,
             c.failed,
             c.duplicates,
+            c.in_doubt,
             c.in_spool,
             c.missing_topic,
             f" (missing topics: {', '.join(sorted(self._missing))})" if self._missing else "",
@@ -406,12 +411,16 @@ class KafkaTransport:
                 else:
                     self._c.sent += 1
                 return
-            if rec is None or err.code() in _PURGED:
+            if err.code() in _PURGED:  # taken back before it was sent
+                return
+            if rec is None:  # in flight when the transport tripped: spooled already
+                self._c.in_doubt += 1
                 return
             if err.code() in _NON_RETRIABLE:
                 self._c.failed += 1
                 logger.error("record to %s rejected for good: %s", rec.topic, err)
                 return
+            self._c.in_doubt += 1
             self._unacked[seq] = rec
             self._trip(f"delivery failed: {err}")
 
@@ -526,6 +535,9 @@ class KafkaTransport:
             else:
                 break
         later = sum(1 for r in results[ok:sent] if r is None)
+        doubt = sum(1 for r in results[ok:sent]  # no answer by the deadline, or an error
+                    if r is False or (isinstance(r, KafkaError)  # that does not say: sent again
+                                      and r.code() not in _NON_RETRIABLE | _PURGED))
         with self._lock:
             self._spool.ack(ok)
             self._c.replayed += ok - failed_for_good - sum(missing.values())
@@ -533,6 +545,7 @@ class KafkaTransport:
             for topic, n in missing.items():
                 self._refuse_missing(topic, n)
             self._c.duplicates += later
+            self._c.in_doubt += doubt
             if ok < sent or sent == 0:
                 self._bump_backoff()
             else:

@@ -95,7 +95,7 @@ class Load:
             return {}
         c = self._agent_transport.counters()
         return {k: int(getattr(c, k)) for k in ("sent", "spooled", "replayed", "evicted",
-                                                 "failed", "duplicates", "in_spool")}
+                                                 "failed", "duplicates", "in_doubt", "in_spool")}
 
     def phase(self, phase: str, seconds: float, nan_at_s: float,
               spool_max_bytes: int | None = None,

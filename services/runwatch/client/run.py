@@ -590,8 +590,8 @@ class Run(ExitHooks):
                 self.counters[name] = count
         try:
             tc = self.publisher.transport.close(timeout)
-            for k in ("sent", "spooled", "replayed", "evicted", "failed", "duplicates", "in_spool",
-                      "missing_topic"):
+            for k in ("sent", "spooled", "replayed", "evicted", "failed", "duplicates", "in_doubt",
+                      "in_spool", "missing_topic"):
                 self.counters[f"transport_{k}"] = int(getattr(tc, k, 0))
         except Exception:
             logger.exception("runwatch transport close failed")
