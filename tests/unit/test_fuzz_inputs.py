@@ -192,6 +192,11 @@ def test_emit_cli_stdin_with_bytes_that_are_not_utf8(tmp_path, io_env: dict) -> 
     assert "Traceback" not in err
 
 
+def test_a_comment_that_is_not_utf8_is_skipped_not_an_error() -> None:
+    res = emit_lines(EMIT_PUB, [b"# caf\xe9 (latin-1)", b"  #\x80", GOOD])
+    assert (res.published, res.errors) == (1, [])  # hypothesis found b"#\x80" counted once
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=80) | st.sampled_from([GOOD, b"", b"# c", b"{}"]),
                 max_size=8))

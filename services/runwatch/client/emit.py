@@ -161,6 +161,13 @@ def read_lines(stream: BinaryIO, max_bytes: int = MAX_LINE_BYTES) -> Iterator[by
         yield None
 
 
+def _comment(line: str | bytes | None) -> bool:
+    """Whether a line that is not UTF-8 text is a ``#`` comment."""
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", "replace")
+    return line is not None and line.strip().startswith("#")
+
+
 def _text(line: str | bytes | None, max_bytes: int) -> str:
     """Return a line as text, or raise ValueError naming why it is refused."""
     if line is None:
@@ -202,7 +209,8 @@ def emit_lines(publisher: Publisher, lines: Iterable[str | bytes | None],
         try:
             text = _text(line, max_bytes).strip()
         except ValueError as exc:
-            res.errors.append(f"line {n}: {exc}")
+            if not _comment(line):  # a comment is skipped whatever its bytes
+                res.errors.append(f"line {n}: {exc}")
             continue
         if not text or text.startswith("#"):
             continue
