@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from costkit import cli_json, side_by_side, store_scenario
+from costkit import SUMMARY, cli_json, side_by_side, store_scenario
 from sinkkit import Store
 
-from runwatch.sim.costsim import SCENARIOS, WASTE
+from runwatch.sim.costsim import MIN, SCENARIOS, WASTE, CostScenario, SimRun
 
 pytestmark = pytest.mark.integration
 
@@ -73,4 +73,26 @@ def test_bad_input_is_counted_not_zero(store: Store, tmp_path: Path) -> None:
     assert bad["telemetry_gap_runs"] == 1
     assert bad["unobserved_gpu_hours"] == pytest.approx(8 * 0.5, rel=0.05)
     assert bad["clock_skew_runs"] == 1
+    client.command(f"DROP DATABASE {db}")
+
+
+def test_a_long_runs_summary_stays_small(store: Store) -> None:
+    """The summary statement once joined the run's step times, as an array, to each of its
+    GPU samples (a 37-hour run with 1M rows needed 12 GiB and was never summarised); now a
+    30-hour run is summarised under 256 MiB, its stall still found."""
+    hours = 60 * MIN
+    long_run = CostScenario(
+        "long_run", "one 30-hour run with a 1-hour stall", ("n0",),
+        (SimRun("llm-long", "llm-pretrain", "n0", 0, 30 * hours, stall=(10 * hours, 11 * hours)),),
+        {"stalled": 8 * 1.0}, duration_s=30 * hours)
+    db, client = store_scenario(store.url, long_run)
+    client.command(SUMMARY.read_text().replace("${db}", db),
+                   parameters={"runs": ["llm-long"], "idle_pct": 5.0},
+                   settings={"max_memory_usage": 256 << 20})
+    rows = client.query(f"SELECT step_records, observed_gpu_hours, stalled_gpu_hours "  # noqa: S608
+                        f"FROM {db}.run_summaries FINAL").result_rows
+    assert len(rows) == 1
+    steps, observed, stalled = rows[0]
+    assert steps > 3000 and observed == pytest.approx(8 * 30, rel=0.01)
+    assert stalled == pytest.approx(8.0, rel=0.05)
     client.command(f"DROP DATABASE {db}")

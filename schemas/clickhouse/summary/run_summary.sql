@@ -84,13 +84,17 @@ WITH
         SELECT jobs.rid AS rid,
                jobs.outcome IN ('failed', 'cancelled', 'preempted') AS bad,
                ck.checkpoints > 0 OR art.usable > 0 AS usable,
-               if(ck.checkpoints > 0, toUnixTimestamp64Milli(ck.last_ok), 0) AS last_ok_ms,
-               if(st.nsteps > 0,
-                  arrayFilter(p -> p.2 - p.1 > 300000,
-                              arrayZip(arrayPushFront(st.sts, ivs.run_t0), arrayPushBack(st.sts, ivs.run_t1))),
-                  []) AS gaps
-        FROM jobs LEFT JOIN ivs ON ivs.rid = jobs.rid LEFT JOIN ck ON ck.rid = jobs.rid
-        LEFT JOIN art ON art.rid = jobs.rid LEFT JOIN st ON st.rid = jobs.rid),
+               if(ck.checkpoints > 0, toUnixTimestamp64Milli(ck.last_ok), 0) AS last_ok_ms
+        FROM jobs LEFT JOIN ck ON ck.rid = jobs.rid LEFT JOIN art ON art.rid = jobs.rid),
+    -- Stretches of over 300 s without a step record, one row each (g0, g1): rows, not an
+    -- array joined to every GPU sample (which copied the run's step times into each row).
+    gp AS (
+        SELECT rid, g.1 AS g0, g.2 AS g1
+        FROM (SELECT st.rid AS rid,
+                     arrayJoin(arrayFilter(p -> p.2 - p.1 > 300000,
+                                           arrayZip(arrayPushFront(st.sts, ivs.run_t0),
+                                                    arrayPushBack(st.sts, ivs.run_t1)))) AS g
+              FROM st INNER JOIN ivs ON ivs.rid = st.rid)),
     s AS (
         SELECT ag.rid AS rid, g.node AS node, g.gpu_index AS gpu, toUnixTimestamp64Milli(g.ts) AS t,
                g.util_pct AS util, g.process_count AS npr
@@ -102,9 +106,11 @@ WITH
     cls AS (
         SELECT s.rid AS rid, s.node AS node, s.gpu AS gpu, s.t AS t, s.util AS util,
                s.npr = 0 AS idle,
-               s.npr > 0 AND arrayExists(p -> s.t > p.1 AND s.t < p.2, ctx.gaps) AS stalled,
+               -- the gaps do not overlap: only the latest one starting before t can hold t
+               s.npr > 0 AND s.t < gp.g1 AS stalled,
                s.t > ctx.last_ok_ms AS late, ctx.bad AS bad, ctx.usable AS usable
-        FROM s INNER JOIN ctx ON ctx.rid = s.rid),
+        FROM s INNER JOIN ctx ON ctx.rid = s.rid
+        ASOF LEFT JOIN gp ON gp.rid = s.rid AND s.t > gp.g0),
     pergpu AS (
         SELECT rid, node, gpu, count() AS n, any(bad) AS run_bad, any(usable) AS run_usable,
                if(count() > 1, arrayReduce('median', arrayDifference(arraySort(groupArray(t)))) / 1000, 0) AS tick_s,
