@@ -140,9 +140,11 @@ def test_preemption_far_loses_more_than_near() -> None:
 @pytest.mark.parametrize(("last", "horizon", "end", "want"), [
     (START, START + 29_999, None, None),            # the first instant not reached yet
     (START, START + 30_000, None, START + 30_000),
-    (START, START + 95_000, None, START + 90_000),  # missed instants are skipped
+    (START, START + 95_000, None, START + 30_000),  # late: every instant, in order
+    (START + 30_000, START + 95_000, None, START + 60_000),
     (START + 90_000, START + 100_000, None, None),
     (START + 90_000, START + 200_000, START + 100_000, START + 100_000),  # the runs' end
+    (START + 90_000, START + 200_000, START + 150_000, START + 120_000),  # its instants first
     (START + 90_000, START + 95_000, START + 100_000, None),
     (START + 100_000, START + 500_000, START + 100_000, None),  # once
 ])
@@ -285,7 +287,9 @@ def test_instants_go_no_later_than_the_steps_the_store_holds(caplog) -> None:
     assert driver.step() is None
     stored[0] = START + 60_000
     driver.step()
-    assert rounds.at == [START + 30_000, START + 70_000] and driver.finished
+    assert not driver.finished  # the instant at +60 s first: none is skipped
+    driver.step()
+    assert rounds.at == [START + 30_000, START + 60_000, START + 70_000] and driver.finished
     # no sink at all: evaluated once its steps stood still for the wait, with a warning naming
     # the database
     lost = SloDriver(_Rounds(), clock, START, interval_ms=30_000, settle_ms=0,  # type: ignore[arg-type]

@@ -12,9 +12,11 @@ virtual clock is ``settle`` past it (a few wall seconds) and the store holds
 the session's training steps up to the instant (or every step published: a
 lagging sink holds the instants back to what it has stored; a store whose
 steps stand still for ``wait_s`` wall seconds is no longer waited for, with a
-warning naming the database). An instant missed
-while a round took long is skipped, as a ``slo serve`` round would be; once
-every run has ended, the last instant is the end of the last run (later
+warning naming the database). Instants are evaluated in order, none
+skipped, as ``slo evaluate --at`` would backfill them: a round that took long
+(a loaded machine, a lagging sink) delays the rounds after it in wall time,
+not the instants, so the times to detect do not depend on the machine's load.
+Once every run has ended, the last instant is the end of the last run (later
 cutoffs would find pipelines that stopped with the simulation).
 
 The evaluator counts only this session's runs (``run_prefix``) and starts
@@ -71,15 +73,17 @@ def due_instant(last_ms: int, start_ms: int, interval_ms: int, horizon_ms: int,
         end_ms: The end of the last run, once every run has ended.
 
     Returns:
-        The latest scheduled instant reached (missed ones are skipped); once
-        the runs ended and the horizon passed their end, that end, once.
+        The next scheduled instant after ``last_ms`` once the horizon reached
+        it (none is skipped); once the next one is past the runs' end, that
+        end, once, when the horizon reached it.
 
     """
-    if end_ms is not None and horizon_ms >= end_ms:
-        at = end_ms
+    nxt = start_ms + (max(last_ms - start_ms, 0) // interval_ms + 1) * interval_ms
+    if end_ms is not None and nxt >= end_ms:
+        at = end_ms if horizon_ms >= end_ms else None
     else:
-        at = start_ms + max(horizon_ms - start_ms, 0) // interval_ms * interval_ms
-    return at if at > last_ms else None
+        at = nxt if nxt <= horizon_ms else None
+    return at if at is not None and at > last_ms else None
 
 
 def objectives_for(scenarios: Sequence[Scenario], objectives: Sequence[Objective],
