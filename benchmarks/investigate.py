@@ -52,7 +52,7 @@ from runwatch.commands.cost import load_prices  # noqa: E402
 from runwatch.core.investigate.html import render  # noqa: E402
 from runwatch.core.paging.ownership import load_ownership  # noqa: E402
 from runwatch.core.storage.columns import COLUMNS  # noqa: E402
-from runwatch.resources import ownership_file  # noqa: E402
+from runwatch.resources import ownership_file, summary_sql_file  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import Checks  # noqa: E402
@@ -184,23 +184,12 @@ def fill(client, db: str, rows: int, t0: int) -> None:
       f"{TAIL} FROM numbers(1)")
 
 
-def summaries(client, db: str, rows: int, t0: int) -> None:
-    """Store the summaries of the run (failed, 8 GPUs over its span) and its reference (1 h)."""
-    span_h = rows // 3 / 3600
-    client.command(
-        f"INSERT INTO {db}.run_summaries (run_id, team, experiment_family, outcome, "  # noqa: S608
-        "started_at, ended_at, gpu_model, gpu_count, running_at, allocated_gpu_hours, "
-        "observed_gpu_hours, noproc_gpu_hours, lost_gpu_hours, busy_util_hours, "
-        "busy_util_weighted, usable_artifact, step_records, updated_at) VALUES "
-        f"('{REF}', 'ml', 'bench', 'succeeded', fromUnixTimestamp64Milli({t0 - 86_400_000}), "
-        f"fromUnixTimestamp64Milli({t0 - 82_800_000}), 'H100', 8, "
-        f"fromUnixTimestamp64Milli({t0 - 86_400_000}), 8, 8, 0, 0, map(85, 8), "
-        f"map(85, 680), 1, 3600, now64(3)), "
-        f"('{RUN}', 'ml', 'bench', 'failed', fromUnixTimestamp64Milli({t0}), "
-        f"fromUnixTimestamp64Milli({t0 + int(span_h * 3_600_000)}), 'H100', 8, "
-        f"fromUnixTimestamp64Milli({t0}), {8 * span_h}, {8 * span_h}, {0.5 * span_h}, "
-        f"{2 * span_h}, map(85, {5.5 * span_h}), map(85, {85 * 5.5 * span_h}), 1, "
-        f"{rows // 3}, now64(3))")
+def summaries(client, db: str) -> float:
+    """Summarise the run and its reference with the sink's own statement; return its seconds."""
+    sql = summary_sql_file().read_text().replace("${db}", db)
+    began = time.perf_counter()
+    client.command(sql, parameters={"runs": [RUN, REF], "idle_pct": 5.0})
+    return time.perf_counter() - began
 
 
 def main() -> int:
@@ -219,8 +208,12 @@ def main() -> int:
             t0 = int(time.time() * 1000) - 108 * 3_600_000  # inside the raw tables' 7-day TTL
             began = time.perf_counter()
             fill(writer, db, args.rows, t0)
-            summaries(writer, db, args.rows, t0)
-            print(f"filled {db} in {time.perf_counter() - began:.1f} s")
+            summary_s = summaries(writer, db)
+            print(f"filled {db} in {time.perf_counter() - began:.1f} s (the sink's summary "
+                  f"statement for the run and its reference: {summary_s:.2f} s)")
+            summary_steps = int(writer.command(
+                f"SELECT step_records FROM {db}.run_summaries FINAL "  # noqa: S608
+                f"WHERE run_id = '{RUN}'") or 0)
             mine = sum(int(writer.command(
                 f"SELECT count() FROM {db}.{t} WHERE run_id = '{RUN}'"))  # noqa: S608
                 for t in ("learning_steps", "step_timings", "gpu_samples"))
@@ -263,11 +256,13 @@ def main() -> int:
             store.stop()
     base = statistics.median(times["baseline"])
     print(f"\ninvestigate {RUN}: {mine} telemetry rows of its own, {total} in the tables "
-          f"(2026-12-01, shared 2-core VM; medians of {args.reps} repetitions)")
+          f"({time.strftime('%Y-%m-%d')}; medians of {args.reps} repetitions)")
     print(f"{'what':<10}{'median s':>10}{'x baseline':>12}")
     for name in ("answer", "page", "cli", "baseline"):
         med = statistics.median(times[name])
         print(f"{name:<10}{med:>10.3f}{med / base:>12.1f}")
+    checks.check(summary_steps == args.rows // 3, "the sink's statement summarised the run: "
+                 f"{summary_steps} step records")
     checks.check(result["found"], "the run is found")
     checks.check(result["what_changed"]["reference_run_id"] == REF, "its reference run: "
                  f"{result['what_changed']['reference_run_id']}")
