@@ -33,7 +33,6 @@ from runwatch.core.paging.ownership import Ownership
 
 BUCKETS = 300
 STEP_BUCKETS = 1200
-ID_CHUNK = 40
 FAMILY_RUNS = 50
 #: At most this many of the family's run summaries are read for its cost baseline and peers.
 COST_RUNS = 5000
@@ -104,16 +103,13 @@ class EvidenceReader:
         return [dict(zip(names, row, strict=True)) for row in result.result_rows]
 
     def _rows_in(self, sql: str, ids: Sequence[str], **params: Any) -> list[dict[str, Any]]:
-        """Run ``sql`` with ``{r:Array(String)}`` bound to chunks of ``ids``.
+        """Run ``sql`` with ``{r:Array(String)}`` bound to ``ids`` (none: no rows, no query).
 
-        A long parameter makes clickhouse-connect send a multipart form, which
-        the local store does not read; chunks keep every request a plain one.
+        Past 4 KiB of parameters clickhouse-connect sends a multipart form, which
+        ClickHouse and the local store both read.
         """
-        out: list[dict[str, Any]] = []
         ids = list(ids)
-        for i in range(0, len(ids), ID_CHUNK):
-            out += self._rows(sql, r=ids[i:i + ID_CHUNK], **params)
-        return out
+        return self._rows(sql, r=ids, **params) if ids else []
 
     def _t(self, table: str) -> str:
         return f"{self.db}.{table}"
