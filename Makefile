@@ -10,6 +10,9 @@ RW := $(BIN)/runwatch
 KAFKA_LIB := infra/kafka/lib
 APT_PACKAGES := prometheus-alertmanager kcat chromium
 PYTEST_ARGS ?=
+# Test files run on this many pytest-xdist workers (each file on one worker, so a
+# module's fixtures start once); 0 runs them in this process, one after another.
+PYTEST_JOBS ?= 2
 
 .PHONY: deps venv jars apt up down status test unit packaging chaos lint demo bench bench-all clean
 
@@ -63,10 +66,10 @@ lint: venv
 # into a throwaway venv (pip needs the package registry or its cache).
 test: deps lint
 	$(RW) schemas check
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 unit: venv
-	$(BIN)/pytest tests/unit tests/contract $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_JOBS) --dist loadfile tests/unit tests/contract $(PYTEST_ARGS)
 
 # The packaging tier alone (make test runs it with the rest): build the wheel,
 # install it base-only into a throwaway venv, run an SDK job through the local
