@@ -93,9 +93,10 @@ def test_status_and_down_on_an_empty_state_dir(tmp_path: Path) -> None:
 
 
 def test_optional_services_are_supervised_beside_a_running_stack(stack, tmp_path: Path) -> None:
-    """``stack up processor sink pager`` in a fresh state dir reuses the healthy stack,
-    records the three services, shows them in status and ``stack down`` stops them
-    (and nothing else: the stack's own services are not recorded there)."""
+    """``stack up --with-services`` in a fresh state dir reuses the healthy stack,
+    records the four services (processor, sink, pager, SLO evaluator), shows them in
+    status and ``stack down`` stops them (and nothing else: the stack's own services are
+    not recorded there)."""
     import uuid
 
     tag = uuid.uuid4().hex[:8]
@@ -107,7 +108,8 @@ def test_optional_services_are_supervised_beside_a_running_stack(stack, tmp_path
            "RUNWATCH_SINK_TOPICS": json.dumps([f"stackcli{tag}.rw.learning"]),
            "RUNWATCH_PAGER_GROUP_ID": f"rw-stackcli-pager-{tag}",
            "RUNWATCH_PAGER_ALERTS_TOPIC": f"stackcli{tag}.rw.alerts",
-           "RUNWATCH_PAGER_DLQ_TOPIC": f"stackcli{tag}.rw.dlq"}
+           "RUNWATCH_PAGER_DLQ_TOPIC": f"stackcli{tag}.rw.dlq",
+           "RUNWATCH_SLO_ALERTS_TOPIC": f"stackcli{tag}.rw.alerts"}
     from runwatch.adapters.topics import ensure_topics
 
     ensure_topics({"bootstrap.servers": stack.bootstrap_servers}, prefix=f"stackcli{tag}.")
@@ -116,16 +118,16 @@ def test_optional_services_are_supervised_beside_a_running_stack(stack, tmp_path
         assert up.returncode == 0, up.stderr
         status = _runwatch("stack", "status", "--json", env=env)
         rows = {s["name"]: s for s in json.loads(status.stdout)["services"]}
-        for name in ("processor", "sink", "pager"):
+        for name in ("processor", "sink", "pager", "slo"):
             assert rows[name]["state"] == "healthy", (name, rows[name])
             assert rows[name]["pid"]
             assert (tmp_path / "logs" / f"{name}.log").is_file()
-        again = _runwatch("stack", "up", "processor", "sink", "pager", env=env)
+        again = _runwatch("stack", "up", "processor", "sink", "pager", "slo", env=env)
         assert again.returncode == 0 and "already running" in again.stderr
     finally:
         down = _runwatch("stack", "down", env=env)
     assert down.returncode == 0
-    for name in ("processor", "sink", "pager"):
+    for name in ("processor", "sink", "pager", "slo"):
         assert f"{name}: stopping pid" in down.stderr
     assert "kafka: stopping" not in down.stderr
     after = json.loads(_runwatch("stack", "status", "--json", env=env).stdout)

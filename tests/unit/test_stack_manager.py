@@ -12,7 +12,9 @@ from runwatch.stack.manager import Stack
 from runwatch.stack.services import OPTIONAL_SERVICES, SERVICES
 from runwatch.stack.settings import StackSettings
 
-SLEEPER = (sys.executable, "-c", "import time; print('Ready', flush=True); time.sleep(60)")
+# logs what each service logs once ready (the processor's and the SLO evaluator's markers)
+SLEEPER = (sys.executable, "-c",
+           "import time; print('Ready; 3 objectives every 60 s', flush=True); time.sleep(60)")
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """``runwatch stack up|down|status``: the local Kafka, ClickHouse store and Alertmanager.
 
-``runwatch stack up processor sink pager`` (or ``up --with-services``) also
+``runwatch stack up processor sink pager slo`` (or ``up --with-services``) also
 starts runwatch's own services under the same supervision.
 """
 

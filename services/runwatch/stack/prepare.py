@@ -71,7 +71,7 @@ def migrate(settings: StackSettings, database: str | None = None,
 
 def prepare(settings: StackSettings, services: list[str],
             report: Callable[[str], None]) -> None:
-    """Provision what the given optional services need (topics; schema for the sink).
+    """Provision what the given optional services need (topics; schema for the sink, SLOs).
 
     Args:
         settings: The stack settings.
@@ -88,7 +88,7 @@ def prepare(settings: StackSettings, services: list[str],
     if made:
         report(f"topics: created {len(made)} from schemas/topics.yaml")
     check_partitions(settings)
-    if "sink" in services:
+    if "sink" in services or "slo" in services:  # the SLO evaluator reads and writes tables too
         out = migrate(settings)
         report(f"database: {out.splitlines()[-1] if out else 'migrated'}")
 

@@ -3,8 +3,8 @@
 The stack proper is Kafka, the ClickHouse store and Alertmanager
 (:data:`SERVICES`, what a plain ``runwatch stack up`` starts and the test
 fixtures use). The runwatch services that consume from it, the processor, the
-sink and the pager (:data:`OPTIONAL_SERVICES`), are started on request
-(``runwatch stack up processor sink pager`` or ``--with-services``) and
+sink, the pager and the SLO evaluator (:data:`OPTIONAL_SERVICES`), are started
+on request (``runwatch stack up processor sink pager slo`` or ``--with-services``) and
 supervised the same way: PID records, logs, status, ``stack down``.
 """
 
@@ -38,15 +38,17 @@ from runwatch.stack.settings import StackSettings
 
 logger = logging.getLogger(__name__)
 
-ServiceName = Literal[BrokerName, "store", "alertmanager", "processor", "sink", "pager"]
+ServiceName = Literal[BrokerName, "store", "alertmanager", "processor", "sink", "pager", "slo"]
 #: The stack proper, started by a plain ``runwatch stack up``.
 SERVICES: tuple[ServiceName, ...] = ("kafka", "store", "alertmanager")
 #: runwatch's own services, started only on request.
-OPTIONAL_SERVICES: tuple[ServiceName, ...] = ("processor", "sink", "pager")
+OPTIONAL_SERVICES: tuple[ServiceName, ...] = ("processor", "sink", "pager", "slo")
 #: Everything the stack can supervise, in start order.
 ALL_SERVICES: tuple[ServiceName, ...] = SERVICES + OPTIONAL_SERVICES
 #: Line the processor's log shows once its worker has joined the group.
 PROCESSOR_READY = "Ready"
+#: What ``runwatch slo serve`` logs once its objectives are loaded.
+SLO_READY = "objectives every"
 
 
 class StackError(RuntimeError):
@@ -319,6 +321,9 @@ def _optional_specs(settings: StackSettings) -> dict[ServiceName, ServiceSpec]:
                           PROCESSOR_READY),
         "sink": spec("sink", ("sink",), ("kafka", "store")),
         "pager": spec("pager", ("pager",), ("kafka", "alertmanager")),
+        # the SLO evaluator (`runwatch slo serve`): the shipped slos.yaml unless
+        # RUNWATCH_SLO_FILE names another; reads the sink's tables, writes rw.alerts
+        "slo": spec("slo", ("slo", "serve"), ("kafka", "store"), SLO_READY),
     }
 
 
