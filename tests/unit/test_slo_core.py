@@ -378,6 +378,26 @@ def test_fairness_shares_per_bucket() -> None:
     assert got == {"a@2026-11-29T00:00:00Z": (True, 0.5), "a@2026-11-30T00:00:00Z": (False, 0.667)}
 
 
+def test_fairness_bucket_cut_by_the_window_start_is_no_event() -> None:
+    # a rolling window starting mid-bucket saw only part of that day: team a held 8 GPUs
+    # 00:00-12:00 and team b 12:00-24:00 (a: 50 %, over its 40 % quota), but counted from
+    # 13:00 or 11:00 the day showed a at 0 % or 8 %, a good event (and a different one by the hour)
+    p = _params("fairness", team="a", quota=0.4)
+    day = ms("2026-11-24T00:00:00")
+    rows = [ind.UsageRow("a1", "a", day, day + 12 * H, 8),
+            ind.UsageRow("b1", "b", day + 12 * H, day + 24 * H, 8),
+            ind.UsageRow("a2", "a", day + D, day + D + 12 * H, 8),
+            ind.UsageRow("b2", "b", day + D + 12 * H, day + 2 * D, 8)]
+    for now in (ms("2026-12-01T11:00:00"), ms("2026-12-01T13:00:00")):
+        got = {e.key: (e.good, round(e.observed or 0, 3)) for e in
+               ind.fairness(p, rows, now - 7 * D, now)}
+        assert got == {"a@2026-11-25T00:00:00Z": (False, 0.5)}
+    # a window starting on a bucket's edge counts that bucket whole
+    now = ms("2026-12-01T00:00:00")
+    got = {e.key: e.good for e in ind.fairness(p, rows, now - 7 * D, now)}
+    assert got == {"a@2026-11-24T00:00:00Z": False, "a@2026-11-25T00:00:00Z": False}
+
+
 # ------------------------------------------------------------------ status and alerts
 
 SRC = Source(kind="slo", host="h", runwatch_version="0")

@@ -306,7 +306,8 @@ def fairness(p: Mapping[str, Any], rows: Sequence[UsageRow], start: int,
     """One event per finished bucket: good when the team's share of GPU-hours is within quota.
 
     Buckets are ``bucket`` long, aligned to the epoch (UTC days by default);
-    a bucket without GPU use is no event.
+    a bucket without GPU use is no event, and neither is one that began before
+    the window's start: its share would be computed from a part of it.
     """
     size = p["bucket_ms"]
     total: dict[int, float] = defaultdict(float)
@@ -326,7 +327,7 @@ def fairness(p: Mapping[str, Any], rows: Sequence[UsageRow], start: int,
             t = upto
     out: list[SliEvent] = []
     for b in sorted(total):
-        if b + size > now or not _inside(start, now, b + size) or total[b] <= 0:
+        if b < start or b + size > now or total[b] <= 0:
             continue
         share = team[b] / total[b]
         out.append(SliEvent(f"{p['team']}@{iso(b)}", b + size, share <= p["quota"],
