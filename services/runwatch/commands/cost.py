@@ -123,16 +123,19 @@ def cost(args: argparse.Namespace) -> int:
 
 def _print_cost(report: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     cur = report["currency"]
-    table = Table(report["by"], "runs", "done", "GPU-h", f"cost {cur}", "GPU-h/done",
+    table = Table(report["by"], "runs", "done", "GPU-h", escape(f"cost {cur}"), "GPU-h/done",
                   "queue p50/p95 s", "no artifact", "wasted GPU-h", "unpriced",
                   title=f"cost by {report['by']} since {report['window']['since']}")
     for g in [*report["groups"], {"key": "total", **report["totals"]}]:
         waste = g["wasted_gpu_hours"]
         detail = ", ".join(f"{c} {h:g}" for c, h in waste.items() if h)
-        table.add_row(str(g["key"]), str(g["runs"]), str(g["completed_runs"]),
+        # A group key is a user's label (family, team, queue, run id): text, never markup.
+        table.add_row(Text(str(g["key"])), str(g["runs"]), str(g["completed_runs"]),
                       f"{g['gpu_hours']:g}", "-" if g["cost"] is None else f"{g['cost']:,.2f}",
                       "-" if g["gpu_hours_per_completed_run"] is None
                       else f"{g['gpu_hours_per_completed_run']:g}",
@@ -194,15 +197,22 @@ def capacity(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
+    _print_capacity(report)
+    return 0
+
+
+def _print_capacity(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table("cause", "lost GPU-h", "evidence",
-                  title=f"capacity since {args.since}: bottleneck {report['bottleneck'] or 'none'}")
+                  title=f"capacity since {report['window']['since']}: "
+                        f"bottleneck {report['bottleneck'] or 'none'}")
     for c in report["causes"]:
-        table.add_row(c["cause"], f"{c['lost_gpu_hours']:g}", json.dumps(c["evidence"]))
+        # The evidence names runs and nodes: text, never markup.
+        table.add_row(c["cause"], f"{c['lost_gpu_hours']:g}", Text(json.dumps(c["evidence"])))
     Console(width=200).print(table)
-    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
