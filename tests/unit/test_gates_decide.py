@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -183,3 +184,19 @@ def test_a_loss_deteriorates_when_it_rises() -> None:
     d = decide(loss, good(candidate=worse))
     assert d.decision == "fail"
     assert d.reasons == ["fail: log_loss 0.5 vs incumbent 0.4: change -0.1 below the margin +0"]
+
+
+def test_a_non_finite_metric_is_a_reason_not_a_measurement() -> None:
+    # gate check --json printed "auc": NaN, which strict JSON readers (JSON.parse, Go, serde)
+    # refuse: CI read no decision at all
+    cand = run("cand", math.nan, slices={"age_65_plus": math.inf, "income_low": 0.78},
+               ci=(math.nan, 0.9))
+    d = decide(POLICY, good(candidate=cand))
+    assert d.decision == "fail"
+    assert "fail: metric auc on the whole set is nan (non-finite): the evaluation is not usable" \
+        in d.reasons
+    assert "fail: metric auc on slice age_65_plus is inf (non-finite): the evaluation is not " \
+        "usable" in d.reasons
+    assert all(math.isfinite(v) for v in d.measured.values()), d.measured
+    assert d.measured["slice.income_low.auc"] == 0.78
+    json.loads(json.dumps(d.measured, allow_nan=False))

@@ -106,6 +106,9 @@ def decide(policy: Policy, ev: Evidence) -> Decision:
         if policy.disjoint_from_training and whole.dataset:
             _row_keys(d, c, whole.dataset, ev.key_sketches)
     _review(d, policy, c, inc)
+    # a non-finite value is a failure reason above, not a measurement: the decision's JSON
+    # (gate check --json) and the GateDecision's map stay finite numbers
+    d.measured = {k: v for k, v in d.measured.items() if math.isfinite(v)}
     if d.failures or (d.missing and policy.on_missing == "fail"):
         d.decision = "fail"
     elif d.missing or d.reviews:
