@@ -8,6 +8,7 @@ the Google SRE workbook, chapter "Alerting on SLOs".
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -360,6 +361,24 @@ def test_reproducibility_groups() -> None:
             ind.ReproRow("b3", "g", at, 12.0)]
     assert {e.key: e.good for e in ind.reproducibility(rel, rows, START, NOW)} == {
         "b1": True, "b2": True, "b3": False}
+
+
+@pytest.mark.parametrize("values", [
+    (0.80, 0.81, math.nan), (math.nan, 0.80, 0.81), (0.80, math.nan, 0.81), (0.80, math.inf, 0.81)])
+def test_reproducibility_a_non_finite_value_is_bad_and_moves_no_median(
+        values: tuple[float, ...]) -> None:
+    # one NaN accuracy among repeats made the median NaN (or not, by the rows' order):
+    # every run of the group bad, or the NaN run compared with nothing
+    p = _params("reproducibility", family="f", metric="acc", tolerance=0.02)
+    rows = [ind.ReproRow(f"r{i}", "g", NOW - H, v) for i, v in enumerate(values)]
+    events = {e.key: e for e in ind.reproducibility(p, rows, START, NOW)}
+    bad = {f"r{i}" for i, v in enumerate(values) if not math.isfinite(v)}
+    assert {k: e.good for k, e in events.items()} == {
+        f"r{i}": f"r{i}" not in bad for i in range(len(values))}
+    for k in bad:
+        assert events[k].observed is None and "not a finite number" in events[k].detail
+    assert sorted(round(e.observed or 0, 4) for k, e in events.items() if k not in bad) == [
+        0.005, 0.005]  # median 0.805 of the two finite values
 
 
 def test_fairness_shares_per_bucket() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -282,6 +283,8 @@ def reproducibility(p: Mapping[str, Any], rows: Sequence[ReproRow], start: int,
 
     A group (runs sharing a lineage) counts once it holds ``minRepeats``
     runs in the window; ``relative`` tolerances are a share of the median.
+    The median is over the group's finite values; a run whose value is NaN
+    or infinite is a bad event (it reproduced nothing) and moves no median.
     """
     groups: dict[str, list[ReproRow]] = defaultdict(list)
     for r in rows:
@@ -291,9 +294,16 @@ def reproducibility(p: Mapping[str, Any], rows: Sequence[ReproRow], start: int,
     for members in groups.values():
         if len(members) < max(2, p["min_repeats"]):
             continue
-        median = statistics.median(m.value for m in members)
+        finite = [m.value for m in members if math.isfinite(m.value)]
+        median = statistics.median(finite) if finite else math.nan
         bound = p["tolerance"] * abs(median) if p["relative"] else p["tolerance"]
         for m in members:
+            if not math.isfinite(m.value):
+                out.append(SliEvent(m.run_id, m.at_ms, False, (m.run_id,), None,
+                                    bound if math.isfinite(bound) else None,
+                                    f"run {m.run_id}: {p['metric']} is {m.value} (not a finite "
+                                    f"number) among {len(members)} repeats"))
+                continue
             off = abs(m.value - median)
             out.append(SliEvent(m.run_id, m.at_ms, off <= bound, (m.run_id,), off, bound,
                                 f"run {m.run_id}: {p['metric']} {m.value:.4g}, {off:.4g} from "
