@@ -8,6 +8,7 @@ the Google SRE workbook, chapter "Alerting on SLOs".
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -544,3 +545,17 @@ def test_the_alert_owner_is_the_objectives_else_the_ownership_files() -> None:
     _b, [c] = decide(owned, status(owned, _twenty(3), NOW), None, "execution", SRC, NOW,
                      ownership)
     assert c.owner == "platform"
+
+
+def test_status_json_of_a_100_percent_target_is_strict_json() -> None:
+    # target 1 allows no bad event: one spends an infinite share of a zero budget, and
+    # slo status --json printed Infinity, which strict JSON readers refuse
+    obj = one("{kind: training_window, family: f, maxDuration: 1h}", target="1")
+    now = ms("2026-12-01T12:00:00")
+    st = status(obj, [ind.SliEvent("a", now - 30 * M, False, ("a",)),
+                      ind.SliEvent("b", now - 2 * H, True, ("b",))], now)
+    assert st.state == "exhausted" and st.budget_consumed == math.inf
+    out = json.loads(json.dumps(st.to_json(), allow_nan=False))
+    assert (out["budget_consumed"], out["budget_left"]) == (None, None)
+    assert out["burn_rates"] == {"1h": None, "6h": None, "3d": None}
+    assert out["sli"] == 0.5 and out["conditions"][0]["name"] == "budget_exhausted"

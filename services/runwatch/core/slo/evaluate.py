@@ -17,6 +17,7 @@ Its owner is the objective's ``owner``, else the ownership file's answer.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -92,19 +93,29 @@ class Status:
         return "burning" if self.conditions else "ok"
 
     def to_json(self) -> dict[str, Any]:
-        """Return the status as JSON-able data (``runwatch slo status --json``)."""
+        """Return the status as JSON-able data (``runwatch slo status --json``).
+
+        Figures that are not finite (a 100 % target's budget of zero events, spent:
+        an infinite share and burn rate) are ``null``: strict JSON has no Infinity.
+        """
         return {
             "objective": self.name, "kind": self.kind, "target": self.target,
             "evaluated_at": iso(self.now_ms), "window_start": iso(self.window_start_ms),
             "good": self.good, "valid": self.valid, "sli": self.sli, "state": self.state,
-            "budget_consumed": self.budget_consumed, "budget_left": self.budget_left,
-            "burn_rates": self.burn_rates,
+            "budget_consumed": _finite(self.budget_consumed),
+            "budget_left": _finite(self.budget_left),
+            "burn_rates": {k: _finite(v) for k, v in self.burn_rates.items()},
             "conditions": [{"name": c.name, "severity": c.severity, "detail": c.detail}
                            for c in self.conditions],
             "bad_events": [{"key": e.key, "at": iso(e.at_ms), "run_ids": list(e.run_ids),
-                            "observed": e.observed, "expected": e.expected, "detail": e.detail}
+                            "observed": _finite(e.observed), "expected": _finite(e.expected),
+                            "detail": e.detail}
                            for e in self.bad],
         }
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
 def status(obj: Objective, events: Sequence[SliEvent], now_ms: int,
