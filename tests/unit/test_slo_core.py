@@ -297,6 +297,32 @@ def test_data_availability_cutoffs_late_and_failing_reports() -> None:
         ("2026-12-03T05:00:00Z", True), ("2026-12-04T05:00:00Z", False)]
 
 
+def test_data_availability_looks_up_one_previous_cutoff_per_evaluation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # each cutoff's "since the previous cutoff" was searched afresh: a 15-minute cron over
+    # 30 days took 8 s a round, every 5 minutes 70 s (longer than the evaluator's interval)
+    p = _params("data_availability", dataset="s3://d", cutoff=parse_cron("*/15 * * * *"),
+                tz="Europe/Berlin", version_pattern="*")
+    now = ms("2026-10-27T12:00:00")  # the window holds the night clocks went back
+    start = now - 7 * D
+    rows = [ind.DataReportRow(start - D + i * 20 * M, "v1", 10, 0, 0, "r", "s3://d")
+            for i in range(8 * 72) if i % 50]  # every 20 minutes, with gaps
+    calls = []
+    real = ind.previous_cutoff
+    monkeypatch.setattr(ind, "previous_cutoff",
+                        lambda *a, **k: calls.append(a) or real(*a, **k))
+    events = ind.data_availability(p, rows, start, now)
+    assert len(calls) == 1
+    assert len(events) == 7 * 96 - 4  # the repeated hour's cutoffs count once
+    # each event still judged since its own previous cutoff: the reports every 20 minutes
+    # leave one 15-minute span in three without a report, the gaps one more
+    prev = {e.at_ms: real(p["cutoff"], zone("Europe/Berlin"), e.at_ms) for e in events}
+    times = [r.at_ms for r in rows]
+    assert [e.good for e in events] == [any(prev[e.at_ms] < t <= e.at_ms for t in times)
+                                        for e in events]
+    assert 0 < sum(not e.good for e in events) < len(events)
+
+
 def test_evaluation_retained_with_grace() -> None:
     p = _params("evaluation_retained", family="f")
     rows = [

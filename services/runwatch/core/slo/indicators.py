@@ -156,8 +156,13 @@ def data_availability(p: Mapping[str, Any], rows: Sequence[DataReportRow], start
     if not rows:  # no report of the dataset at all: no data (a misnamed dataset is no outage)
         return out
     # a cutoff before the dataset's first report read is no event: its pipeline did not exist
-    for c in cutoffs(p["cutoff"], tz, max(start, times[0] - 1), now):
-        since = c - p["lookback_ms"] if p["lookback_ms"] else previous_cutoff(p["cutoff"], tz, c)
+    passed = cutoffs(p["cutoff"], tz, max(start, times[0] - 1), now)
+    # each cutoff's previous one is the one before it in the list: only the first is looked up
+    # (a search per cutoff cost 8 s a round for a 15-minute cron over 30 days, 70 s for 5 minutes)
+    first_prev = previous_cutoff(p["cutoff"], tz, passed[0]) if passed else None
+    for i, c in enumerate(passed):
+        since = (c - p["lookback_ms"] if p["lookback_ms"] else
+                 passed[i - 1] if i else first_prev)
         since = c - 400 * 86_400_000 if since is None else since
         seen = rows[bisect.bisect_right(times, since):bisect.bisect_right(times, c)]
         ok = [r for r in seen if fnmatch.fnmatchcase(r.version, p["version_pattern"])
