@@ -35,11 +35,20 @@ def store_scenario(url: str, sc: CostScenario) -> tuple[str, Any]:
     Returns:
         The fresh database and a client.
     """
-    db = f"t_cost_{uuid.uuid4().hex[:10]}"
-    client = migrate(url, db)
     capture = CaptureTransport()
     errors = play(sc, SharedTransport(capture), scenario_start_ms(sc))
     assert not errors, errors
+    return store_capture(url, capture, [r.run_id for r in sc.runs])
+
+
+def store_capture(url: str, capture: CaptureTransport, run_ids: list[str]) -> tuple[str, Any]:
+    """Map what the producers handed ``capture`` to rows as the sink does, insert, summarise.
+
+    Returns:
+        The fresh database and a client.
+    """
+    db = f"t_cost_{uuid.uuid4().hex[:10]}"
+    client = migrate(url, db)
     codec = load_codec()
     by_table: dict[str, list[Any]] = {}
     for offset, (topic, _key, value) in enumerate(capture.messages):
@@ -49,7 +58,7 @@ def store_scenario(url: str, sc: CostScenario) -> tuple[str, Any]:
     for table, rows in by_table.items():
         ch.insert_rows(client, f"{db}.{table}", COLUMNS[table], rows)
     client.command(SUMMARY.read_text().replace("${db}", db),
-                   parameters={"runs": [r.run_id for r in sc.runs], "idle_pct": 5.0})
+                   parameters={"runs": run_ids, "idle_pct": 5.0})
     return db, client
 
 

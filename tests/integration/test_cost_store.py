@@ -5,11 +5,20 @@ bottleneck is reported within 5 % of its GPU-hours; the bottleneck is named firs
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from costkit import SUMMARY, cli_json, side_by_side, store_scenario
+from costkit import (
+    SUMMARY,
+    cli_json,
+    scenario_start_ms,
+    side_by_side,
+    store_capture,
+    store_scenario,
+)
 from sinkkit import Store
 
+from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.sim.costsim import MIN, SCENARIOS, WASTE, CostScenario, SimRun
 
 pytestmark = pytest.mark.integration
@@ -95,4 +104,110 @@ def test_a_long_runs_summary_stays_small(store: Store) -> None:
     steps, observed, stalled = rows[0]
     assert steps > 3000 and observed == pytest.approx(8 * 30, rel=0.01)
     assert stalled == pytest.approx(8.0, rel=0.05)
+    client.command(f"DROP DATABASE {db}")
+
+
+# Odd schedules, as a stranger publishes them: the scheduler hook (``runwatch emit``'s
+# job states), the SDK (``runwatch.init`` / ``run.step`` / ``run.finish`` with explicit
+# times) and node agents over the NVML double, 30-second ticks. Each attempt is
+# (start_s, end_s, node, GPUs, how it ends, whether its GPUs run a process).
+ODD = {
+    # preempted after 30 min on n0 (8 GPUs); resumed 10 min later on n1 with 4 GPUs for 60 min
+    "resumed": [(0, 30 * MIN, "n0", 8, "preempted", True),
+                (40 * MIN, 100 * MIN, "n1", 4, "succeeded", True)],
+    # resumed on another node; the first attempt's node n4 has its clock 10 min ahead
+    "resumed-skewed": [(0, 30 * MIN, "n4", 8, "preempted", True),
+                       (40 * MIN, 100 * MIN, "n5", 8, "succeeded", True)],
+}
+SKEW_S = {"n4": 600}
+
+
+def _play_odd(start_ms: int) -> CaptureTransport:
+    from runwatch.client import init
+    from runwatch.client.emit import emit_records
+    from runwatch.sim.drivers import GIB, SharedTransport, make_node
+
+    capture = CaptureTransport()
+    transport = SharedTransport(capture)
+    now = [start_ms]
+    hook = Publisher(transport, kind="hook", clock=lambda: now[0])
+    agent = Publisher(transport, kind="agent", clock=lambda: now[0])
+    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5")}
+    sdk: dict[str, Any] = {}
+
+    def job(rid: str, state: str, attempt: int, node: str = "", gpus: int = 0) -> None:
+        obj: dict[str, Any] = {"type": "job-state", "run_id": rid, "state": state,
+                               "attempt": attempt, "team": "t", "experiment_family": "odd",
+                               "queue": "batch", "priority_class": "standard",
+                               "emitted_at_ms": now[0]}
+        if node:
+            obj["allocation"] = {"nodes": [node], "gpu_indices": list(range(gpus)),
+                                 "gpu_model": "H100"}
+        assert not emit_records(hook, [obj]).errors
+
+    steps: dict[str, int] = {}
+    for t in range(0, 100 * MIN + 30, 30):
+        now[0] = start_ms + t * 1000
+        for rid, attempts in ODD.items():
+            for i, (a0, a1, node, gpus, end, busy) in enumerate(attempts, start=1):
+                sim = nodes[node]
+                if t == a1:
+                    job(rid, end, i)
+                    for g in range(gpus):
+                        sim.attributor.pids.pop(1000 + g, None)
+                        sim.nvml.processes[g] = []
+                        sim.nvml.util.pop(g, None)
+                    if i == len(attempts):
+                        sdk.pop(rid).finish(end, timeout=10.0, now_ms=now[0])
+                    else:
+                        job(rid, "queued", i + 1)
+                if t == a0:
+                    if i == 1 and rid != "same-ms":
+                        job(rid, "queued", 1)
+                    job(rid, "running", i, node, gpus)
+                    if rid == "same-ms":  # stamped with its running event, delivered after it
+                        job(rid, "queued", 1)
+                    if rid not in sdk:
+                        sdk[rid] = init(run_id=rid, experiment_family="odd", team="t",
+                                        transport=transport, clock=lambda: now[0],
+                                        capture_lineage=False, install_hooks=False)
+                    for g in range(gpus if busy else 0):
+                        sim.attributor.pids[1000 + g] = rid
+                        sim.nvml.attach_process(g, 1000 + g, 40 * GIB)
+                if a0 <= t < a1:
+                    steps[rid] = steps.get(rid, 0) + 1
+                    sdk[rid].step(steps[rid], loss=1.0, samples=1, now_ms=now[0], step_ms=900,
+                                  loader_wait_ms=100)
+                    for g in range(gpus if busy else 0):
+                        sim.nvml.util[g] = 80.0
+        for name, sim in nodes.items():
+            sim.agent.tick(now_ms=now[0] + SKEW_S.get(name, 0) * 1000)
+    transport.flush(30.0)
+    return capture
+
+
+def test_resumed_runs_are_billed_by_each_attempts_allocation(
+        store: Store) -> None:
+    """Figures by hand (docs/cost.md): GPU-hours = each running interval x its allocation.
+
+    resumed: 0.5 h x 8 GPUs on n0, then 1 h x 4 GPUs on n1 = 8 GPU-h, all busy (the summary
+    once took the last attempt's n1 GPUs for the whole run: 6 GPU-h, 2 of them idle), and a
+    resumed run whose first node's clock is 10 min ahead has that node skewed.
+    """
+    sc = CostScenario("odd", "odd schedules", (), (), {}, duration_s=100 * MIN)
+    db, client = store_capture(store.url, _play_odd(scenario_start_ms(sc)), list(ODD))
+    report = cli_json(store.url, db, "cost", "--by", "run", "--since", "1d")
+    runs = {g["key"]: g for g in report["groups"]}
+    rows = {r[0]: r[1:] for r in client.query(
+        f"SELECT run_id, allocated_gpu_hours, observed_gpu_hours, noproc_gpu_hours, "  # noqa: S608
+        f"skewed_nodes FROM {db}.run_summaries FINAL").result_rows}
+    print("\nodd schedules (allocated, observed, idle, skewed nodes):", rows)
+    assert rows["resumed"] == pytest.approx((8.0, 8.0, 0.0, 0), abs=0.02)
+    assert runs["resumed"]["gpu_hours"] == pytest.approx(8.0)
+    assert runs["resumed"]["cost"] == pytest.approx(8.0 * 4.0)
+    assert runs["resumed"]["wasted_gpu_hours_total"] == pytest.approx(0.0, abs=0.02)
+    # each attempt's node against its own interval (n4 once read against the whole run: its
+    # busy period started 10 min late and ended 70 min early, so no shift was seen)
+    assert rows["resumed-skewed"][3] == 1
+    assert report["bad_input"]["clock_skew_runs"] == 1  # resumed-skewed only
     client.command(f"DROP DATABASE {db}")

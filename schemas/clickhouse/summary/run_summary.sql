@@ -4,8 +4,9 @@
 -- (failed/cancelled runs) busy GPU time after the last good checkpoint.
 -- No placeholders in comments: a run id with a newline would end the comment.
 -- Cost columns (docs/cost.md): GPU samples are attributed to a run by its
--- allocation (the nodes and GPU indices of its latest running job event),
--- inside its running intervals; each sample of an allocated GPU is one of
+-- allocation inside each running interval (the nodes and GPU indices of the
+-- interval's latest running job event with one, else the run's latest);
+-- each sample of an allocated GPU is one of
 -- noproc (no process), stalled (no step for over 300 s), then, by outcome,
 -- no_artifact / lost (after the last good checkpoint) / busy (histogram of
 -- utilization, per whole percent, for the below-baseline cause).
@@ -28,23 +29,30 @@ WITH
                argMaxIf(queue, ts, queue != '') AS q, argMaxIf(priority_class, ts, priority_class != '') AS pc,
                minIf(ts, state = 'queued') AS queued_at, countIf(state = 'queued') AS nqueued,
                minIf(ts, state = 'running') AS running_at, countIf(state = 'running') AS nrunning,
-               arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(ts), toString(state)))) AS ev
+               arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(ts), toString(state),
+                                               arrayMap(n -> toString(n), nodes), gpu_indices))) AS ev
         FROM ${db}.job_events WHERE run_id IN %(runs)s GROUP BY rid),
+    -- Running intervals, each with its own allocation: that of its latest running event with
+    -- one, else the run's latest (a resumed attempt may run on other nodes and GPUs).
     iv AS (
-        SELECT rid, e.1 AS t0, if(nx.1 > e.1, nx.1, toUnixTimestamp64Milli(ended_at)) AS t1
-        FROM (SELECT rid, ended_at, ev,
-                     arrayJoin(arrayFilter((x, i) -> x.2 = 'running' AND (i = 1 OR ev[i - 1].2 != 'running'),
-                                           ev, arrayEnumerate(ev))) AS e,
-                     arrayFirst(f -> f.1 > e.1 AND f.2 != 'running', ev) AS nx
-              FROM jobs)),
+        SELECT rid, t0, t1, if(length(ia.3) > 0, ia.3, anodes) AS inodes,
+               if(length(ia.3) > 0, ia.4, agpus) AS igpus
+        FROM (SELECT rid, e.1 AS t0, if(nx.1 > e.1, nx.1, toUnixTimestamp64Milli(ended_at)) AS t1,
+                     anodes, agpus,
+                     arrayLast(f -> f.1 >= e.1 AND (nx.1 <= e.1 OR f.1 < nx.1) AND f.2 = 'running'
+                                    AND length(f.3) > 0, ev) AS ia
+              FROM (SELECT rid, ended_at, ev, anodes, agpus,
+                           arrayJoin(arrayFilter((x, i) -> x.2 = 'running' AND (i = 1 OR ev[i - 1].2 != 'running'),
+                                                 ev, arrayEnumerate(ev))) AS e,
+                           arrayFirst(f -> f.1 > e.1 AND f.2 != 'running', ev) AS nx
+                    FROM jobs))),
     ivs AS (
         SELECT rid, groupArray((t0, t1)) AS spans, min(t0) AS run_t0, max(t1) AS run_t1,
-               sum(t1 - t0) AS running_ms
+               sum(t1 - t0) AS running_ms, sum((t1 - t0) * length(inodes) * length(igpus)) AS alloc_ms
         FROM iv GROUP BY rid),
     ag AS (
-        SELECT jobs.rid AS rid, n AS node, toUInt8(g) AS gpu, iv.t0 AS t0, iv.t1 AS t1
-        FROM jobs INNER JOIN iv ON iv.rid = jobs.rid
-        ARRAY JOIN jobs.anodes AS n ARRAY JOIN jobs.agpus AS g),
+        SELECT rid, n AS node, toUInt8(g) AS gpu, t0, t1
+        FROM iv ARRAY JOIN inodes AS n ARRAY JOIN igpus AS g),
     mf AS (
         SELECT run_id AS rid, argMax(labels['node_pool'], ts) AS pool, argMax(labels['tenancy'], ts) AS ten
         FROM ${db}.run_manifests WHERE run_id IN %(runs)s GROUP BY rid),
@@ -130,20 +138,21 @@ WITH
                sumMap(mapApply((k, v) -> (k, v * tick_s / 3600), hist_c)) AS hist_h,
                sumMap(mapApply((k, v) -> (k, v * tick_s / 3600), hist_w)) AS hist_u
         FROM pergpu GROUP BY rid),
+    -- A node's busy period against each running interval it was allocated in (a resumed
+    -- attempt on other nodes has its own interval).
     sx AS (
-        SELECT ag.rid AS rid, g.node AS node,
-               minIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - any(ivs.run_t0) AS d0,
-               maxIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - any(ivs.run_t1) AS d1
+        SELECT ag.rid AS rid, ag.node AS node, ag.t0 AS it0,
+               minIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - it0 AS d0,
+               maxIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - any(ag.t1) AS d1
         FROM ${db}.gpu_samples AS g INNER JOIN ag ON g.node = ag.node AND g.gpu_index = ag.gpu
-        INNER JOIN ivs ON ivs.rid = ag.rid
         WHERE g.node IN (SELECT node FROM ag)
           AND g.ts >= fromUnixTimestamp64Milli((SELECT min(t0) FROM ag) - 900000, 'UTC')
           AND g.ts < fromUnixTimestamp64Milli((SELECT max(t1) FROM ag) + 900000, 'UTC')
-          AND toUnixTimestamp64Milli(g.ts) >= ivs.run_t0 - 900000
-          AND toUnixTimestamp64Milli(g.ts) < ivs.run_t1 + 900000
-        GROUP BY rid, node),
+          AND toUnixTimestamp64Milli(g.ts) >= ag.t0 - 900000
+          AND toUnixTimestamp64Milli(g.ts) < ag.t1 + 900000
+        GROUP BY rid, node, it0),
     skew AS (
-        SELECT rid, countIf(d0 * d1 > 0 AND least(abs(d0), abs(d1)) > 60000) AS skewed,
+        SELECT rid, uniqExactIf(node, d0 * d1 > 0 AND least(abs(d0), abs(d1)) > 60000) AS skewed,
                maxIf(least(abs(d0), abs(d1)) / 1000, d0 * d1 > 0) AS max_skew
         FROM sx GROUP BY rid)
 SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_at,
@@ -156,7 +165,7 @@ SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_
        if(jobs.nrunning > 0, jobs.running_at, NULL),
        if(jobs.nqueued > 0 AND jobs.nrunning > 0 AND jobs.running_at >= jobs.queued_at,
           (toUnixTimestamp64Milli(jobs.running_at) - toUnixTimestamp64Milli(jobs.queued_at)) / 1000, NULL),
-       ivs.running_ms / 3600000 * length(jobs.anodes) * length(jobs.agpus),
+       ivs.alloc_ms / 3600000,
        cost.observed_h, cost.noproc_h, cost.stalled_h, cost.lost_h, cost.no_artifact_h,
        cost.hist_h, cost.hist_u, toUInt8(ctx.usable), st.nsteps, skew.skewed, skew.max_skew
 FROM jobs
