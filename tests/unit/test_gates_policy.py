@@ -72,3 +72,18 @@ def test_an_invalid_policy_fails_at_load_naming_file_line_and_key(text: str, whe
     with pytest.raises(PolicyError) as err:
         parse_policies(text, "f.yaml")
     assert str(err.value).startswith(where), str(err.value)
+
+
+@pytest.mark.parametrize("action", [["check", "r1", "--no-publish"],
+                                    ["approve", "r1", "--by", "ana", "--reason", "ok"]])
+@pytest.mark.parametrize("at", ["1764547200", "1764547200000000"])
+def test_a_gate_decision_time_in_the_wrong_unit_exits_3(action: list[str], at: str, capsys,
+                                                        monkeypatch) -> None:
+    # --at-ms in seconds published a GateDecision of 1970 that the sink dead-letters: the gate
+    # printed its decision and exit code, and no decision was ever stored
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")
+    assert cli.main(["gate", *action, "--at-ms", at]) == 3
+    err = capsys.readouterr().err
+    assert f"error: --at-ms {at}: {at} ms is " in err and "give milliseconds" in err

@@ -12,6 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from runwatch.adapters.clickhouse import ClickHouseRejected, ClickHouseUnavailable
 from runwatch.core.records import Alert, Source
 from runwatch.core.slo.spec import parse_slos
@@ -152,3 +154,20 @@ def test_a_database_without_the_tables_pauses_with_a_reason() -> None:
     r = _evaluator(Unmigrated([]), sent).evaluate(NOW)
     assert r.paused and "the store refused a query" in r.error and "slo_state" in r.error
     assert sent == []
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["slo", "status", "--at", "1764547200"], "error: --at '1764547200': 1764547200 ms is "
+     "before 2000-01-01 (epoch seconds? give milliseconds)"),
+    (["slo", "evaluate", "--at", "1764547200000000"], "ms is more than a day ahead"),
+    (["slo", "status", "--at", "1969-12-31T00:00:00Z"], "before 2000-01-01"),
+])
+def test_an_slo_instant_in_the_wrong_unit_is_refused_before_the_store(
+        argv: list[str], want: str, capsys, monkeypatch) -> None:
+    # epoch seconds for --at evaluated 1970-01-21: every objective "no data", said nowhere
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # nothing answers: not reached
+    assert cli.main(argv) == 2
+    assert want in capsys.readouterr().err
+

@@ -107,12 +107,25 @@ def _guard(fn: Any) -> Any:
     return run
 
 
+def _check_at(args: argparse.Namespace) -> None:
+    """Refuse an ``--at-ms`` in another unit: the sink would dead-letter the decision."""
+    import time
+
+    from runwatch.commands.slo import implausible_ms
+
+    why = "" if args.at_ms is None else implausible_ms(args.at_ms, int(time.time() * 1000))
+    if why:
+        msg = f"--at-ms {args.at_ms}: {why}"
+        raise _Refused(msg)
+
+
 def check(args: argparse.Namespace) -> int:
     """Decide a run's gate, print it, publish it; exit 0 pass, 1 fail, 2 review, 3 error."""
     from runwatch.core.gates.evaluate import decide
     from runwatch.core.gates.policy import parse_policies
     from runwatch.core.records import SliceResult
 
+    _check_at(args)
     path = _policy_file(args.policy)
     policies = parse_policies(path.read_text(encoding="utf-8"), str(path))
     store = _store(args)
@@ -165,6 +178,7 @@ def check(args: argparse.Namespace) -> int:
 
 def approve(args: argparse.Namespace) -> int:
     """Record a human approval of a run's ``review`` as a new GateDecision."""
+    _check_at(args)
     by, reason = args.by.strip(), args.reason.strip()
     if not by or not reason:
         msg = "--by and --reason must not be empty"

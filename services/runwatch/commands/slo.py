@@ -15,19 +15,43 @@ from runwatch.errors import FatalError
 
 
 def _at(text: str | None) -> int:
+    now = int(time.time() * 1000)
     if text is None:
-        return int(time.time() * 1000)
+        return now
     if text.isdigit():
-        return int(text)
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        msg = f"--at {text!r}: give epoch milliseconds or an ISO 8601 time with a zone"
-        raise FatalError(msg) from None
-    if dt.tzinfo is None:
-        msg = f"--at {text!r}: give the time zone (e.g. 2026-12-01T06:00:00+01:00 or ...Z)"
+        at = int(text)
+    else:
+        try:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            msg = f"--at {text!r}: give epoch milliseconds or an ISO 8601 time with a zone"
+            raise FatalError(msg) from None
+        if dt.tzinfo is None:
+            msg = f"--at {text!r}: give the time zone (e.g. 2026-12-01T06:00:00+01:00 or ...Z)"
+            raise FatalError(msg)
+        at = int(dt.timestamp() * 1000)
+    why = implausible_ms(at, now)
+    if why:
+        msg = f"--at {text!r}: {why}"
         raise FatalError(msg)
-    return int(dt.timestamp() * 1000)
+    return at
+
+
+def implausible_ms(at: int, now: int) -> str:
+    """Why an instant given in epoch milliseconds cannot be used ("" when it can).
+
+    The bounds are the sink's (``core.storage.rows.check_row``: before 2000, or
+    over a day ahead), which dead-letters records stamped outside them: epoch
+    seconds read as milliseconds fall in 1970, microseconds centuries ahead.
+    """
+    from runwatch.core.stream.eventtime import MIN_EVENT_MS
+
+    if at < MIN_EVENT_MS:
+        return f"{at} ms is before 2000-01-01 (epoch seconds? give milliseconds)"
+    if at > now + 86_400_000:
+        return (f"{at} ms is more than a day ahead, the store refuses such records "
+                "(micro- or nanoseconds? give milliseconds)")
+    return ""
 
 
 def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
@@ -97,9 +121,10 @@ def _line(st: Any) -> str:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    at = _at(args.at)  # a bad --at is refused before the store and the broker are reached
     ev, transport = _evaluator(args, publish=True)
     try:
-        r = ev.evaluate(_at(args.at))
+        r = ev.evaluate(at)
     finally:
         if transport is not None:
             transport.close(30.0)
@@ -132,9 +157,10 @@ def _serve(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from runwatch.adapters import clickhouse as ch
 
+    at = _at(args.at)
     ev, _ = _evaluator(args, publish=False)
     try:
-        statuses = ev.statuses(_at(args.at))
+        statuses = ev.statuses(at)
     except ch.ClickHouseUnavailable as exc:
         msg = f"the store did not answer: {exc}"
         raise FatalError(msg) from None
