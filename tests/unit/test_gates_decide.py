@@ -200,3 +200,21 @@ def test_a_non_finite_metric_is_a_reason_not_a_measurement() -> None:
     assert all(math.isfinite(v) for v in d.measured.values()), d.measured
     assert d.measured["slice.income_low.auc"] == 0.78
     json.loads(json.dumps(d.measured, allow_nan=False))
+
+
+def test_a_primary_metric_no_run_recorded_is_missing_evidence_not_a_failure() -> None:
+    # a policy naming a metric no run has (f1 for auc) failed every gate with "protocol
+    # violated: incumbent inc recorded no f1", even a policy with no incumbent section
+    shipped = resource("schemas", "gates.yaml").read_text()
+    pol = parse_policies(shipped.replace("primary: auc", "primary: f1")).policies[0]
+    d = decide(pol, good())
+    assert d.decision == "review" and not d.failures, d.reasons
+    assert d.reasons[:2] == ["missing: primary metric f1 not in the whole-set evaluation",
+                             "missing: incumbent inc recorded no f1 on the whole set"]
+    bare = parse_policies("version: 1\npolicies:\n  - name: p\n    match: {family: credit-risk}\n"
+                          "    primary: f1\n    metrics: {f1: {min: 0.5}}\n").policies[0]
+    d = decide(bare, good())  # no incumbent check configured: no incumbent reason
+    assert (d.decision, d.reasons) == ("review", [
+        "missing: required metric f1 not evaluated", "missing: slice age_65_plus: no f1",
+        "missing: slice income_low: no f1"])
+    assert decide(dataclasses.replace(bare, on_missing="fail"), good()).decision == "fail"

@@ -183,8 +183,9 @@ def _incumbent(d: Decision, p: Policy, ev: Evidence,
         d.failures.append(f"protocol violated: the candidate was evaluated on {whole.dataset}, "
                           f"the incumbent {named} on {iw.dataset}")
     cand, base = whole.metrics.get(p.primary), iw.metrics.get(p.primary)
-    if base is None:
-        d.failures.append(f"protocol violated: incumbent {named} recorded no {p.primary}")
+    if base is None:  # evidence the store lacks (a failure only where the candidate's is bad)
+        if _needs_incumbent(p):
+            d.missing.append(f"incumbent {named} recorded no {p.primary} on the whole set")
         return inc
     d.measured[f"incumbent.{p.primary}"] = base
     if cand is None or not (math.isfinite(cand) and math.isfinite(base)):
