@@ -73,6 +73,13 @@ def test_the_shipped_example_covers_every_kind() -> None:
          "needs 'maxDuration' or 'deadline'"),
         (doc("{kind: data_availability, dataset: d, cutoff: '0 25 * * *'}"),
          "slos.yaml:7: spec.indicator.spec.cutoff: '25' is outside 0-23 in the hour field"),
+        # a day no month it names has: the cutoff never came (no data for ever), a deadline
+        # never bound a run (every run on time)
+        (doc("{kind: data_availability, dataset: d, cutoff: '0 6 31 2 *'}"),
+         "slos.yaml:7: spec.indicator.spec.cutoff: cron expression '0 6 31 2 *' never fires: "
+         "no month it names has day 31"),
+        (doc("{kind: training_window, family: f, deadline: '0 6 31 4,6,9,11 *'}"),
+         "spec.indicator.spec.deadline: cron expression '0 6 31 4,6,9,11 *' never fires"),
         (doc("{kind: data_availability, dataset: d, cutoff: '0 6 * * *', timeZone: Mars/Base}"),
          "spec.indicator.spec.timeZone: unknown time zone 'Mars/Base'"),
         (doc("{kind: training_window, family: f, maxDuration: soon}"),
@@ -149,7 +156,9 @@ def test_window_edges_are_exclusive_inclusive_and_cron_day_rules() -> None:
     assert days == [6, 13, 20, 27]  # Fridays of November 2026, and the 13th (itself a Friday)
     weekdays = parse_cron("0 6 * * 1-5")
     assert next_cutoff(weekdays, utc, ms("2026-12-04T07:00:00")) == ms("2026-12-07T06:00:00")
-    for bad in ("0 6 * *", "*/0 * * * *", "x * * * *", "5-1 * * * *"):
+    assert parse_cron("0 6 29 2 *").days == {29}  # leap days fire
+    assert parse_cron("0 6 31 2 1").weekdays == {1}  # either day field: every Monday of February
+    for bad in ("0 6 * *", "*/0 * * * *", "x * * * *", "5-1 * * * *", "0 6 30,31 2 *"):
         with pytest.raises(ValueError, match="cron expression|field"):
             parse_cron(bad)
 

@@ -19,6 +19,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day of month", 1, 31), ("month", 1, 12),
            ("day of week", 0, 7))
 DAY_MS = 86_400_000
+_MONTH_DAYS = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30,
+               12: 31}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,11 @@ def parse_cron(text: str) -> Cron:
         raise ValueError(msg)
     sets = [_field(p, name, lo, hi) for p, (name, lo, hi) in zip(parts, _FIELDS, strict=True)]
     weekdays = frozenset(d % 7 for d in sets[4])
+    if parts[2] != "*" and parts[4] == "*" and not any(
+            d <= _MONTH_DAYS[m] for m in sets[3] for d in sets[2]):
+        msg = (f"cron expression {text!r} never fires: no month it names has "
+               f"day {','.join(map(str, sorted(sets[2])))}")
+        raise ValueError(msg)
     return Cron(text, tuple(sorted(sets[0])), tuple(sorted(sets[1])), frozenset(sets[2]),
                 frozenset(sets[3]), weekdays, parts[2] == "*", parts[4] == "*")
 
