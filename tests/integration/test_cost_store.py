@@ -115,6 +115,9 @@ ODD = {
     # preempted after 30 min on n0 (8 GPUs); resumed 10 min later on n1 with 4 GPUs for 60 min
     "resumed": [(0, 30 * MIN, "n0", 8, "preempted", True),
                 (40 * MIN, 100 * MIN, "n1", 4, "succeeded", True)],
+    # running, queued and running again in the same millisecond (a scheduler hook replaying
+    # a log with seconds-resolution times)
+    "same-ms": [(0, 60 * MIN, "n2", 8, "succeeded", True)],
     # resumed on another node; the first attempt's node n4 has its clock 10 min ahead
     "resumed-skewed": [(0, 30 * MIN, "n4", 8, "preempted", True),
                        (40 * MIN, 100 * MIN, "n5", 8, "succeeded", True)],
@@ -165,16 +168,18 @@ def _play_odd(start_ms: int) -> CaptureTransport:
                     if i == 1 and rid != "same-ms":
                         job(rid, "queued", 1)
                     job(rid, "running", i, node, gpus)
-                    if rid == "same-ms":  # stamped with its running event, delivered after it
-                        job(rid, "queued", 1)
-                    if rid not in sdk:
-                        sdk[rid] = init(run_id=rid, experiment_family="odd", team="t",
-                                        transport=transport, clock=lambda: now[0],
-                                        capture_lineage=False, install_hooks=False)
+                    if rid == "same-ms":  # stamped with its running event, sent after it,
+                        job(rid, "queued", 1)  # and the running state reported once more
+                        job(rid, "running", i, node, gpus)
                     for g in range(gpus if busy else 0):
                         sim.attributor.pids[1000 + g] = rid
                         sim.nvml.attach_process(g, 1000 + g, 40 * GIB)
-                if a0 <= t < a1:
+                # same-ms: the job's own SDK starts a tick later (its running event apart)
+                if rid not in sdk and a0 <= t < a1 and (rid != "same-ms" or t > a0):
+                    sdk[rid] = init(run_id=rid, experiment_family="odd", team="t",
+                                    transport=transport, clock=lambda: now[0],
+                                    capture_lineage=False, install_hooks=False)
+                if a0 <= t < a1 and rid in sdk:
                     steps[rid] = steps.get(rid, 0) + 1
                     sdk[rid].step(steps[rid], loss=1.0, samples=1, now_ms=now[0], step_ms=900,
                                   loader_wait_ms=100)
@@ -186,13 +191,15 @@ def _play_odd(start_ms: int) -> CaptureTransport:
     return capture
 
 
-def test_resumed_runs_are_billed_by_each_attempts_allocation(
+def test_resumed_and_same_ms_runs_are_billed_by_each_attempts_allocation(
         store: Store) -> None:
     """Figures by hand (docs/cost.md): GPU-hours = each running interval x its allocation.
 
     resumed: 0.5 h x 8 GPUs on n0, then 1 h x 4 GPUs on n1 = 8 GPU-h, all busy (the summary
     once took the last attempt's n1 GPUs for the whole run: 6 GPU-h, 2 of them idle), and a
-    resumed run whose first node's clock is 10 min ahead has that node skewed.
+    resumed run whose first node's clock is 10 min ahead has that node skewed;
+    same-ms: 1 h x 8 = 8 GPU-h (a queued and a running event in the same millisecond once
+    sorted either way and could count the interval twice).
     """
     sc = CostScenario("odd", "odd schedules", (), (), {}, duration_s=100 * MIN)
     db, client = store_capture(store.url, _play_odd(scenario_start_ms(sc)), list(ODD))
@@ -209,5 +216,6 @@ def test_resumed_runs_are_billed_by_each_attempts_allocation(
     # each attempt's node against its own interval (n4 once read against the whole run: its
     # busy period started 10 min late and ended 70 min early, so no shift was seen)
     assert rows["resumed-skewed"][3] == 1
+    assert rows["same-ms"][:3] == pytest.approx((8.0, 8.0, 0.0), abs=0.02)
     assert report["bad_input"]["clock_skew_runs"] == 1  # resumed-skewed only
     client.command(f"DROP DATABASE {db}")

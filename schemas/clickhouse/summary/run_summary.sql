@@ -29,8 +29,11 @@ WITH
                argMaxIf(queue, ts, queue != '') AS q, argMaxIf(priority_class, ts, priority_class != '') AS pc,
                minIf(ts, state = 'queued') AS queued_at, countIf(state = 'queued') AS nqueued,
                minIf(ts, state = 'running') AS running_at, countIf(state = 'running') AS nrunning,
-               arraySort(x -> x.1, groupArray((toUnixTimestamp64Milli(ts), toString(state),
-                                               arrayMap(n -> toString(n), nodes), gpu_indices))) AS ev
+               -- in time order; in one millisecond queued before running before the rest, so a
+               -- queued event stamped with its running one never splits a running interval
+               arraySort(x -> (x.1, multiIf(x.2 = 'queued', 0, x.2 = 'running', 1, 2)),
+                         groupArray((toUnixTimestamp64Milli(ts), toString(state),
+                                     arrayMap(n -> toString(n), nodes), gpu_indices))) AS ev
         FROM ${db}.job_events WHERE run_id IN %(runs)s GROUP BY rid),
     -- Running intervals, each with its own allocation: that of its latest running event with
     -- one, else the run's latest (a resumed attempt may run on other nodes and GPUs).
