@@ -594,3 +594,32 @@ def test_status_json_of_a_100_percent_target_is_strict_json() -> None:
     assert (out["budget_consumed"], out["budget_left"]) == (None, None)
     assert out["burn_rates"] == {"1h": None, "6h": None, "3d": None}
     assert out["sli"] == 0.5 and out["conditions"][0]["name"] == "budget_exhausted"
+
+
+def test_thousands_of_bad_runs_with_long_ids_make_an_alert_the_broker_takes() -> None:
+    # 3,000 bad runs with 400-character ids: a bad_runs label of 1.17 MB, an Alert over the
+    # broker's 1 MB record limit; the publisher refused it and slo serve ended on the error
+    from runwatch.adapters.publisher import MAX_RECORD_BYTES, Publisher
+    from runwatch.core.slo.evaluate import BAD_RUNS_LABEL_MAX
+
+    obj = one("{kind: training_window, family: f, maxDuration: 1h}", target="0.95")
+    now = ms("2026-12-01T12:00:00")
+    ids = [f"run-{'x' * 390}-{i:05d}" for i in range(9000)]
+    events = [ind.SliEvent(r, now - H - i * 1000, i % 3 != 0, (r,)) for i, r in enumerate(ids)]
+    st = status(obj, events, now)
+    _book, alerts = decide(obj, st, None, "execution", SRC, now)
+    label = alerts[0].labels["bad_runs"]
+    assert len(label) <= BAD_RUNS_LABEL_MAX
+    shown, _, more = label.rpartition(",… ")
+    assert shown.split(",") == sorted(ids[::3])[:len(shown.split(","))]
+    assert more == f"{3000 - len(shown.split(','))} more (slo_points.bad_runs has all)"
+
+    class Nowhere:
+        def produce(self, *_a: Any) -> None: ...
+        def flush(self, _t: float = 0) -> int: return 0
+        def close(self, _t: float = 0) -> None: ...
+
+    _rec, value = Publisher(Nowhere(), kind="slo").encode_one(alerts[0])
+    assert len(value) < MAX_RECORD_BYTES
+    few = decide(obj, status(obj, events[:30], now), None, "execution", SRC, now)[1][0]
+    assert few.labels["bad_runs"] == ",".join(sorted(ids[:30:3]))  # a short list stays whole

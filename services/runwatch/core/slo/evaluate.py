@@ -221,7 +221,7 @@ def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause:
         out = lifecycle.healthy(book, ctx.run_id, detector, obj.kind, "", ctx, now_ms, policy)
         return book.to_state(), [_owned(obj, replace(a, run_id=None)) for a in out]
     worst = max(st.conditions, key=lambda c: _RANK[c.severity])
-    labels |= {"slo_condition": worst.name, "bad_runs": ",".join(bad_runs)}
+    labels |= {"slo_condition": worst.name, "bad_runs": bad_runs_label(bad_runs)}
     ctx = _context(obj, source, labels)
     sli = st.sli if st.sli is not None else 0.0
     title = (f"SLO {obj.name}: {worst.detail}; SLI {st.good}/{st.valid} = {sli:.1%} "
@@ -239,6 +239,31 @@ def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause:
         for e in st.bad[-POLICY.evidence_max:])
     return book.to_state(), [_owned(obj, replace(a, run_id=None, evidence=evidence))
                              for a in out]
+
+
+BAD_RUNS_LABEL_MAX = 16_384
+"""Longest ``bad_runs`` label (characters): the Alert record stays far below the broker's 1 MB."""
+
+
+def bad_runs_label(runs: Sequence[str]) -> str:
+    """Return the ``bad_runs`` label: the run ids, comma-separated, bounded.
+
+    Past :data:`BAD_RUNS_LABEL_MAX` characters the first ids that fit are kept and
+    the label ends with how many more there are (``slo_points.bad_runs`` holds
+    every one): thousands of bad runs with long ids made an Alert over the
+    broker's record limit, which the publisher refuses.
+    """
+    text = ",".join(runs)
+    if len(text) <= BAD_RUNS_LABEL_MAX:
+        return text
+    kept: list[str] = []
+    size = 0
+    for run in runs:
+        if size + len(run) + 1 > BAD_RUNS_LABEL_MAX - 64:
+            break
+        kept.append(run)
+        size += len(run) + 1
+    return ",".join(kept) + f",… {len(runs) - len(kept)} more (slo_points.bad_runs has all)"
 
 
 def _owned(obj: Objective, alert: Alert) -> Alert:
