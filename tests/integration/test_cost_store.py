@@ -118,6 +118,9 @@ ODD = {
     # running, queued and running again in the same millisecond (a scheduler hook replaying
     # a log with seconds-resolution times)
     "same-ms": [(0, 60 * MIN, "n2", 8, "succeeded", True)],
+    # allocated, nothing ever ran on their GPUs
+    "all-idle": [(0, 60 * MIN, "n3", 8, "failed", False)],
+    "all-idle-2": [(0, 45 * MIN, "n6", 2, "cancelled", False)],
     # resumed on another node; the first attempt's node n4 has its clock 10 min ahead
     "resumed-skewed": [(0, 30 * MIN, "n4", 8, "preempted", True),
                        (40 * MIN, 100 * MIN, "n5", 8, "succeeded", True)],
@@ -135,7 +138,7 @@ def _play_odd(start_ms: int) -> CaptureTransport:
     now = [start_ms]
     hook = Publisher(transport, kind="hook", clock=lambda: now[0])
     agent = Publisher(transport, kind="agent", clock=lambda: now[0])
-    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5")}
+    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5", "n6")}
     sdk: dict[str, Any] = {}
 
     def job(rid: str, state: str, attempt: int, node: str = "", gpus: int = 0) -> None:
@@ -191,7 +194,7 @@ def _play_odd(start_ms: int) -> CaptureTransport:
     return capture
 
 
-def test_resumed_and_same_ms_runs_are_billed_by_each_attempts_allocation(
+def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
         store: Store) -> None:
     """Figures by hand (docs/cost.md): GPU-hours = each running interval x its allocation.
 
@@ -199,7 +202,9 @@ def test_resumed_and_same_ms_runs_are_billed_by_each_attempts_allocation(
     once took the last attempt's n1 GPUs for the whole run: 6 GPU-h, 2 of them idle), and a
     resumed run whose first node's clock is 10 min ahead has that node skewed;
     same-ms: 1 h x 8 = 8 GPU-h (a queued and a running event in the same millisecond once
-    sorted either way and could count the interval twice).
+    sorted either way and could count the interval twice); all-idle: 8 GPU-h idle, and no
+    clock skew (a node without a process sample had its busy period at the epoch; the
+    product of the two huge offsets overflowed, so such runs read as skewed or not at random).
     """
     sc = CostScenario("odd", "odd schedules", (), (), {}, duration_s=100 * MIN)
     db, client = store_capture(store.url, _play_odd(scenario_start_ms(sc)), list(ODD))
@@ -217,5 +222,8 @@ def test_resumed_and_same_ms_runs_are_billed_by_each_attempts_allocation(
     # busy period started 10 min late and ended 70 min early, so no shift was seen)
     assert rows["resumed-skewed"][3] == 1
     assert rows["same-ms"][:3] == pytest.approx((8.0, 8.0, 0.0), abs=0.02)
+    assert rows["all-idle"] == pytest.approx((8.0, 8.0, 8.0, 0), abs=0.02)
+    assert runs["all-idle"]["wasted_gpu_hours"]["idle"] == pytest.approx(8.0, abs=0.02)
+    assert rows["all-idle-2"] == pytest.approx((1.5, 1.5, 1.5, 0), abs=0.02)
     assert report["bad_input"]["clock_skew_runs"] == 1  # resumed-skewed only
     client.command(f"DROP DATABASE {db}")

@@ -153,10 +153,13 @@ WITH
           AND g.ts < fromUnixTimestamp64Milli((SELECT max(t1) FROM ag) + 900000, 'UTC')
           AND toUnixTimestamp64Milli(g.ts) >= ag.t0 - 900000
           AND toUnixTimestamp64Milli(g.ts) < ag.t1 + 900000
-        GROUP BY rid, node, it0),
+        GROUP BY rid, node, it0
+        -- a node without any process sample has no busy period (minIf/maxIf would say 0)
+        HAVING countIf(g.process_count > 0) > 0),
+    -- same direction by sign (a product of the offsets can overflow)
     skew AS (
-        SELECT rid, uniqExactIf(node, d0 * d1 > 0 AND least(abs(d0), abs(d1)) > 60000) AS skewed,
-               maxIf(least(abs(d0), abs(d1)) / 1000, d0 * d1 > 0) AS max_skew
+        SELECT rid, uniqExactIf(node, sign(d0) = sign(d1) AND least(abs(d0), abs(d1)) > 60000) AS skewed,
+               maxIf(least(abs(d0), abs(d1)) / 1000, sign(d0) = sign(d1) AND d0 != 0) AS max_skew
         FROM sx GROUP BY rid)
 SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_at,
        (toUnixTimestamp64Milli(jobs.ended_at) - toUnixTimestamp64Milli(jobs.started_at)) / 1000,
