@@ -239,6 +239,16 @@ def test_hurting_lists_runs_with_firing_alerts_worst_first() -> None:
         ("r2", "platform-engineering"), ("r1", "data-engineering")]
 
 
+def test_hurting_gives_each_run_the_earliest_onset_of_its_alerts() -> None:
+    # a2 is seen later than a1, but its evidence (a label shift) is older than a1's sighting
+    rows = [dict(_alert("a1", T0 + 10 * MIN), run_id="r1", state="running"),
+            dict(_alert("a2", T0 + 20 * MIN, evidence=(T0 + 2 * MIN,)), run_id="r1",
+                 state="running")]
+    got = answers.hurting(rows, T0, T0 + 30 * MIN, None, OWN, "db")
+    assert [(r["run_id"], r["alerts"], r["first_onset_ms"]) for r in got["runs"]] == [
+        ("r1", 2, T0 + 2 * MIN)]
+
+
 def test_checkpoint_share_spreads_each_write_over_its_buckets() -> None:
     share = checkpoint_share([{"ts_ms": T0 + 15 * MIN, "duration_ms": 10 * MIN}],
                              (T0, T0 + 60 * MIN), buckets=6)

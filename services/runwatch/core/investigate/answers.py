@@ -616,6 +616,8 @@ def hurting(rows: Sequence[Row], since_ms: int, now_ms: int, family: str | None,
             "first_onset_ms": onset_of(a), "owner": "", "by_computing": False})
         r["alerts"] += 1
         r["critical"] += a.get("severity") == "critical"
+        # the earliest onset of its alerts: a later-seen alert's evidence may come first
+        r["first_onset_ms"] = min(r["first_onset_ms"], onset_of(a))
         for key, value in (("detectors", a.get("detector")), ("causes", a.get("probable_cause"))):
             if value and value not in r[key]:
                 r[key].append(str(value))
