@@ -239,6 +239,26 @@ def test_hurting_lists_runs_with_firing_alerts_worst_first() -> None:
         ("r2", "platform-engineering"), ("r1", "data-engineering")]
 
 
+def test_resume_point_loss_counts_running_time_on_each_attempts_gpus() -> None:
+    # 8 GPUs from T0, checkpoint at 20 min, preempted at 30, queued, resumed at 40 on 4 GPUs,
+    # failed at 100: lost = 10 min x 8 + 60 min x 4 = 5.333 GPU-h (not 80 min x 8 = 10.667)
+    jobs = [{"ts_ms": T0, "state": "running", "attempt": 1, "nodes": ["n1"], "gpu_count": 8},
+            {"ts_ms": T0 + 30 * MIN, "state": "queued", "attempt": 2, "nodes": [],
+             "gpu_count": 0},
+            {"ts_ms": T0 + 30 * MIN, "state": "preempted", "attempt": 1, "nodes": [],
+             "gpu_count": 0},
+            {"ts_ms": T0 + 40 * MIN, "state": "running", "attempt": 2, "nodes": ["n2"],
+             "gpu_count": 4},
+            {"ts_ms": T0 + 40 * MIN, "state": "running", "attempt": 2, "nodes": [],
+             "gpu_count": 0},
+            {"ts_ms": T0 + 100 * MIN, "state": "failed", "attempt": 2, "nodes": [],
+             "gpu_count": 0}]
+    ev = _evidence(jobs=jobs, alerts=[], quality=[], checkpoints=[_ck(100, T0 + 20 * MIN)],
+                   steps_at=[(T0 + i * MIN, i) for i in [*range(30), *range(40, 100)]])
+    res = investigate(ev, OWN)["resume_point"]
+    assert (res["step"], res["gpu_hours_lost"]) == (100, round(10 / 60 * 8 + 60 / 60 * 4, 3))
+
+
 def test_hurting_gives_each_run_the_earliest_onset_of_its_alerts() -> None:
     # a2 is seen later than a1, but its evidence (a label shift) is older than a1's sighting
     rows = [dict(_alert("a1", T0 + 10 * MIN), run_id="r1", state="running"),

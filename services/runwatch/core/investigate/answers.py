@@ -25,7 +25,8 @@ Rules:
   problem of the run's inputs; an artifact: the same with its serialization
   check;
 * **resume point**: the latest trustworthy checkpoint; resuming from it loses
-  the GPU time from it to the run's last activity (GPUs × hours);
+  the GPU time from it to the run's last activity (running hours × each
+  attempt's GPUs; the wait between attempts is not lost);
 * **deterministic**: the same detector fired at the same step (within 1 %) in
   two attempts of the run, or in another run of the same lineage without the
   seed (:func:`~runwatch.core.investigate.lineage.repeat_key`);
@@ -407,6 +408,49 @@ def _last_activity(ev: Evidence) -> int | None:
     return max(times, default=None)
 
 
+#: Job states of one millisecond in the run summary's order: queued, running, the rest.
+_STATE_ORDER = {"queued": 0, "running": 1}
+
+
+def _running_spans(ev: Evidence, default_gpus: int, last: int) -> list[tuple[int, int, int]]:
+    """The run's running intervals (start, end, GPUs), drawn as the run summary draws them.
+
+    An interval runs from a ``running`` job event to the next later event in another state
+    (the last one, still open, to the run's last activity); its GPUs are those of its latest
+    ``running`` event that names some, else ``default_gpus``.
+    """
+    jobs = sorted(ev.jobs, key=lambda j: (int(j["ts_ms"]),
+                                          _STATE_ORDER.get(str(j.get("state")), 2)))
+    spans: list[tuple[int, int, int]] = []
+    start: int | None = None
+    gpus = 0
+    for j in jobs:
+        t = int(j["ts_ms"])
+        if j.get("state") == "running":
+            if start is None:
+                start, gpus = t, 0
+            gpus = int(j.get("gpu_count") or 0) or gpus
+        elif start is not None and t > start:
+            spans.append((start, t, gpus or default_gpus))
+            start = None
+    if start is not None:
+        spans.append((start, max(last, start), gpus or default_gpus))
+    return spans
+
+
+def _gpu_hours_after(ev: Evidence, since_ms: int, gpus: int, last: int) -> float:
+    """GPU-hours of the run's running time from ``since_ms`` to its last activity.
+
+    Time between attempts (preempted, queued again) is not lost work; without any
+    ``running`` job event, the whole stretch counts at ``gpus``.
+    """
+    spans = _running_spans(ev, gpus, last)
+    if not spans:
+        return max(last - since_ms, 0) / 3_600_000 * gpus
+    return sum(max(min(t1, last) - max(t0, since_ms), 0) * n
+               for t0, t1, n in spans) / 3_600_000
+
+
 def _resume(ev: Evidence, trust: dict[str, Any], me: dict[str, Any] | None) -> dict[str, Any]:
     good = [c for c in trust["checkpoints"] if c["trustworthy"]]
     if not good:
@@ -419,7 +463,7 @@ def _resume(ev: Evidence, trust: dict[str, Any], me: dict[str, Any] | None) -> d
     lost = None
     reason = f"latest trustworthy checkpoint (step {best['step']})"
     if last is not None and gpus:
-        lost = round(max(last - best["ts_ms"], 0) / 3_600_000 * gpus, 3)
+        lost = round(_gpu_hours_after(ev, int(best["ts_ms"]), gpus, last), 3)
     elif not gpus:
         reason += "; GPU count unknown (no allocation or hardware recorded)"
     return {"step": best["step"], "uri": best["uri"], "ts_ms": best["ts_ms"],
