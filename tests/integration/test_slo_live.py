@@ -54,6 +54,15 @@ spec:
   indicator: {{spec: {{kind: registry_control, family: {fam}-reg}}}}
   timeWindow: [{{duration: 30d, isRolling: true}}]
   objectives: [{{target: 0.99}}]
+---
+apiVersion: openslo/v1
+kind: SLO
+metadata: {{name: queued-{fam}}}
+spec:
+  owner: ml
+  indicator: {{spec: {{kind: training_window, family: {fam}-q, maxDuration: 2h}}}}
+  timeWindow: [{{duration: 30d, isRolling: true}}]
+  objectives: [{{target: 0.9}}]
 """
 
 
@@ -74,10 +83,13 @@ class Shared:
 
 
 def _run(shared: Shared, topics: dict[str, str], run_id: str, family: str, start: int,
-         end: int, *, artifact: str | None = None, gate: bool = False) -> None:
+         end: int, *, artifact: str | None = None, gate: bool = False,
+         queued_ms: int | None = None) -> None:
     run = runwatch.init(family, team="ml", run_id=run_id, strict=True, transport=shared,
                         topics=topics, install_hooks=False, capture_lineage=False,
                         clock=lambda: start)
+    if queued_ms is not None:
+        run.job_state("queued", now_ms=queued_ms)
     if gate:
         run.gate("release", "pass", now_ms=end - 2000)
     if artifact:
@@ -119,9 +131,12 @@ def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         _run(shared, topics, rid, fam, start, start + (H * 5 // 2 if rid in bad else H))
     _run(shared, topics, f"{fam}-gated", f"{fam}-reg", now - 3 * H, now - 2 * H,
          artifact="s3://models/gated", gate=True)
+    # queued 50 min before it ran (the scheduler's event), then 100 min running: within 2 h
+    _run(shared, topics, f"{fam}-q1", f"{fam}-q", now - 4 * H, now - 4 * H + 100 * 60_000,
+         queued_ms=now - 4 * H - 50 * 60_000)
     assert transport.flush(60) == 0
     _wait("the runs' job events in ClickHouse",
-          lambda: _count(client, f"SELECT count() FROM {db}.job_events FINAL") == 42)
+          lambda: _count(client, f"SELECT count() FROM {db}.job_events FINAL") == 45)
     slo_file = tmp / "slos.yaml"
     slo_file.write_text(SLOS.format(fam=fam))
     env = {**os.environ, "CLICKHOUSE_URL": store.url, "CLICKHOUSE_DATABASE": db,
@@ -246,3 +261,28 @@ def test_the_shipped_example_evaluates_on_the_real_store(live) -> None:
     # none of the example's other families ran here: no data, not 0 % or 100 %
     assert {s["state"] for s in kinds.values()} == {"no_data"}
     assert all(s["sli"] is None for s in kinds.values())
+
+
+def test_a_queued_run_is_timed_from_its_first_running_event_after_its_events_expire(
+        live) -> None:
+    """The summary (what is left once raw.ttl expired the job events) times the same run."""
+    db, client, fam, rid = live["db"], live["client"], live["fam"], f"{live['fam']}-q1"
+
+    def status() -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-m", "runwatch", "slo", "status", "--json", "--file",
+             str(live["file"]), "--at", str(live["now"])],
+            env=live["env"], cwd=ROOT, capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stderr
+        return next(s for s in json.loads(out.stdout) if s["objective"] == f"queued-{fam}")
+
+    assert (status()["good"], status()["valid"]) == (1, 1)  # 100 min running, limit 2 h
+    _wait("the run's summary", lambda: _count(
+        client, f"SELECT count() FROM {db}.run_summaries FINAL WHERE run_id = '{rid}'") == 1)
+    # raw.ttl expiring the run's job events (a week later), the last test of the module
+    client.command(f"ALTER TABLE {db}.job_events DELETE WHERE run_id = '{rid}' "
+                   "SETTINGS mutations_sync = 2")
+    assert _count(client, f"SELECT count() FROM {db}.job_events WHERE run_id = '{rid}'") == 0
+    after = status()
+    # its summary began at the queued event: 150 min, a bad event, before the fix
+    assert (after["good"], after["valid"], after["bad_events"]) == (1, 1, [])

@@ -56,8 +56,8 @@ class StoreDouble:
             assert NOW - 31 * 24 * H < params["since"] < NOW - 29 * 24 * H  # the window
             return [("r0", "data"), ("elsewhere", "learning")]
         assert "db.job_events" in sql and "db.run_summaries" in sql
-        return [(r, s, e, st, "f") for r, s, e, st in self.runs
-                if e is None or e <= params["now"]] + [("other-family", 0, 1, "failed", "g")]
+        return [(r, s, e, st, "f", 0) for r, s, e, st in self.runs
+                if e is None or e <= params["now"]] + [("other-family", 0, 1, "failed", "g", 0)]
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         if self.down or self.fail_inserts:
@@ -171,3 +171,15 @@ def test_an_slo_instant_in_the_wrong_unit_is_refused_before_the_store(
     assert cli.main(argv) == 2
     assert want in capsys.readouterr().err
 
+
+def test_a_runs_job_events_win_over_its_summary_in_any_row_order() -> None:
+    # UNION ALL returns its parts in no fixed order: the summary's row of a run (which began
+    # at its first event, a queued one) won over the job events' whenever it came first
+    from runwatch.slo.queries import to_rows
+
+    events = ("r1", NOW - 3 * H, NOW - H, "succeeded", "f", 0)  # 2 h from its first running
+    summary = ("r1", NOW - 4 * H, NOW - H, "succeeded", "f", 1)
+    only_summary = ("r2", NOW - 5 * H, NOW - 2 * H, "failed", "f", 1)
+    for raw in ([events, summary, only_summary], [summary, only_summary, events]):
+        rows = {r.run_id: (r.started_ms, r.state) for r in to_rows("training_window", raw)}
+        assert rows == {"r1": (NOW - 3 * H, "succeeded"), "r2": (NOW - 5 * H, "failed")}

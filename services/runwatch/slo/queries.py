@@ -14,7 +14,9 @@ bound by clickhouse-connect (``%(name)s``); ``${db}`` is the database.
 
 Training windows and retained evaluations also read ``run_summaries`` (kept
 for ever), so a routine run whose raw job events expired (``raw.ttl`` of
-``schemas/retention.yaml``, 7 days) still counts for a 30-day window.
+``schemas/retention.yaml``, 7 days) still counts for a 30-day window; its
+window starts at the summary's ``running_at`` (the first ``running`` event, as
+from the job events), not at ``started_at`` (its first event, a ``queued`` one).
 
 Repeated lineages are grouped by the RunManifest's ``repeat_group`` (the
 lineage hash without the seed); a manifest without one (written before it
@@ -51,14 +53,14 @@ ORDER BY ts""",
     "training_window": f"""
 SELECT toString(run_id) AS rid, {_STARTED}, {_ENDED},
        if(countIf(state IN {_T}) > 0, argMaxIf(state, ts, state IN {_T}), argMax(state, ts)),
-       {_FAMILY}
+       {_FAMILY}, 0
 FROM ${{db}}.job_events
 WHERE run_id IN (SELECT run_id FROM ${{db}}.job_events WHERE ts > {_SINCE} AND ts <= {_NOW})
   AND ts <= {_NOW}
 GROUP BY rid
 UNION ALL
-SELECT run_id, toUnixTimestamp64Milli(started_at), toUnixTimestamp64Milli(ended_at),
-       toString(outcome), toString(experiment_family)
+SELECT run_id, toUnixTimestamp64Milli(coalesce(running_at, started_at)),
+       toUnixTimestamp64Milli(ended_at), toString(outcome), toString(experiment_family), 1
 FROM ${{db}}.run_summaries FINAL
 WHERE outcome IN {_T} AND ended_at > {_SINCE} AND ended_at <= {_NOW}""",
     "evaluation_retained": f"""
@@ -235,7 +237,8 @@ def to_rows(kind: str, raw: list[tuple[Any, ...]]) -> list[Any]:
                 for a, v, n, f, d, r, u in raw]
     if kind == "training_window":  # job events first: a run's summary only fills in for them
         seen: dict[str, ind.RunRow] = {}
-        for r, s, e, st, f in raw:
+        # UNION ALL keeps no order between its parts: the last column says which part a row is
+        for r, s, e, st, f, _part in sorted(raw, key=lambda row: row[5]):
             seen.setdefault(str(r), ind.RunRow(str(r), int(s), None if e is None else int(e),
                                                str(st), str(f or "")))
         return list(seen.values())
