@@ -183,3 +183,17 @@ def test_a_runs_job_events_win_over_its_summary_in_any_row_order() -> None:
     for raw in ([events, summary, only_summary], [summary, only_summary, events]):
         rows = {r.run_id: (r.started_ms, r.state) for r in to_rows("training_window", raw)}
         assert rows == {"r1": (NOW - 3 * H, "succeeded"), "r2": (NOW - 5 * H, "failed")}
+
+
+def test_status_table_prints_run_ids_as_written(capsys) -> None:
+    # a run id such as 'exp[/x]' was read as rich markup: MarkupError traceback, no table
+    from runwatch.commands.slo import print_statuses
+    from runwatch.core.slo import indicators as ind
+    from runwatch.core.slo.evaluate import status
+
+    obj = parse_slos(SLO, "slos.yaml")[0]
+    ids = ["exp[/x]", "[bold]r2", "r3[/]"]
+    events = [ind.SliEvent(r, NOW - H, False, (r,)) for r in ids]
+    print_statuses([status(obj, events, NOW)])
+    out = capsys.readouterr().out
+    assert "exp[/x], [bold]r2, r3[/]" in out and "0/3 = 0.0%" in out

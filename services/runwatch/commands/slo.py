@@ -170,8 +170,15 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([st.to_json() for st in statuses], indent=1))
         return 0
+    print_statuses(statuses)
+    return 0
+
+
+def print_statuses(statuses: list[Any]) -> None:
+    """Print the statuses as the ``slo status`` table."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table("objective", "SLI", "target", "budget left", "burn rate", "state",
                   "bad events (runs)")
@@ -183,9 +190,9 @@ def _status(args: argparse.Namespace) -> int:
         bad = ", ".join(r for e in st.bad[-5:] for r in (e.run_ids or (e.key,)))
         if len(st.bad) > 5:
             bad = f"{len(st.bad)} bad; last: {bad}"
-        table.add_row(st.name, sli, f"{st.target:.1%}", left, burn, st.state, bad)
+        # run ids and dataset URIs are what producers wrote: text, never rich markup
+        table.add_row(st.name, sli, f"{st.target:.1%}", left, burn, st.state, Text(bad))
     Console(width=200, file=sys.stdout).print(table)
-    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
