@@ -14,7 +14,7 @@ from sinkkit import SinkProc, Store, migrate, table_counts
 
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.sim.costsim import WASTE, play
+from runwatch.sim.costsim import MIN, WASTE, CostScenario, SimRun, play
 from runwatch.sim.drivers import SharedTransport
 
 pytestmark = pytest.mark.integration
@@ -23,6 +23,27 @@ pytestmark = pytest.mark.integration
 def _close(report: dict[str, Any]) -> bool:
     got = report["totals"]["wasted_gpu_hours"]
     return all(got[c] == pytest.approx(h, rel=0.05) for c, h in WASTE.injected.items())
+
+
+#: One spot run of 8 GPUs, preempted after 20 min without a checkpoint or artifact.
+SPOT = CostScenario("spot", "a run preempted for good", ("spot-n0",), (
+    SimRun("spot-0", "spot", "spot-n0", 0, 20 * MIN, outcome="preempted", ckpt_every_s=None,
+           artifact=False),), {"no_artifact": 8 * 20 / 60}, duration_s=20 * MIN)
+
+
+def _publish_preempted(stack: Any, topics: dict[str, str], url: str, db: str,
+                       client: Any) -> dict[str, Any]:
+    transport = KafkaTransport(KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
+                               ProducerSettings(spool_dir=None, linger_ms=20), name="cost-spot")
+    assert not play(SPOT, SharedTransport(transport), scenario_start_ms(SPOT), topics)
+    transport.close(30.0)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if client.query(f"SELECT count() FROM {db}.run_summaries FINAL "  # noqa: S608
+                        "WHERE run_id = 'spot-0'").result_rows[0][0]:
+            return cli_json(url, db, "cost", "--by", "run", "--since", "1d")
+        time.sleep(2)
+    pytest.fail("the preempted run was not summarised within 60 s")
 
 
 def test_waste_and_bottleneck_through_the_live_stack(
@@ -50,8 +71,17 @@ def test_waste_and_bottleneck_through_the_live_stack(
             time.sleep(3)
         assert sink.alive(), (tmp_path / "sink.log").read_text()[-2000:]
         capacity = cli_json(own_store.url, db, "capacity", "--since", "1d")
+        # then a spot run that ends preempted (run.finish("preempted"), the hook's state):
+        # a final state, so the sink summarises it (it once waited for succeeded, failed or
+        # cancelled, and such a run was never summarised, never in runwatch cost)
+        spot_report = _publish_preempted(stack, sink_topics, own_store.url, db, client)
     finally:
         sink.stop()
+    spot = {g["key"]: g for g in spot_report["groups"]}["spot-0"]
+    assert spot["outcomes"] == {"preempted": 1}
+    assert spot["gpu_hours"] == pytest.approx(SPOT.injected["no_artifact"], rel=0.05)
+    assert spot["wasted_gpu_hours"]["no_artifact"] == pytest.approx(
+        SPOT.injected["no_artifact"], rel=0.05)
     assert report, "no run summaries within 120 s"
     side_by_side("live " + WASTE.name, WASTE.injected, report["totals"]["wasted_gpu_hours"])
     got = report["totals"]["wasted_gpu_hours"]

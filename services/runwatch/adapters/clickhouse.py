@@ -260,7 +260,8 @@ def read_ended_runs(client: Client, db: str, limit: int) -> list[str]:
     sql = (
         f"SELECT r FROM (SELECT toString(run_id) AS r, argMax(state, ts) AS last, max(ts) AS t "  # noqa: S608
         f"FROM {db}.job_events GROUP BY r) "
-        "WHERE last IN ('succeeded', 'failed', 'cancelled') ORDER BY t DESC LIMIT %(n)s"
+        "WHERE last IN ('succeeded', 'failed', 'cancelled', 'preempted') "
+        "ORDER BY t DESC LIMIT %(n)s"
     )
     return [str(r[0]) for r in reversed(query_rows(client, sql, {"n": int(limit)}))]
 

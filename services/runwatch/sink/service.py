@@ -44,7 +44,9 @@ from runwatch.sink.writer import Writer, WriterStopped
 
 logger = logging.getLogger(__name__)
 
-_TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+#: Final job states (a run's ``run.finish`` takes these four): its summary is written then.
+#: A preempted run that is resumed later is summarised again when that attempt ends.
+_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "preempted"})
 ENDED_REMEMBERED = 10_000
 """Ended runs the sink remembers, to rewrite their summaries when late rows arrive."""
 _RUN_COLUMN = {t: cols.index("run_id") for t, cols in COLUMNS.items() if "run_id" in cols}

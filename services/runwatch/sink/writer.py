@@ -248,7 +248,7 @@ class Writer:
                 lambda: ch.query_rows(
                     self._client_now(),
                     f"SELECT DISTINCT toString(run_id) FROM {self.db}.job_events "  # noqa: S608
-                    "WHERE state IN ('succeeded', 'failed', 'cancelled') "
+                    "WHERE state IN ('succeeded', 'failed', 'cancelled', 'preempted') "
                     "AND ts >= now64(3) - toIntervalMillisecond(%(window_ms)s)",
                     {"window_ms": int(self.settings.summary_window_s * 1000)},
                 ),
