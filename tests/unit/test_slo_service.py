@@ -197,3 +197,20 @@ def test_status_table_prints_run_ids_as_written(capsys) -> None:
     print_statuses([status(obj, events, NOW)])
     out = capsys.readouterr().out
     assert "exp[/x], [bold]r2, r3[/]" in out and "0/3 = 0.0%" in out
+
+
+@pytest.mark.parametrize(("argv", "env", "shown"), [
+    (["--interval", "0"], {}, "0"), (["--interval", "-5"], {}, "-5"),
+    ([], {"RUNWATCH_SLO_INTERVAL_S": "0"}, "0"), (["--interval", "nan"], {}, "nan")])
+def test_serve_refuses_an_interval_that_is_not_positive(argv: list[str], env: dict[str, str],
+                                                       shown: str, capsys, monkeypatch) -> None:
+    # --interval 0 evaluated round after round without a pause, hammering the shared store
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # not reached
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["slo", "serve", *argv]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: slo serve: the interval must be a positive number of seconds, got {shown} "
+        "(--interval or RUNWATCH_SLO_INTERVAL_S)")

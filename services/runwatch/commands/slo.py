@@ -140,11 +140,15 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from runwatch.slo.service import SloSettings
 
+    interval = args.interval if args.interval is not None else SloSettings().interval_s
+    if not interval > 0:  # 0 (or NaN) evaluated in a loop without pause, on the shared store
+        msg = (f"slo serve: the interval must be a positive number of seconds, got {interval:g} "
+               "(--interval or RUNWATCH_SLO_INTERVAL_S)")
+        raise FatalError(msg)
     ev, transport = _evaluator(args, publish=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    interval = args.interval if args.interval is not None else SloSettings().interval_s
     print(f"runwatch slo: {len(ev.objectives)} objectives every {interval:g} s", flush=True)
     try:
         ev.serve(interval, stop)
