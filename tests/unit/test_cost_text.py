@@ -49,3 +49,14 @@ def test_capacity_table_prints_hostile_run_ids_as_written(
     _print_capacity(report)
     out = capsys.readouterr().out
     assert "run[/x]" in out
+
+
+def test_a_queue_delay_of_zero_is_a_figure_not_a_dash(capsys: pytest.CaptureFixture[str]) -> None:
+    prices = parse_prices("prices:\n  - gpu_model: H100\n    per_gpu_hour: 2.0\n"
+                          "    effective_from: 2026-01-01\n")
+    runs = [RunCost(run_id="r", family="f", gpu_model="H100", gpu_count=8, outcome="succeeded",
+                    running_at_ms=T, queue_delay_s=0.0, allocated_h=1.0, observed_h=1.0)]
+    report = cost_report(runs, runs, prices, "family")
+    report["window"] = {"since": "7d", "from_ms": T, "to_ms": T}
+    _print_cost(report)
+    assert "0/0" in capsys.readouterr().out

@@ -121,6 +121,11 @@ def cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _or_dash(value: float | None) -> str:
+    """A figure, or ``-`` when there is none (0 is a figure: a job that did not wait)."""
+    return "-" if value is None else f"{value:g}"
+
+
 def _print_cost(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -139,7 +144,7 @@ def _print_cost(report: dict[str, Any]) -> None:
                       f"{g['gpu_hours']:g}", "-" if g["cost"] is None else f"{g['cost']:,.2f}",
                       "-" if g["gpu_hours_per_completed_run"] is None
                       else f"{g['gpu_hours_per_completed_run']:g}",
-                      f"{g['queue_delay_p50_s'] or '-'}/{g['queue_delay_p95_s'] or '-'}",
+                      f"{_or_dash(g['queue_delay_p50_s'])}/{_or_dash(g['queue_delay_p95_s'])}",
                       "-" if g["terminated_without_artifact_share"] is None
                       else f"{g['terminated_without_artifact_share']:.0%}",
                       f"{g['wasted_gpu_hours_total']:g}" + (f" ({detail})" if detail else ""),
