@@ -191,8 +191,8 @@ class _Store:
     def query(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         assert "job_events" in sql
         late = params["now"] - 3_600_000
-        return [("mine-001", late, params["now"], "succeeded", "f"),  # 1 h: within 2 h
-                ("other-001", late - 7_200_000, params["now"], "succeeded", "f")]  # 3 h
+        return [("mine-001", late, params["now"], "succeeded", "f", 0),  # 1 h: within 2 h
+                ("other-001", late - 7_200_000, params["now"], "succeeded", "f", 0)]  # 3 h
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """Keep nothing."""
