@@ -118,6 +118,8 @@ ODD = {
     # running, queued and running again in the same millisecond (a scheduler hook replaying
     # a log with seconds-resolution times)
     "same-ms": [(0, 60 * MIN, "n2", 8, "succeeded", True)],
+    # the hook sends the allocation with the scheduled state, the running one names none
+    "scheduled-alloc": [(0, 60 * MIN, "n7", 2, "succeeded", True)],
     # allocated, nothing ever ran on their GPUs
     "all-idle": [(0, 60 * MIN, "n3", 8, "failed", False)],
     "all-idle-2": [(0, 45 * MIN, "n6", 2, "cancelled", False)],
@@ -138,7 +140,7 @@ def _play_odd(start_ms: int) -> CaptureTransport:
     now = [start_ms]
     hook = Publisher(transport, kind="hook", clock=lambda: now[0])
     agent = Publisher(transport, kind="agent", clock=lambda: now[0])
-    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5", "n6")}
+    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7")}
     sdk: dict[str, Any] = {}
 
     def job(rid: str, state: str, attempt: int, node: str = "", gpus: int = 0) -> None:
@@ -170,7 +172,11 @@ def _play_odd(start_ms: int) -> CaptureTransport:
                 if t == a0:
                     if i == 1 and rid != "same-ms":
                         job(rid, "queued", 1)
-                    job(rid, "running", i, node, gpus)
+                    if rid == "scheduled-alloc":
+                        job(rid, "scheduled", i, node, gpus)
+                        job(rid, "running", i)
+                    else:
+                        job(rid, "running", i, node, gpus)
                     if rid == "same-ms":  # stamped with its running event, sent after it,
                         job(rid, "queued", 1)  # and the running state reported once more
                         job(rid, "running", i, node, gpus)
@@ -222,6 +228,9 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
     # busy period started 10 min late and ended 70 min early, so no shift was seen)
     assert rows["resumed-skewed"][3] == 1
     assert rows["same-ms"][:3] == pytest.approx((8.0, 8.0, 0.0), abs=0.02)
+    # 2 GPUs x 1 h, busy (once 0 GPU-h priced at 0.00: only running events' allocations counted)
+    assert rows["scheduled-alloc"] == pytest.approx((2.0, 2.0, 0.0, 0), abs=0.02)
+    assert runs["scheduled-alloc"]["cost"] == pytest.approx(2.0 * 4.0, abs=0.1)
     assert rows["all-idle"] == pytest.approx((8.0, 8.0, 8.0, 0), abs=0.02)
     assert runs["all-idle"]["wasted_gpu_hours"]["idle"] == pytest.approx(8.0, abs=0.02)
     assert rows["all-idle-2"] == pytest.approx((1.5, 1.5, 1.5, 0), abs=0.02)

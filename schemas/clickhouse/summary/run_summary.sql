@@ -5,7 +5,7 @@
 -- No placeholders in comments: a run id with a newline would end the comment.
 -- Cost columns (docs/cost.md): GPU samples are attributed to a run by its
 -- allocation inside each running interval (the nodes and GPU indices of the
--- interval's latest running job event with one, else the run's latest);
+-- latest job event with one before the interval ends, else the run's latest);
 -- each sample of an allocated GPU is one of
 -- noproc (no process), stalled (no step for over 300 s), then, by outcome,
 -- no_artifact / lost (after the last good checkpoint) / busy (histogram of
@@ -24,8 +24,8 @@ WITH
                argMax(state, ts) AS outcome, min(ts) AS started_at, max(ts) AS ended_at,
                max(attempt) AS attempts,
                argMaxIf(gpu_model, ts, gpu_model != '') AS gmodel,
-               argMaxIf(arrayMap(n -> toString(n), nodes), ts, state = 'running' AND length(nodes) > 0) AS anodes,
-               argMaxIf(gpu_indices, ts, state = 'running' AND length(nodes) > 0) AS agpus,
+               argMaxIf(arrayMap(n -> toString(n), nodes), ts, length(nodes) > 0) AS anodes,
+               argMaxIf(gpu_indices, ts, length(nodes) > 0) AS agpus,
                argMaxIf(queue, ts, queue != '') AS q, argMaxIf(priority_class, ts, priority_class != '') AS pc,
                minIf(ts, state = 'queued') AS queued_at, countIf(state = 'queued') AS nqueued,
                minIf(ts, state = 'running') AS running_at, countIf(state = 'running') AS nrunning,
@@ -35,15 +35,16 @@ WITH
                          groupArray((toUnixTimestamp64Milli(ts), toString(state),
                                      arrayMap(n -> toString(n), nodes), gpu_indices))) AS ev
         FROM ${db}.job_events WHERE run_id IN %(runs)s GROUP BY rid),
-    -- Running intervals, each with its own allocation: that of its latest running event with
-    -- one, else the run's latest (a resumed attempt may run on other nodes and GPUs).
+    -- Running intervals, each with its own allocation: that of the latest job event with one
+    -- before the interval ends (its running event's, or the scheduled event's before it:
+    -- hooks send it with either), else the run's latest (a resumed attempt may run on other
+    -- nodes and GPUs).
     iv AS (
         SELECT rid, t0, t1, if(length(ia.3) > 0, ia.3, anodes) AS inodes,
                if(length(ia.3) > 0, ia.4, agpus) AS igpus
         FROM (SELECT rid, e.1 AS t0, if(nx.1 > e.1, nx.1, toUnixTimestamp64Milli(ended_at)) AS t1,
                      anodes, agpus,
-                     arrayLast(f -> f.1 >= e.1 AND (nx.1 <= e.1 OR f.1 < nx.1) AND f.2 = 'running'
-                                    AND length(f.3) > 0, ev) AS ia
+                     arrayLast(f -> (nx.1 <= e.1 OR f.1 < nx.1) AND length(f.3) > 0, ev) AS ia
               FROM (SELECT rid, ended_at, ev, anodes, agpus,
                            arrayJoin(arrayFilter((x, i) -> x.2 = 'running' AND (i = 1 OR ev[i - 1].2 != 'running'),
                                                  ev, arrayEnumerate(ev))) AS e,
