@@ -242,3 +242,40 @@ def test_cause_does_not_depend_on_which_topic_is_consumed_first(kind, order) -> 
     outs = worker.outputs
     exp = scenarios.EXPECTED[kind]
     assert [(a.detector, a.probable_cause) for a in outs] == [(exp.detector, exp.probable_cause)]
+
+
+def test_a_preempted_run_is_not_stalled_and_its_resume_waits_for_its_first_step() -> None:
+    import dataclasses
+
+    from runwatch.core.records import JobEvent
+
+    events = scenarios.build("healthy", "run-p", T0, steps=30)[:-1]  # never finishes
+    last = max(e.emitted_at_ms for e in events if isinstance(e, StepTiming))
+    running = next(e for e in events if isinstance(e, JobEvent) and e.state == "running")
+    seq = max(e.seq for e in events)
+
+    def job(state: str, at: int, n: int) -> JobEvent:
+        return dataclasses.replace(running, state=state, emitted_at_ms=at, seq=seq + n,
+                                   event_id=f"job-{n}", attempt=2 if state == "running" else 1)
+
+    cfg = runstate.RunConfig(source=SRC, stall_k=10, stall_min_ms=60_000)
+    st, _ = play([*events, job("preempted", last + 1_000, 1)])
+    _, outs = join.tick(st, last + 20 * 60_000, cfg)  # 20 min preempted: no stall
+    assert [a.detector for a in outs] == []
+    # resumed at +20 min; it loads for 2 min before stepping: still no stall
+    st, _ = play([*events, job("preempted", last + 1_000, 1),
+                  job("running", last + 20 * 60_000, 2)])
+    _, outs = join.tick(st, last + 22 * 60_000, cfg)
+    assert [a.detector for a in outs] == []
+    # its first step after the resume restarts the stall clock
+    step = next(e for e in reversed(events) if isinstance(e, StepTiming))
+    again = dataclasses.replace(step, emitted_at_ms=last + 23 * 60_000, seq=seq + 3,
+                                event_id="step-again", step=step.step + 1)
+    st, _ = play([*events, job("preempted", last + 1_000, 1),
+                  job("running", last + 20 * 60_000, 2), again])
+    _, outs = join.tick(st, last + 23 * 60_000 + 61_000, cfg)
+    assert [a.detector for a in outs] == ["rule:stalled"]
+    # the same run never preempted: stalled after the bound
+    st, _ = play(events)
+    _, outs = join.tick(st, last + 61_000, cfg)
+    assert [a.detector for a in outs] == ["rule:stalled"]

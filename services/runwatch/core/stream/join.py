@@ -63,6 +63,8 @@ extra save after a good validation) moves it by a third, not fully."""
 GRAD_WINDOW = 10  # gradient norms behind one variance value
 LR_RISE = 0.01  # a learning rate above the previous step's by more than this share has risen
 RESTART_STATES = ("retrying", "preempted")
+#: Job states in which a run holds no running attempt: the stall rule waits.
+NOT_RUNNING = frozenset({"queued", "scheduled", "preempted", "retrying"})
 
 
 def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes = b"",
@@ -346,6 +348,10 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
     s.known = True
     out: list[Output] = []
     _push(s.states, e.state, 50)
+    if e.state == "running" and s.job_state in NOT_RUNNING:
+        # a resumed attempt (after preemption, a retry, a requeue) loads again before it
+        # steps, as at the start: the stall clock waits for its first step
+        s.last_step_at_ms = 0
     s.job_state = e.state
     s.attempt = max(s.attempt, e.attempt)
     s.team = e.team or s.team
@@ -457,8 +463,10 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
     if "registry_wait" in s.signals:
         out += join_artifact.registry_due(s, now_ms, cfg)
     if s.job_state not in rules_ended():
-        # no stall bound is below stall_min_ms: skip the median while the gap is shorter
-        if s.last_step_at_ms and hz - s.last_step_at_ms > cfg.stall_min_ms:
+        # no stall bound is below stall_min_ms: skip the median while the gap is shorter;
+        # a job that is not running (preempted, queued again) is not stalled
+        if (s.last_step_at_ms and s.job_state not in NOT_RUNNING
+                and hz - s.last_step_at_ms > cfg.stall_min_ms):
             f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), hz, cfg.stall_k,
                               cfg.stall_min_ms)
             if f:
