@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from runwatch.adapters.topics import ensure_topics
@@ -22,6 +22,22 @@ from runwatch.stack.manager import Stack
 from runwatch.stack.settings import StackSettings
 
 pytestmark = pytest.mark.integration
+
+
+def _described(admin: AdminClient, res: ConfigResource, within_s: float = 30.0) -> dict:
+    """The topic's configs, once the broker asked knows the new topic.
+
+    Each broker learns of a created topic from the controller's metadata log; one
+    that has not yet answers UNKNOWN_TOPIC_OR_PART (seen under load)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return admin.describe_configs([res])[res].result()
+        except KafkaException as exc:
+            if (exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                    or time.monotonic() > deadline):
+                raise
+            time.sleep(0.5)
 
 
 def test_three_brokers_survive_one_killed(tmp_path: Path) -> None:
@@ -42,7 +58,7 @@ def test_three_brokers_survive_one_killed(tmp_path: Path) -> None:
         parts = meta.topics["smoke.rw.exec.job"].partitions
         assert all(len(p.replicas) == 3 for p in parts.values())
         res = ConfigResource("topic", "smoke.rw.exec.job")
-        config = admin.describe_configs([res])[res].result()
+        config = _described(admin, res)
         assert config["min.insync.replicas"].value == "2"
 
         victim = stack.running("kafka-2")
