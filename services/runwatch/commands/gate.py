@@ -111,7 +111,7 @@ def _check_at(args: argparse.Namespace) -> None:
     """Refuse an ``--at-ms`` in another unit: the sink would dead-letter the decision."""
     import time
 
-    from runwatch.commands.slo import implausible_ms
+    from runwatch.core.storage.rows import implausible_ms
 
     why = "" if args.at_ms is None else implausible_ms(args.at_ms, int(time.time() * 1000))
     if why:

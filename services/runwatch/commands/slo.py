@@ -30,28 +30,13 @@ def _at(text: str | None) -> int:
             msg = f"--at {text!r}: give the time zone (e.g. 2026-12-01T06:00:00+01:00 or ...Z)"
             raise FatalError(msg)
         at = int(dt.timestamp() * 1000)
+    from runwatch.core.storage.rows import implausible_ms
+
     why = implausible_ms(at, now)
     if why:
         msg = f"--at {text!r}: {why}"
         raise FatalError(msg)
     return at
-
-
-def implausible_ms(at: int, now: int) -> str:
-    """Why an instant given in epoch milliseconds cannot be used ("" when it can).
-
-    The bounds are the sink's (``core.storage.rows.check_row``: before 2000, or
-    over a day ahead), which dead-letters records stamped outside them: epoch
-    seconds read as milliseconds fall in 1970, microseconds centuries ahead.
-    """
-    from runwatch.core.stream.eventtime import MIN_EVENT_MS
-
-    if at < MIN_EVENT_MS:
-        return f"{at} ms is before 2000-01-01 (epoch seconds? give milliseconds)"
-    if at > now + 86_400_000:
-        return (f"{at} ms is more than a day ahead, the store refuses such records "
-                "(micro- or nanoseconds? give milliseconds)")
-    return ""
 
 
 def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:

@@ -21,7 +21,14 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
-from runwatch.core.storage.rows import Origin, RowError, gpu_attribution, rows_for
+from runwatch.core.storage.rows import (
+    STORE_AHEAD_MS,
+    Origin,
+    RowError,
+    gpu_attribution,
+    rows_for,
+)
+from runwatch.core.stream.eventtime import MIN_EVENT_MS
 
 __all__ = [
     "FAST_TYPES",
@@ -44,8 +51,6 @@ _GPU_BODY = itemgetter(
     "sm_clock_mhz", "mem_clock_mhz", "throttle_reasons", "ecc_corrected", "ecc_uncorrected",
     "xid", "pcie_rx_bps", "pcie_tx_bps", "nvlink_rx_bps", "nvlink_tx_bps",
 )  # fmt: skip
-_MIN_TS_MS = 946_684_800_000  # 2000-01-01, as in rows.check_row
-_FUTURE_SLACK_MS = 86_400_000
 
 
 class TableColumns:
@@ -139,7 +144,7 @@ Mapper = Callable[[Mapping[str, Any], Row, int, tuple[TableColumns, ...]], bool]
 
 
 def _ts_ok(ts: Any, now_ms: int) -> bool:
-    return type(ts) is int and _MIN_TS_MS <= ts <= now_ms + _FUTURE_SLACK_MS
+    return type(ts) is int and MIN_EVENT_MS <= ts <= now_ms + STORE_AHEAD_MS  # as check_row
 
 
 def _s(value: Any) -> str:

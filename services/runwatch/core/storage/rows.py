@@ -19,6 +19,7 @@ from typing import Any
 
 from runwatch.core import lineage
 from runwatch.core.storage.columns import COLUMNS, TABLE_OF
+from runwatch.core.stream.eventtime import MIN_EVENT_MS
 
 __all__ = [
     "COLUMNS",
@@ -556,8 +557,9 @@ def dead_letter_row(
     )
 
 
-_MIN_TS_MS = 946_684_800_000  # 2000-01-01
-_FUTURE_SLACK_MS = 86_400_000
+#: How far ahead of the sink's clock a row's time may be; the tables refuse later ones
+#: (and times before 2000, ``MIN_EVENT_MS``).
+STORE_AHEAD_MS = 86_400_000
 _TS_INDEX = {t: cols.index("ts") for t, cols in COLUMNS.items()}
 _UTIL_INDEX = COLUMNS["gpu_samples"].index("util_pct")
 
@@ -577,10 +579,24 @@ def check_row(table: str, row: Row, now_ms: int) -> str | None:
         The reason, or None when the row is fine.
     """
     ts = row[_TS_INDEX[table]]
-    if not isinstance(ts, int) or ts < _MIN_TS_MS or ts > now_ms + _FUTURE_SLACK_MS:
+    if not isinstance(ts, int) or ts < MIN_EVENT_MS or ts > now_ms + STORE_AHEAD_MS:
         return f"absurd timestamp {ts!r} ms for {table} (before 2000 or over a day ahead)"
     if table == "gpu_samples":
         util = row[_UTIL_INDEX]
         if not (0.0 <= util <= 100.0):  # also False for NaN
             return f"gpu util_pct {util!r} outside 0..100"
     return None
+
+
+def implausible_ms(at: int, now: int) -> str:
+    """Why an instant given in epoch milliseconds cannot be stored ("" when it can).
+
+    The bounds are :func:`check_row`'s (before 2000, or over a day ahead): epoch
+    seconds read as milliseconds fall in 1970, microseconds centuries ahead.
+    """
+    if at < MIN_EVENT_MS:
+        return f"{at} ms is before 2000-01-01 (epoch seconds? give milliseconds)"
+    if at > now + STORE_AHEAD_MS:
+        return (f"{at} ms is more than a day ahead, the store refuses such records "
+                "(micro- or nanoseconds? give milliseconds)")
+    return ""
