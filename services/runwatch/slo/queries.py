@@ -195,21 +195,6 @@ def mine(obj: Objective, rows: list[Any]) -> list[Any]:
     return [r for r in rows if r.family == family]
 
 
-def glob_to_like(pattern: str) -> str:
-    """Turn a dataset glob (``*``, ``?``) into a LIKE pattern (``%``, ``_``; the rest escaped)."""
-    out = []
-    for ch in pattern:
-        if ch == "*":
-            out.append("%")
-        elif ch == "?":
-            out.append("_")
-        elif ch in "%_\\":
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 def causes_sql(db: str) -> str:
     """Return the query for (run, probable cause) of the firing alerts since ``%(since)s``.
 
