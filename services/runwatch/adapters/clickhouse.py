@@ -25,6 +25,7 @@ from clickhouse_connect.driver.exceptions import (
 
 from runwatch.adapters.settings import ClickHouseSettings
 from runwatch.core.storage import ddl, retention
+from runwatch.core.storage.rows import SUMMARISED_SQL
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ def read_ended_runs(client: Client, db: str, limit: int) -> list[str]:
     sql = (
         f"SELECT r FROM (SELECT toString(run_id) AS r, argMax(state, ts) AS last, max(ts) AS t "  # noqa: S608
         f"FROM {db}.job_events GROUP BY r) "
-        "WHERE last IN ('succeeded', 'failed', 'cancelled', 'preempted') "
+        f"WHERE last IN {SUMMARISED_SQL} "
         "ORDER BY t DESC LIMIT %(n)s"
     )
     return [str(r[0]) for r in reversed(query_rows(client, sql, {"n": int(limit)}))]

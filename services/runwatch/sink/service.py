@@ -31,6 +31,7 @@ from runwatch.core.codec import DecodeError, load_codec
 from runwatch.core.storage.colbatch import append_fast, undo
 from runwatch.core.storage.rows import (
     COLUMNS,
+    SUMMARISED_STATES,
     Origin,
     RowError,
     check_row,
@@ -44,9 +45,7 @@ from runwatch.sink.writer import Writer, WriterStopped
 
 logger = logging.getLogger(__name__)
 
-#: Final job states (a run's ``run.finish`` takes these four): its summary is written then.
-#: A preempted run that is resumed later is summarised again when that attempt ends.
-_TERMINAL = frozenset({"succeeded", "failed", "cancelled", "preempted"})
+_TERMINAL = frozenset(SUMMARISED_STATES)  # a run's summary is written when it enters one
 ENDED_REMEMBERED = 10_000
 """Ended runs the sink remembers, to rewrite their summaries when late rows arrive."""
 _RUN_COLUMN = {t: cols.index("run_id") for t, cols in COLUMNS.items() if "run_id" in cols}

@@ -23,7 +23,7 @@ from typing import Any
 
 from runwatch.adapters import clickhouse as ch
 from runwatch.core.storage.colbatch import TableColumns
-from runwatch.core.storage.rows import COLUMNS, Origin, dead_letter_row
+from runwatch.core.storage.rows import COLUMNS, SUMMARISED_SQL, Origin, dead_letter_row
 from runwatch.sink.batch import FlushBatch
 from runwatch.sink.settings import SinkSettings
 
@@ -248,7 +248,7 @@ class Writer:
                 lambda: ch.query_rows(
                     self._client_now(),
                     f"SELECT DISTINCT toString(run_id) FROM {self.db}.job_events "  # noqa: S608
-                    "WHERE state IN ('succeeded', 'failed', 'cancelled', 'preempted') "
+                    f"WHERE state IN {SUMMARISED_SQL} "
                     "AND ts >= now64(3) - toIntervalMillisecond(%(window_ms)s)",
                     {"window_ms": int(self.settings.summary_window_s * 1000)},
                 ),

@@ -557,6 +557,11 @@ def dead_letter_row(
     )
 
 
+#: Job states after which the sink writes a run's summary (``run.finish`` takes these four;
+#: a preempted run resumed later is summarised again when that attempt ends).
+SUMMARISED_STATES = ("succeeded", "failed", "cancelled", "preempted")
+#: The same, as a ClickHouse tuple literal for the sink's queries.
+SUMMARISED_SQL = "(" + ", ".join(f"'{s}'" for s in SUMMARISED_STATES) + ")"
 #: How far ahead of the sink's clock a row's time may be; the tables refuse later ones
 #: (and times before 2000, ``MIN_EVENT_MS``).
 STORE_AHEAD_MS = 86_400_000

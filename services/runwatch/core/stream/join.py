@@ -40,7 +40,7 @@ from runwatch.core.stream.join_node import (
     stepped,
     throughput_cause,
 )
-from runwatch.core.stream.rekey import covered_refs, manifest_refs, report_ref
+from runwatch.core.stream.rekey import ENDED, covered_refs, manifest_refs, report_ref
 from runwatch.core.stream.runstate import (
     Output,
     RunConfig,
@@ -495,8 +495,8 @@ def tick_fingerprint(state: RunState) -> tuple[int, ...]:
 
 
 def rules_ended() -> frozenset[str]:
-    """Return the job states after which a run is finished."""
-    return frozenset({"succeeded", "failed", "cancelled"})
+    """Return the job states after which a run is finished (the node re-keyer's too)."""
+    return ENDED
 
 
 def finished_stats(state: RunState) -> dict[str, list[float]] | None:
