@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+import runwatch
+from runwatch.adapters.publisher import CaptureTransport
 from runwatch.adapters.receivers import (
     HttpReceiver,
     ReceiverConfigError,
@@ -32,6 +35,9 @@ from runwatch.core.paging.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, ver
 from runwatch.core.records import Alert, Evidence, Source
 from runwatch.pager.deliver import Deliverer
 from runwatch.pager.state import NotificationLog
+from runwatch.pager.tail import json_line
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
 
 NOW = 1_700_000_000_000
 
@@ -294,3 +300,49 @@ def test_unresolvable_secret(yaml_line: str, environ: dict, fragment: str) -> No
     with pytest.raises(ReceiverConfigError, match=fragment) as err:
         resolve_settings(spec, environ)
     assert "receiver 'pd' (rules line 2)" in str(err.value)
+
+
+def _sdk_alerts(run_id: str, loss_after: float) -> list[Alert]:
+    """The alerts a run raises: published by the SDK (explicit times), folded in memory."""
+    t = CaptureTransport()
+    run = runwatch.init("fam", team="ml", run_id=run_id, transport=t, install_hooks=False,
+                        capture_lineage=False)
+    for i in range(5):
+        run.step(i, loss=1.0 if i < 3 else loss_after, now_ms=NOW + i * 1000)
+    run.finish(now_ms=NOW + 10_000)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0))
+    m.feed(t.messages)
+    m.tick(NOW + 120_000)
+    return list(m.alerts)
+
+
+def _strict(body: bytes) -> object:
+    def refuse(word: str) -> object:
+        raise ValueError(f"{word} is not JSON")
+    return json.loads(body, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("loss", [math.nan, math.inf])
+@pytest.mark.parametrize("kind", ["pagerduty", "opsgenie", "slack", "webhook", "alertmanager"])
+def test_a_non_finite_loss_alert_is_strict_json(
+    server: Recorder, tmp_path: Path, kind: str, loss: float
+) -> None:
+    """Before the fix the NaN-loss alert's PagerDuty and webhook bodies held a bare ``NaN``
+    (``json.dumps`` default): not JSON, so PagerDuty answered 400 and the pager dead-lettered
+    the one alert that matters; ``alerts tail --json`` printed it too."""
+    (alert,) = [a for a in _sdk_alerts("run-nan", loss) if a.detector == "rule:non_finite"]
+    assert not math.isfinite(alert.observed)
+    rx = receiver(kind, server.url, tmp_path)
+    assert rx.send(alert, NOW + 120_000).status == 202
+    body = _strict(server.requests[0].body)
+    word = "NaN" if math.isnan(loss) else "Infinity"
+    if kind == "pagerduty":
+        assert isinstance(body, dict) and body["payload"]["custom_details"]["observed"] == word
+    if kind == "webhook":
+        assert isinstance(body, dict) and body["alert"]["observed"] == word
+        assert body["alert"]["evidence"][-1]["observed"] == word
+        headers = server.requests[0].headers
+        assert verify(b"hook-secret", headers[TIMESTAMP_HEADER], server.requests[0].body,
+                      headers[SIGNATURE_HEADER], NOW + 120_500)
+    line = _strict(json_line(alert).encode())
+    assert isinstance(line, dict) and line["observed"] == word

@@ -8,7 +8,6 @@ environment or files named in the rules file and never logged.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -197,15 +196,13 @@ class HttpReceiver:
             data = payloads.slack_message(alert, self.link(alert))
         else:
             url = s["url"]
-            data = payloads.webhook_body(alert)
-            body = json.dumps(data, separators=(",", ":"), default=str).encode()
+            body = payloads.json_bytes(payloads.webhook_body(alert))
             headers[TIMESTAMP_HEADER] = str(now_ms)
             headers[SIGNATURE_HEADER] = sign(s["secret"].encode(), now_ms, body)
             if "token" in s:
                 headers["Authorization"] = f"Bearer {s['token']}"
             return "POST", url, body, headers
-        body = json.dumps(data, separators=(",", ":"), default=str).encode()
-        return "POST", url, body, headers
+        return "POST", url, payloads.json_bytes(data), headers
 
 
 def build_client(timeout_s: float = 10.0, verify: bool | str = True) -> httpx.Client:

@@ -7,7 +7,6 @@ dead-lettered by the pager, not here).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 
 from runwatch.adapters.kafka import BatchConsumer
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.core.paging.payloads import alert_dict, iso_ms
+from runwatch.core.paging.payloads import alert_dict, iso_ms, json_bytes
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ def json_line(alert: object) -> str:
         Compact JSON.
 
     """
-    return json.dumps(alert_dict(alert), separators=(",", ":"), default=str, sort_keys=True)
+    return json_bytes(alert_dict(alert), sort_keys=True).decode()
 
 
 def rich_line(alert: object) -> str:

@@ -13,12 +13,18 @@ Shapes follow the public API documentation of each system:
   ``POST /v2/alerts/{alias}/close?identifierType=alias`` with ``{source, note}``.
 - Slack incoming webhook: ``{text, blocks}``.
 - Generic webhook: ``{version, status, alert}``; the signature is added by the sender.
+
+Every body is strict JSON (RFC 8259, :func:`json_bytes`): a non-finite number (the
+``observed`` NaN of a ``rule:non_finite`` alert) is written as the string ``"NaN"``,
+``"Infinity"`` or ``"-Infinity"``, as Protocol Buffers' JSON mapping does.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import json
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +58,46 @@ def iso_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z"
     )
+
+
+def finite_json(value: object) -> object:
+    """Return JSON-ready data with every non-finite float spelt as a string.
+
+    Python's ``json`` writes NaN and infinities as the bare words ``NaN`` and
+    ``Infinity``, which are not JSON: PagerDuty and any strict parser refuse the
+    whole body. They become ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.
+
+    Args:
+        value: Data made of dicts, lists, tuples and scalars.
+
+    Returns:
+        A copy of the data (tuples become lists), NaN and infinities as strings.
+
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def json_bytes(data: object, *, sort_keys: bool = False) -> bytes:
+    """Serialise a request body (or a line of ``alerts tail --json``) as strict JSON.
+
+    Args:
+        data: JSON-ready data; other objects are written with ``str``.
+        sort_keys: Sort object keys.
+
+    Returns:
+        Compact UTF-8 JSON with no NaN or Infinity literal.
+
+    """
+    return json.dumps(
+        finite_json(data), separators=(",", ":"), default=str, allow_nan=False,
+        sort_keys=sort_keys,
+    ).encode()
 
 
 def alert_dict(alert: object) -> dict[str, Any]:
