@@ -346,3 +346,49 @@ def test_a_non_finite_loss_alert_is_strict_json(
                       headers[SIGNATURE_HEADER], NOW + 120_500)
     line = _strict(json_line(alert).encode())
     assert isinstance(line, dict) and line["observed"] == word
+
+
+def _fire_and_resolve(run_id: str, team: str = "ml") -> tuple[Alert, Alert]:
+    """A NaN-loss run that then trains on: its rule:non_finite alert fires, then resolves."""
+    t = CaptureTransport()
+    run = runwatch.init("fam", team=team, run_id=run_id, transport=t, install_hooks=False,
+                        capture_lineage=False)
+    for i in range(400):
+        run.step(i, loss=math.nan if i in (3, 4) else 1.0, now_ms=NOW + i * 10_000)
+    run.finish(now_ms=NOW + 4_000_000)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0))
+    m.feed(t.messages)
+    m.tick(NOW + 4_100_000)
+    fire, resolve = [a for a in m.alerts if a.detector == "rule:non_finite"]
+    assert (fire.status, resolve.status) == ("firing", "resolved")
+    return fire, resolve
+
+
+@pytest.mark.parametrize("run_len", [20, 300, 600])
+def test_a_long_run_id_resolves_what_it_triggered(
+    server: Recorder, tmp_path: Path, run_len: int
+) -> None:
+    """Before the fix PagerDuty's trigger sent ``dedup_key[:255]`` and its resolve the whole
+    key (over PagerDuty's 255 characters: refused, or an incident never resolved), and the cut
+    dropped the key's hash, so every condition of a run past 230 characters shared one
+    incident; Opsgenie likewise (alias cut at 512, closed by the whole key)."""
+    fire, resolve = _fire_and_resolve("r" * run_len, team="t" * 80)
+    for kind, limit in (("pagerduty", 255), ("opsgenie", 512)):
+        server.requests.clear()
+        rx = receiver(kind, server.url, tmp_path)
+        rx.send(fire, NOW + 4_100_000)
+        rx.send(resolve, NOW + 4_100_000)
+        trigger, close = (_strict(r.body) for r in server.requests)
+        assert isinstance(trigger, dict) and isinstance(close, dict)
+        if kind == "pagerduty":
+            key, again = trigger["dedup_key"], close["dedup_key"]
+        else:
+            key = trigger["alias"]
+            again = unquote(urlsplit(server.requests[1].path).path).split("/")[3]
+            assert len(trigger["entity"]) <= 512 and all(len(t) <= 50 for t in trigger["tags"])
+            assert sum(len(k) + len(v) for k, v in trigger["details"].items()) <= 8000
+        assert key == again and len(key) <= limit
+        if len(fire.dedup_key) <= limit:
+            assert key == fire.dedup_key
+        else:  # distinct per condition: the shortening ends with a hash of the whole key
+            assert key != fire.dedup_key[:limit] and key.startswith(fire.dedup_key[:limit - 17])

@@ -186,7 +186,9 @@ class HttpReceiver:
             base = s.get("url", OPSGENIE_URL).rstrip("/")
             headers["Authorization"] = f"GenieKey {s['api_key']}"
             if resolved:
-                url = base + payloads.opsgenie_close_path(str(getattr(alert, "dedup_key", "")))
+                url = base + payloads.opsgenie_close_path(
+                    payloads.opsgenie_alias(str(getattr(alert, "dedup_key", "")))
+                )
                 data = payloads.opsgenie_close(alert)
             else:
                 url = base + "/v2/alerts"

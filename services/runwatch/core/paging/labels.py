@@ -11,6 +11,10 @@ the same value always gives the same label.
   :data:`LABEL_MAX` characters keeps its first 238, then ``…`` and the first
   16 hex digits of the SHA-256 of the whole value (255 characters: distinct
   values stay distinct). Quotes, spaces and any other text are kept as sent.
+
+:func:`bounded` is that bound for any limit: the receivers' payloads use it for
+the fields their APIs limit (PagerDuty's 255-character ``dedup_key``, Opsgenie's
+512-character alias and entity, 50-character tags).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import re
 
 LABEL_MAX = 256
 """Longest label value sent (characters)."""
-_KEEP = LABEL_MAX - 18  # prefix + "…" + 16 hex digits = 255
+_DIGEST = 16  # hex digits of the SHA-256 after the "…"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _BAD_NAME = re.compile("[^a-zA-Z0-9_]")
 
@@ -46,8 +50,27 @@ def label_value(value: str) -> str:
     clean = _CONTROL.sub("\ufffd", value)
     if len(clean) <= LABEL_MAX:
         return clean
-    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return f"{clean[:_KEEP]}…{digest}"
+    return bounded(clean, LABEL_MAX - 1, whole=value)
+
+
+def bounded(text: str, limit: int, *, whole: str | None = None) -> str:
+    """Return ``text`` when it has at most ``limit`` characters, else a distinct shortening.
+
+    The shortening keeps the first ``limit - 17`` characters, then ``…`` and the
+    first 16 hex digits of the SHA-256 of ``whole`` (default ``text``): exactly
+    ``limit`` characters, the same for the same text, different for different
+    texts that share a prefix.
+
+    >>> bounded("run-1:abc", 255)
+    'run-1:abc'
+    >>> v = bounded("r" * 300 + ":abc", 255); len(v), v[237:239]
+    (255, 'r…')
+    """
+    if len(text) <= limit:
+        return text
+    source = text if whole is None else whole
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST]
+    return f"{text[:max(0, limit - _DIGEST - 1)]}…{digest}"
 
 
 def label_set(labels: dict[str, str]) -> dict[str, str]:

@@ -1,5 +1,7 @@
 """Request bodies for each receiver kind, built from an ``Alert`` record (pure).
 
+Size: one body builder per receiver kind (five public APIs), each with the limits its API documents.
+
 Shapes follow the public API documentation of each system:
 
 - Alertmanager API v2 ``POST /api/v2/alerts``: a list of
@@ -30,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from runwatch.core.paging.labels import label_set
+from runwatch.core.paging.labels import bounded, label_set
 
 ALERT_FIELDS = (
     "alert_id", "dedup_key", "status", "severity", "detector", "indicator", "observed",
@@ -38,6 +40,13 @@ ALERT_FIELDS = (
     "experiment_family", "node", "labels", "first_seen_ms", "last_seen_ms", "event_id",
     "run_id", "emitted_at_ms", "source", "seq", "owner",
 )
+PAGERDUTY_KEY_MAX = 255
+"""PagerDuty's longest ``dedup_key`` (Events API v2)."""
+OPSGENIE_ALIAS_MAX = 512
+"""Opsgenie's longest alias and entity (Alert API)."""
+OPSGENIE_TAG_MAX = 50
+OPSGENIE_DETAILS_MAX = 8000
+"""Opsgenie's limit on the details map, keys and values together (characters)."""
 _PD_SEVERITY = {"critical": "critical", "warning": "warning", "info": "info", "error": "error"}
 _OG_PRIORITY = {"critical": "P1", "error": "P2", "warning": "P3", "info": "P5"}
 _SLACK_EMOJI = {
@@ -257,6 +266,35 @@ def alertmanager_window(
     return starts, (now_ms if resolved else now_ms + max(ttl_ms, 0))
 
 
+def pagerduty_dedup_key(dedup_key: str) -> str:
+    """Return the PagerDuty ``dedup_key`` of an alert: the same for its trigger and resolve.
+
+    A key over 255 characters (a run id over 230) is shortened with
+    :func:`~runwatch.core.paging.labels.bounded`, so it stays distinct per condition.
+
+    Args:
+        dedup_key: The alert's dedup key.
+
+    Returns:
+        At most 255 characters.
+
+    """
+    return bounded(dedup_key, PAGERDUTY_KEY_MAX)
+
+
+def opsgenie_alias(dedup_key: str) -> str:
+    """Return the Opsgenie alias of an alert: the same for its create and close.
+
+    Args:
+        dedup_key: The alert's dedup key.
+
+    Returns:
+        At most 512 characters (see :func:`pagerduty_dedup_key`).
+
+    """
+    return bounded(dedup_key, OPSGENIE_ALIAS_MAX)
+
+
 def pagerduty_event(alert: object, routing_key: str, now_ms: int, link: str) -> dict[str, Any]:
     """Build a PagerDuty Events API v2 event (trigger or resolve).
 
@@ -271,12 +309,13 @@ def pagerduty_event(alert: object, routing_key: str, now_ms: int, link: str) -> 
 
     """
     a = alert_dict(alert)
+    key = pagerduty_dedup_key(str(a["dedup_key"]))
     if a.get("status") == "resolved":
-        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": a["dedup_key"]}
+        return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": key}
     return {
         "routing_key": routing_key,
         "event_action": "trigger",
-        "dedup_key": str(a["dedup_key"])[:255],
+        "dedup_key": key,
         "payload": {
             "summary": str(a.get("title") or a.get("summary") or a["dedup_key"])[:1024],
             "source": str(a.get("node") or a.get("run_id") or "runwatch"),
@@ -315,20 +354,28 @@ def opsgenie_create(alert: object) -> dict[str, Any]:
 
     """
     a = alert_dict(alert)
-    tags = [f"{k}:{a[k]}" for k in ("severity", "probable_cause", "team") if a.get(k)]
-    details = {
-        k: str(a[k]) for k in ("run_id", "indicator", "detector", "observed", "expected",
-                               "score", "experiment_family", "node") if a.get(k) is not None
-    }
-    details.update({f"label.{k}": str(v) for k, v in (a.get("labels") or {}).items()})
+    tags = [bounded(f"{k}:{a[k]}", OPSGENIE_TAG_MAX)
+            for k in ("severity", "probable_cause", "team") if a.get(k)]
+    fields = [(k, str(a[k])) for k in ("run_id", "indicator", "detector", "observed",
+                                        "expected", "score", "experiment_family", "node")
+              if a.get(k) is not None]
+    fields += [(f"label.{k}", str(v)) for k, v in (a.get("labels") or {}).items()]
+    details: dict[str, str] = {}
+    room = OPSGENIE_DETAILS_MAX
+    for k, v in fields:  # in order, each value bounded, until the map's limit is reached
+        key, value = bounded(k, 100), bounded(v, 1000)
+        if len(key) + len(value) > room:
+            break
+        details[key] = value
+        room -= len(key) + len(value)
     description = "\n".join([str(a.get("summary") or ""), "", *_evidence_lines(a)])
     return {
         "message": str(a.get("title") or a.get("summary") or a["dedup_key"])[:130],
-        "alias": str(a["dedup_key"])[:512],
+        "alias": opsgenie_alias(str(a["dedup_key"])),
         "description": description[:15000],
         "tags": tags[:20],
         "details": details,
-        "entity": str(a.get("run_id") or ""),
+        "entity": bounded(str(a.get("run_id") or ""), OPSGENIE_ALIAS_MAX),
         "source": "runwatch",
         "priority": _OG_PRIORITY.get(str(a.get("severity")), "P3"),
     }
@@ -338,7 +385,7 @@ def opsgenie_close_path(alias: str) -> str:
     """Return the close path for an alias (query string included).
 
     Args:
-        alias: The alert alias (the dedup key).
+        alias: The alert alias (:func:`opsgenie_alias` of the dedup key).
 
     Returns:
         ``/v2/alerts/<alias>/close?identifierType=alias`` with the alias escaped.
