@@ -154,3 +154,28 @@ def test_shipped_rules_files_are_valid(name: str) -> None:
     path = Path(__file__).resolve().parents[2] / "infra" / "pager" / name
     rules = parse_rules(path.read_text(), str(path))
     assert rules.receivers
+
+
+@pytest.mark.parametrize(
+    ("alert", "expected"),
+    [
+        # what no route takes reaches Alertmanager, and the webhook mirrors everything
+        (dict(severity="warning", probable_cause="learning", team="nlp"),
+         ["audit-webhook", "alertmanager"]),
+        (dict(severity="critical", probable_cause="execution", team="ml-vision"),
+         ["audit-webhook", "pagerduty-infra", "slack-ml"]),
+        (dict(severity="critical", probable_cause="infrastructure", team="nlp"),
+         ["audit-webhook", "pagerduty-infra", "alertmanager"]),
+        (dict(severity="warning", probable_cause="data", team="ml-x"),
+         ["audit-webhook", "opsgenie-data"]),
+    ],
+)
+def test_the_example_rules_route_as_their_comments_say(alert: dict, expected: list[str]) -> None:
+    """Before the fix the example's always-matching ``continue: true`` mirror took every alert
+    from the root, so "everything goes to Alertmanager by default" sent Alertmanager nothing."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "infra" / "pager" / "routes.example.yaml"
+    rules = parse_rules(path.read_text(), str(path))
+    got = [r.name for r in receivers_for(rules, alert_attributes(FakeAlert(**alert)))]
+    assert got == expected
