@@ -94,3 +94,18 @@ def test_canned_queries_answer(loaded, path) -> None:
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert rows, f"{path.name} returned nothing"
+
+
+def test_json_is_strict_for_non_finite_values(loaded) -> None:
+    """Before the fix ``--format json`` printed a NaN loss as a bare ``NaN`` (not JSON: jq
+    aside, strict parsers refused the whole output); now the strings runwatch writes elsewhere."""
+    store, db = loaded
+    out = sql(store, db, "SELECT nan AS a, inf AS b, -inf AS c, 0.5 AS d")
+    assert out.returncode == 0, out.stderr
+
+    def refuse(word: str) -> object:
+        raise ValueError(f"{word} is not JSON")
+
+    assert json.loads(out.stdout, parse_constant=refuse) == [
+        {"a": "NaN", "b": "Infinity", "c": "-Infinity", "d": 0.5}
+    ]

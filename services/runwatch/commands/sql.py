@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from typing import Any
 
@@ -31,7 +30,9 @@ def _run(args: argparse.Namespace) -> int:
     names = list(result.column_names)
     rows = [[_cell(v) for v in row] for row in result.result_rows]
     if args.format == "json":
-        print(json.dumps([dict(zip(names, r, strict=True)) for r in rows], default=str))
+        from runwatch.core.jsontext import json_text
+
+        print(json_text([dict(zip(names, r, strict=True)) for r in rows], default=str))
     elif args.format == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(names)

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
-import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from runwatch.core.jsontext import json_text
 from runwatch.core.paging.labels import bounded, label_set
 
 ALERT_FIELDS = (
@@ -69,29 +68,6 @@ def iso_ms(ms: int) -> str:
     )
 
 
-def finite_json(value: object) -> object:
-    """Return JSON-ready data with every non-finite float spelt as a string.
-
-    Python's ``json`` writes NaN and infinities as the bare words ``NaN`` and
-    ``Infinity``, which are not JSON: PagerDuty and any strict parser refuse the
-    whole body. They become ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.
-
-    Args:
-        value: Data made of dicts, lists, tuples and scalars.
-
-    Returns:
-        A copy of the data (tuples become lists), NaN and infinities as strings.
-
-    """
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite_json(v) for v in value]
-    return value
-
-
 def json_bytes(data: object, *, sort_keys: bool = False) -> bytes:
     """Serialise a request body (or a line of ``alerts tail --json``) as strict JSON.
 
@@ -100,13 +76,10 @@ def json_bytes(data: object, *, sort_keys: bool = False) -> bytes:
         sort_keys: Sort object keys.
 
     Returns:
-        Compact UTF-8 JSON with no NaN or Infinity literal.
+        Compact UTF-8 JSON with no NaN or Infinity literal (:mod:`runwatch.core.jsontext`).
 
     """
-    return json.dumps(
-        finite_json(data), separators=(",", ":"), default=str, allow_nan=False,
-        sort_keys=sort_keys,
-    ).encode()
+    return json_text(data, separators=(",", ":"), default=str, sort_keys=sort_keys).encode()
 
 
 def alert_dict(alert: object) -> dict[str, Any]:
