@@ -95,6 +95,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(line, file=sys.stderr)
         return 2
+    except Exception as exc:
+        line = _settings_error_line(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
+
+
+def _settings_error_line(exc: Exception) -> str | None:
+    """Return the one line for a settings class that refused the environment, else None."""
+    if "pydantic" not in sys.modules:
+        return None
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return None
+    from runwatch.adapters.settings import settings_error_line
+
+    return settings_error_line(exc)
 
 
 def _missing_extra_line(command: str | None, exc: ModuleNotFoundError) -> str | None:

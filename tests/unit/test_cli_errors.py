@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_a_fatal_error_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
     """A service refused at start (credentials, ACLs, topics) prints its reason, no traceback."""
@@ -25,3 +27,37 @@ def test_a_fatal_error_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
     assert cli.main([]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "error: broker refused user 'sink': SASL authentication failed"
+
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "line"),
+    [
+        # no scheme: urlparse found no host and the client went to 127.0.0.1:8123 unasked
+        (["sql", "SELECT 1"], {"CLICKHOUSE_URL": "ch-prod.internal:8123"},
+         "error: bad setting: CLICKHOUSE_URL: not an http(s) URL with a host; write it as "
+         "http://HOST:8123 (or https://HOST:8443 for TLS)"),
+        (["sql", "SELECT 1"], {"CLICKHOUSE_URL": "analyst:hunter2@ch-prod:8123"},
+         "error: bad setting: CLICKHOUSE_URL: not an http(s) URL with a host; write it as "
+         "http://HOST:8123 (or https://HOST:8443 for TLS)"),
+        (["sql", "SELECT 1"], {"CLICKHOUSE_VERIFY_TLS": "maybe"},
+         "error: bad setting: CLICKHOUSE_VERIFY_TLS='maybe': Input should be a valid boolean, "
+         "unable to interpret input"),
+        (["pager", "--check"], {"RUNWATCH_PAGER_MAX_ATTEMPTS": "many"},
+         "error: bad setting: RUNWATCH_PAGER_MAX_ATTEMPTS='many': Input should be a valid "
+         "integer, unable to parse string as an integer"),
+    ],
+)
+def test_a_bad_environment_setting_is_one_line_naming_it(
+    monkeypatch, capsys, argv: list[str], env: dict[str, str], line: str
+) -> None:
+    """Before the fix a bad value printed pydantic's ValidationError traceback, and a
+    CLICKHOUSE_URL without its scheme was taken for the local store without a word."""
+    from runwatch import cli
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == line
+    assert "hunter2" not in err and "Traceback" not in err

@@ -11,8 +11,9 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlparse
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -116,6 +117,17 @@ class ClickHouseSettings(BaseSettings):
     verify_tls: bool = True
     ca_cert: Path | None = None
 
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlparse(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            # the value is not echoed: a URL may carry a password
+            msg = ("not an http(s) URL with a host; write it as http://HOST:8123 "
+                   "(or https://HOST:8443 for TLS)")
+            raise ValueError(msg)
+        return value
+
     def password_value(self, *, readonly: bool = False) -> str:
         """Return the password of the pipeline user, or of the readonly user.
 
@@ -128,3 +140,42 @@ class ClickHouseSettings(BaseSettings):
         if readonly:
             return read_secret(self.readonly_password, self.readonly_password_file) or ""
         return read_secret(self.password, self.password_file) or ""
+
+
+_SECRET_WORDS = ("password", "secret", "token", "key", "url")
+
+
+def settings_error_line(exc: ValidationError) -> str:
+    """Describe a settings class's refusal as one line naming each environment variable.
+
+    Args:
+        exc: What a settings class (``ClickHouseSettings``, ``PagerSettings``...) raised
+            when built.
+
+    Returns:
+        ``CLICKHOUSE_VERIFY_TLS='maybe': Input should be a valid boolean ...``; values of
+        fields that may hold a secret (passwords, tokens, URLs) are not shown.
+
+    """
+    prefix = _env_prefix(exc.title)
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(x) for x in err.get("loc", ())) or "?"
+        name = f"{prefix}{field}".upper() if prefix is not None else field
+        shown = ""
+        if not any(w in field.lower() for w in _SECRET_WORDS) and "input" in err:
+            shown = f"={str(err['input'])[:80]!r}"
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{name}{shown}: {message}")
+    where = f"{exc.title}: " if prefix is None else ""
+    return f"bad setting: {where}{'; '.join(parts)}"
+
+
+def _env_prefix(title: str) -> str | None:
+    todo: list[type] = [BaseSettings]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == title and cls is not BaseSettings:
+            return str(getattr(cls, "model_config", {}).get("env_prefix", ""))
+        todo.extend(cls.__subclasses__())
+    return None
