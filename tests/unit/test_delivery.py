@@ -309,6 +309,35 @@ def test_deliverer(
     assert (logged is not None) is (result == "sent")
 
 
+def test_an_open_breaker_fails_later_alerts_fast_and_probes_once(tmp_path: Path) -> None:
+    """Before the fix every alert that found a receiver's breaker open waited out the
+    cool-down before each of its attempts (max_attempts x open_ms: 3 minutes with the
+    defaults), and the pager, one alert at a time, held every other receiver's pages behind
+    it. Now only the delivery that opens the breaker waits; later ones fail fast (dead-
+    lettered with the reason) and the first after the cool-down is the one probe."""
+    ft = FakeTime()
+    d = _deliverer(tmp_path, ft)
+    down = ScriptedReceiver("slack", [Res(503, "down")] * 20)
+    first = d.deliver(A(dedup_key="k0"), down)
+    assert (first.result, first.attempts, ft.waits) == ("dead", 4, [50, 100, 200, 4800])
+    ft.waits.clear()
+    calls = len(down.calls)
+    for i in range(1, 4):  # within the cool-down: not sent, no wait
+        out = d.deliver(A(dedup_key=f"k{i}"), down)
+        assert (out.result, out.attempts) == ("dead", 0)
+        assert out.reason.startswith("circuit open for receiver slack after 4 failures")
+    assert len(down.calls) == calls and ft.waits == []
+    ft.t += 5000  # the cool-down is over: one probe, and it fails
+    probe = d.deliver(A(dedup_key="k4"), down)
+    assert (probe.result, probe.attempts, ft.waits) == ("dead", 1, [])
+    assert "the probe failed; last error: HTTP 503: down" in probe.reason
+    ft.t += 5000  # the receiver is back: the probe is delivered and the breaker closes
+    back = ScriptedReceiver("slack", [Res(202), Res(503), Res(202)])
+    assert d.deliver(A(dedup_key="k5"), back).result == "sent"
+    assert d.deliver(A(dedup_key="k6"), back).result == "sent"  # retried as usual
+    assert ft.waits == [50]
+
+
 def test_deliverer_dedups_within_repeat_interval_across_restart(tmp_path: Path) -> None:
     ft = FakeTime()
     rx = ScriptedReceiver("pd", [Res(202), Res(202), Res(202)], repeat_ms=H)
