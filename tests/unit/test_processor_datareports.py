@@ -169,3 +169,37 @@ def test_a_report_for_a_run_that_starts_after_the_hold_reaches_it_when_it_starts
     m.tick(later)
     assert len(m.dead) == 1
     assert firing(m) == {("Z", "rule:missing_data_report", "data")}
+
+
+def test_a_dataset_a_resumed_run_names_waits_from_that_manifest(tmp_path) -> None:
+    """A run re-initialised 30 min in with a new dataset version (a resume) gets the
+    version's wait from its own manifest: the pipeline reports v2 a minute later, so
+    nothing is missing (it was paged at once: the wait ran from the first manifest)."""
+    t = CaptureTransport()
+    pub = publisher(t)
+    t0 = int(time.time() * 1000)
+    clock = {"t": t0}
+    d1 = DatasetRef(uri="s3://clicks", version="v1")
+    d2 = DatasetRef(uri="s3://clicks", version="v2")
+    run = runwatch.init("fam", run_id="A", transport=t, install_hooks=False, capture_lineage=False,
+                        clock=lambda: clock["t"], datasets=[d1])
+    start(t, "Z", ("s3://never", "v1"), clock_ms=t0)  # control: a dataset nobody reports
+    data.report("s3://clicks", "v1", None, {"x": [1, 2]}, publisher=pub, now_ms=t0 + 60_000,
+                baseline_directory=tmp_path)
+    for i in range(30):
+        run.step(i, loss=1.0, now_ms=t0 + (i + 1) * 60_000, step_ms=100.0, loader_wait_ms=1.0)
+    run.finish("preempted", now_ms=t0 + 30 * 60_000 + 1)
+    clock["t"] = t0 + 31 * 60_000  # resumed with the next version
+    again = runwatch.init("fam", run_id="A", transport=t, install_hooks=False, attempt=2,
+                          capture_lineage=False, clock=lambda: clock["t"], datasets=[d2])
+    data.report("s3://clicks", "v2", None, {"x": [1, 2]}, publisher=pub, now_ms=t0 + 32 * 60_000,
+                baseline_directory=tmp_path)
+    for i in range(30, 45):
+        again.step(i, loss=1.0, now_ms=t0 + (i + 2) * 60_000, step_ms=100.0, loader_wait_ms=1.0)
+    again.finish()
+    m = MemoryProcessor()
+    for topic, key, value in t.messages:  # in publishing order, the timer after each message
+        m.feed([(topic, key, value)])
+        m.tick(m.codec.decode(value).emitted_at_ms)
+    assert firing(m) - {("A", "rule:lineage_mutated", "data")} == {
+        ("Z", "rule:missing_data_report", "data")}

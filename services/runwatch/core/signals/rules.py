@@ -11,7 +11,7 @@ as evidence, and the alert lifecycle turns them into Alert records.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -102,16 +102,19 @@ def non_finite_learning(
 
 def missing_data_reports(
     datasets: Iterable[str], reported: Iterable[str], manifest_at_ms: int, now_ms: int,
-    wait_ms: int,
+    wait_ms: int, named_at: Mapping[str, int] | None = None,
 ) -> list[Finding]:
     """Fire for each manifest dataset with no data report after a bounded wait.
 
     Args:
         datasets: Dataset refs (``id@version``) the run's manifest declares.
         reported: Dataset refs that have a data-quality report.
-        manifest_at_ms: Event time of the run's manifest.
+        manifest_at_ms: Event time of the run's first manifest.
         now_ms: The processor's event-time horizon (see :mod:`runwatch.core.stream.horizon`).
         wait_ms: How long (event time) a report may take to arrive.
+        named_at: Event time of the manifest that first named a ref, for refs a later
+            manifest added (a resumed run reading a new version); the others wait from
+            ``manifest_at_ms``.
 
     Returns:
         One data finding per missing report (empty while still waiting).
@@ -119,6 +122,7 @@ def missing_data_reports(
     """
     if now_ms - manifest_at_ms < wait_ms:
         return []
+    since = named_at or {}
     seen = set(reported)
     return [
         _hard(
@@ -127,7 +131,7 @@ def missing_data_reports(
             f"dataset {ref} in manifest, no report after {wait_ms} ms", subject=ref,
         )
         for ref in sorted(set(datasets))
-        if ref not in seen
+        if ref not in seen and now_ms - since.get(ref, manifest_at_ms) >= wait_ms
     ]
 
 

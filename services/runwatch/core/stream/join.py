@@ -380,8 +380,15 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
 
 def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) -> list[Output]:
     s.known = True
+    refs = manifest_refs(e.datasets)
+    if s.manifest_at_ms:  # a later manifest: a dataset it names first waits from its time
+        named = s.signals.pop("named_at", {})
+        later = {r: named[r] if r in named else at for r in refs
+                 if r in named or r not in s.datasets}
+        if later:
+            s.signals["named_at"] = later
     s.manifest_at_ms = s.manifest_at_ms or at  # event time: judged against the horizon
-    s.datasets = manifest_refs(e.datasets)
+    s.datasets = refs
     s.image = e.image_digest or s.image
     s.team = e.team or s.team
     s.family = e.experiment_family or s.family
@@ -478,7 +485,7 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
     if s.manifest_at_ms:
         reported = covered_refs(s.datasets, s.reports)  # an unversioned ref: any version
         for f in rules.missing_data_reports(s.datasets, reported, s.manifest_at_ms, hz,
-                                            cfg.data_wait_ms):
+                                            cfg.data_wait_ms, s.signals.get("named_at")):
             out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.alerts.get("entries"):
         book = AlertBook.from_state(s.alerts)
