@@ -61,3 +61,27 @@ def test_a_bad_environment_setting_is_one_line_naming_it(
     err = capsys.readouterr().err
     assert err.strip() == line
     assert "hunter2" not in err and "Traceback" not in err
+
+
+def test_an_unreachable_broker_is_one_warning_naming_the_setting(tmp_path) -> None:
+    """Before the fix ``runwatch alerts tail`` (and every consumer: pager, sink) against a
+    broker that is not there printed librdkafka's FAIL line to stderr about 19 times a
+    second, and nothing named KAFKA_BOOTSTRAP_SERVERS."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}  # refused at once
+    proc = subprocess.Popen([sys.executable, "-m", "runwatch", "alerts", "tail"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert not [x for x in lines if x.startswith("%")], err[-2000:]
+    warned = [x for x in lines if "does not answer" in x]
+    assert len(warned) == 1, err[-2000:]
+    assert "Kafka at 127.0.0.1:1" in warned[0] and "KAFKA_BOOTSTRAP_SERVERS" in warned[0]

@@ -655,6 +655,12 @@ class BatchConsumer:
         check_credentials(conf)  # librdkafka would retry a refused login forever
         self._conf = {k: conf.get(k) for k in ("bootstrap.servers", "sasl.username",
                                                "security.protocol", "sasl.mechanism")}
+        # librdkafka's own lines go to DEBUG, as the producer's do: without a logger it
+        # printed a FAIL line to stderr per connection attempt (about 19 a second against
+        # a broker that is not there) and nothing said which setting to fix.
+        conf.setdefault("logger", _LibrdkafkaLog())
+        conf.setdefault("error_cb", self._on_error)
+        self._unreachable_logged = False
         self._consumer = Consumer(conf)
         self._paused = False
         self._user_assign = on_assign
@@ -669,7 +675,22 @@ class BatchConsumer:
                 on_lost=self._on_revoke,
             )
 
+    def _on_error(self, err: KafkaError) -> None:
+        """Log a broker that does not answer once (until it answers again), anything else."""
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT,
+                          KafkaError._RESOLVE):
+            if not self._unreachable_logged:
+                self._unreachable_logged = True
+                logger.warning(
+                    "Kafka at %s does not answer (%s); still trying "
+                    "(KAFKA_BOOTSTRAP_SERVERS sets where it is)",
+                    self._conf.get("bootstrap.servers"), err.str(),
+                )
+            return
+        logger.warning("consumer error: %s", err)
+
     def _on_assign(self, consumer: Consumer, parts: Partitions) -> None:
+        self._unreachable_logged = False  # the group answered: say so again if it goes away
         if parts:
             if self._paused:
                 consumer.pause(parts)  # stay paused across a rebalance
