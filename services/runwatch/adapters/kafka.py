@@ -48,8 +48,10 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -191,6 +193,8 @@ class KafkaTransport:
         self._auth_error: str | None = None
         self._producer = self._new_producer()
         self._thread = threading.Thread(target=self._loop, name=f"runwatch-{name}", daemon=True)
+        self._forked = False
+        os.register_at_fork(after_in_child=functools.partial(_after_fork, weakref.ref(self)))
         if start:
             self._thread.start()
 
@@ -207,6 +211,12 @@ class KafkaTransport:
         kb = key.encode("utf-8") if isinstance(key, str) else key
         rec = SpoolRecord(topic, kb, value)
         with self._lock:
+            if self._forked:
+                self._c.failed += 1
+                if self._c.failed == 1:
+                    logger.error("transport %s belongs to the process this one was forked from: "
+                                 "record to %s dropped (counted in failed)", self.name, topic)
+                return
             if self._closed:
                 self._c.failed += 1
                 if self._c.failed == 1:
@@ -265,6 +275,8 @@ class KafkaTransport:
             How many records are not yet delivered (awaiting a report or spooled).
 
         """
+        if self._forked:  # the parent's records: the parent delivers them
+            return 0
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
@@ -288,6 +300,9 @@ class KafkaTransport:
             The final counters.
 
         """
+        if self._forked:  # never touch the parent's librdkafka client or spool files
+            self._closed = True
+            return self.counters()
         left = self.flush(timeout)
         self._stop.set()
         if self._thread.is_alive():
@@ -559,6 +574,20 @@ class KafkaTransport:
     def _bump_backoff(self) -> None:
         self._backoff_s = min(max(self._backoff_s * 2, 0.5), 5.0)
         self._next_try = time.monotonic() + self._backoff_s
+
+
+def _after_fork(ref: weakref.ReferenceType[KafkaTransport]) -> None:
+    """Mark a transport inherited by a forked child: it is the parent's, left untouched.
+
+    librdkafka is not fork-safe (a child that purged or flushed the inherited
+    producer at exit hung for ever), and the spool's files are the parent's.
+    """
+    transport = ref()
+    if transport is not None:
+        transport._forked = True
+        transport._lock = threading.RLock()  # the parent's may have been held at the fork
+        transport._unacked = {}
+        transport._c = TransportCounters()
 
 
 def _listed(metadata: Any) -> set[str] | None:

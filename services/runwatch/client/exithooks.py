@@ -21,6 +21,7 @@ class ExitHooks:
     _prev_hook: Any = None
     _prev_term: Any = None
     finished: bool
+    forked: bool = False  # in a forked child the hooks only chain (the run is the parent's)
 
     def finish(
         self, status: str = "succeeded", reason: str | None = None, timeout: float = 10.0
@@ -47,13 +48,15 @@ class ExitHooks:
         self, et: type[BaseException], ev: BaseException, tb: TracebackType | None
     ) -> None:
         try:
-            self.finish("failed", reason=f"uncaught {et.__name__}: {ev}"[:1000])
+            if not self.forked:
+                self.finish("failed", reason=f"uncaught {et.__name__}: {ev}"[:1000])
         finally:
             (self._prev_hook or sys.__excepthook__)(et, ev, tb)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         prev = self._prev_term
-        self.finish("preempted", reason="SIGTERM received", timeout=5.0)
+        if not self.forked:  # a forked worker (DataLoader, Pool) just goes on to die
+            self.finish("preempted", reason="SIGTERM received", timeout=5.0)
         if callable(prev):
             prev(signum, frame)
         elif prev == signal.SIG_DFL:
@@ -61,5 +64,5 @@ class ExitHooks:
             os.kill(os.getpid(), signal.SIGTERM)
 
     def _atexit(self) -> None:
-        if not self.finished:
+        if not self.finished and not self.forked:
             self.finish("succeeded", reason="process exited without run.finish()")

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import math
 import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -107,6 +109,7 @@ class Run(ExitHooks):
         self.counters: dict[str, int] = collections.defaultdict(int)
         self._q: collections.deque[tuple[Any, ...]] = collections.deque()
         self._qmax = queue_max
+        self.forked = False  # True in a process forked from the one that started the run
         self._warned: set[tuple[str, int]] = set()
         self._wait_ns = 0
         self._last_ns = time.perf_counter_ns()
@@ -132,6 +135,7 @@ class Run(ExitHooks):
         )
         self._thread = threading.Thread(target=self._work, name="runwatch-sdk", daemon=True)
         self._thread.start()
+        os.register_at_fork(after_in_child=functools.partial(_after_fork, weakref.ref(self)))
         self._prev_hook: Any = None
         self._prev_term: Any = None
         if install_hooks:
@@ -212,7 +216,7 @@ class Run(ExitHooks):
                     metrics = self._fix_metrics(metrics)
                     break
         if len(self._q) >= self._qmax:
-            self.counters["dropped_queue_full"] += 1
+            self._drop_step()
             return
         wait = self._wait_ns
         self._wait_ns = 0
@@ -243,6 +247,25 @@ class Run(ExitHooks):
 
         """
         return self._dw
+
+    def _drop_step(self) -> None:
+        """Count (and say) a step that is not queued: the queue is full, or a forked child."""
+        if self.forked:
+            self._drop_forked("run.step")
+            return
+        self.counters["dropped_queue_full"] += 1
+
+    def _drop_forked(self, what: str) -> None:
+        """Count a call made in a forked child, where this run publishes nothing."""
+        self.counters["dropped_forked"] += 1
+        if self.counters["dropped_forked"] == 1:
+            logger.warning(
+                "runwatch run %s: %s called in process %d, forked from the process that "
+                "started the run: a forked child publishes nothing for it (its publishing "
+                "thread and Kafka client stay in the parent); the call is dropped and counted "
+                "in dropped_forked. Publish from the parent, or call runwatch.init in the "
+                "child", self.run_id, what, os.getpid(),
+            )
 
     # ------------------------------------------------------- bad input paths
     def _bad(self, what: str, value: object) -> None:
@@ -302,6 +325,9 @@ class Run(ExitHooks):
 
     # ------------------------------------------------------------ cold path
     def _put(self, kind: int, *item: Any) -> None:
+        if self.forked:
+            self._drop_forked(f"run.{sys._getframe(1).f_code.co_name}")
+            return
         if self.finished:
             return
         self._q.append((kind, *item))
@@ -577,6 +603,9 @@ class Run(ExitHooks):
             SDK and transport counters.
 
         """
+        if self.forked:  # the parent's thread and Kafka client are not in this process
+            self._drop_forked("run.finish")
+            return dict(self.counters)
         with self._lock:
             if self.finished:
                 return dict(self.counters)
@@ -728,3 +757,18 @@ class Run(ExitHooks):
             self.finish("succeeded")
         else:
             self.finish("failed", reason=f"{et.__name__}: {ev}"[:1000])
+
+
+def _after_fork(ref: weakref.ReferenceType[Run]) -> None:
+    """In a forked child: the run publishes nothing there (its thread and client stay behind).
+
+    librdkafka is not fork-safe: a child that touched the parent's producer at
+    exit (atexit, SIGTERM) hung for ever in it.
+    """
+    run = ref()
+    if run is None:
+        return
+    run.forked = True
+    run._qmax = -1  # every step takes the drop path (counted in dropped_forked)
+    run._q = collections.deque()  # the parent's pending records: the parent publishes them
+    run._lock = threading.Lock()  # the parent's may have been held at the fork

@@ -1,0 +1,97 @@
+"""The SDK where training jobs take it: forked workers, a finish that times out, a full queue.
+
+Each case drives the public API (``runwatch.init``, ``run.*``) the way a user's
+script does; the processes that fork or exit run as subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from runwatch.core.codec import load_codec
+
+
+class ListTransport:
+    def __init__(self) -> None:
+        self.out: list[tuple[str, str | None, bytes]] = []
+
+    def produce(self, topic, key, value):
+        self.out.append((topic, key, value))
+
+    def flush(self, timeout=1.0):
+        return 0
+
+    def close(self, timeout=1.0):
+        return None
+
+    def records(self, name: str) -> list:
+        codec = load_codec()
+        recs = [codec.decode(v) for _, _, v in self.out]
+        return [r for r in recs if type(r).__name__ == name]
+
+
+# A job on a real KafkaTransport (its broker unreachable: records wait unacknowledged and
+# spooled) that forks a worker; the worker logs a step and ends the way argv[1] says.
+FORKING_JOB = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    import runwatch
+    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+    from runwatch.adapters.settings import KafkaSettings
+    mode, spool = sys.argv[1], sys.argv[2]
+    t = KafkaTransport(KafkaSettings(bootstrap_servers="127.0.0.1:9"),
+                       ProducerSettings(spool_dir=spool, message_timeout_ms=500), name="fork")
+    run = runwatch.init("x", transport=t, capture_lineage=False)
+    for s in range(20):
+        run.step(s, loss=1.0)
+    time.sleep(0.3)
+    pid = os.fork()
+    if pid == 0:  # a DataLoader / Pool worker
+        run.step(99, loss=1.0)
+        run.validation(99, {"v": 1.0})
+        print("child", run.counters["dropped_forked"], flush=True)
+        if mode == "exit":
+            sys.exit(0)  # atexit runs in the child
+        if mode == "sigterm":  # the scheduler signals every process of the job
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        raise ValueError("worker failed")  # the excepthook runs in the child
+    _, status = os.waitpid(pid, 0)
+    print("status", os.waitstatus_to_exitcode(status), flush=True)
+    c = run.finish(timeout=0.5)
+    print("parent", c.get("dropped_forked", 0), c["transport_in_spool"], flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(("mode", "rc"), [("exit", 0), ("sigterm", -15), ("raise", 1)])
+def test_a_forked_worker_ends_at_once_and_its_calls_are_counted(
+    tmp_path: Path, mode: str, rc: int
+) -> None:
+    """A forked child touched the parent's librdkafka client at exit and hung for ever."""
+    script = tmp_path / "job.py"
+    script.write_text(FORKING_JOB)
+    p = subprocess.Popen([sys.executable, str(script), mode, str(tmp_path / "spool")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the parent and its hung child
+        out, err = p.communicate()
+        pytest.fail(f"the forked worker hung at its end ({mode}): {out!r}")
+    lines = out.split("\n")
+    assert "child 2" in lines, out + err  # both calls counted in the child
+    assert f"status {rc}" in lines, out + err
+    assert "dropped_forked" in err  # and said
+    # the parent's run is untouched: nothing of the child's, its records still in its spool
+    parent = [ln for ln in lines if ln.startswith("parent ")]
+    assert parent and parent[0].split()[1] == "0", out + err
+    assert int(parent[0].split()[2]) >= 20, out + err
