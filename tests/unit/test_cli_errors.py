@@ -85,3 +85,30 @@ def test_an_unreachable_broker_is_one_warning_naming_the_setting(tmp_path) -> No
     warned = [x for x in lines if "does not answer" in x]
     assert len(warned) == 1, err[-2000:]
     assert "Kafka at 127.0.0.1:1" in warned[0] and "KAFKA_BOOTSTRAP_SERVERS" in warned[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "start"),
+    [
+        # the name went unquoted into CREATE DATABASE: ClickHouse's syntax error, a traceback
+        (["db", "migrate", "--database", "bad name"], {},
+         "error: database name 'bad name' is not a plain identifier (letters, digits and _)"),
+        (["db", "render", "--database", "x;DROP"], {},
+         "error: database name 'x;DROP' is not a plain identifier (letters, digits and _)"),
+        # the first step of docs/storage against a store that is not there: a traceback
+        (["db", "migrate"], {"CLICKHOUSE_URL": "http://127.0.0.1:1"},
+         "error: ClickHouse at http://127.0.0.1:1 does not answer"),
+    ],
+)
+def test_db_errors_are_one_line(
+    monkeypatch, capsys, argv: list[str], env: dict[str, str], start: str
+) -> None:
+    from runwatch import cli
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith(start) and "Traceback" not in captured.err
+    assert "CREATE" not in captured.out

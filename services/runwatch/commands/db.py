@@ -23,10 +23,16 @@ def _schema_dir(args: argparse.Namespace) -> Path:
 def _migrate(args: argparse.Namespace) -> int:
     from runwatch.adapters import clickhouse as ch
     from runwatch.adapters.settings import ClickHouseSettings
+    from runwatch.core.storage.ddl import DdlError, check_identifier
+    from runwatch.errors import FatalError
 
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
-    client = ch.make_client(settings, database="")
-    done = ch.migrate(client, settings.database, _schema_dir(args), _rules(args))
+    try:
+        check_identifier(settings.database, "database name")
+        client = ch.make_client(settings, database="")
+        done = ch.migrate(client, settings.database, _schema_dir(args), _rules(args))
+    except (DdlError, ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+        raise FatalError(str(exc)) from None
     print("\n".join(f"applied {d}" for d in done) or f"{settings.database} is up to date")
     return 0
 
@@ -44,7 +50,16 @@ def _render(args: argparse.Namespace) -> int:
 
     migrations = ddl.load_migrations(_schema_dir(args))
     statements = [s for m in migrations for s in m.statements] + render_retention(_rules(args))
+    from runwatch.core.storage.ddl import DdlError, check_identifier
+    from runwatch.errors import FatalError
+
     db = args.database or "runwatch"
+    try:
+        check_identifier(db, "database name")
+        if args.cluster:
+            check_identifier(args.cluster, "cluster name")
+    except DdlError as exc:
+        raise FatalError(str(exc)) from None
     print(
         f"CREATE DATABASE IF NOT EXISTS {db}"
         + (f" ON CLUSTER {args.cluster}" if args.cluster else "")

@@ -150,6 +150,21 @@ def _on_cluster(statement: str, cluster: str) -> str:
     return f"{head} ON CLUSTER {cluster}{statement[len(head) :]}"
 
 
+def check_identifier(name: str, what: str) -> None:
+    """Refuse a database or cluster name that is not a plain identifier (DDL takes it unquoted).
+
+    Args:
+        name: The name.
+        what: What it names, for the message (``database name``).
+
+    Raises:
+        DdlError: ``database name 'bad name' is not a plain identifier (letters, digits, _)``.
+    """
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        msg = f"{what} {name!r} is not a plain identifier (letters, digits and _)"
+        raise DdlError(msg)
+
+
 def render_statement(
     statement: str, db: str, cluster: str | None = None, local_tables: frozenset[str] = frozenset()
 ) -> list[str]:
@@ -167,14 +182,10 @@ def render_statement(
     Raises:
         DdlError: The database name is not a plain identifier.
     """
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", db):
-        msg = f"database name {db!r} is not a plain identifier"
-        raise DdlError(msg)
+    check_identifier(db, "database name")
     if cluster is None:
         return [statement.replace("${db}", db)]
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cluster):
-        msg = f"cluster name {cluster!r} is not a plain identifier"
-        raise DdlError(msg)
+    check_identifier(cluster, "cluster name")
     match = _CREATE_TABLE_RE.match(statement)
     if match is not None:
         name, columns, engine, args, rest = match.groups()
