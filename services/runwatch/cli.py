@@ -9,8 +9,10 @@ are found by listing the package, so adding a command is adding a module.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -86,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`runwatch db render | head`): stop quietly, as Unix tools do;
+        # stdout goes to /dev/null so the interpreter's flush at exit cannot fail again
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell shows for a writer the pipe closed on
     except FatalError as exc:  # wrong credentials, refused, cannot provision: one line
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -112,3 +112,17 @@ def test_db_errors_are_one_line(
     last = captured.err.strip().splitlines()[-1]
     assert last.startswith(start) and "Traceback" not in captured.err
     assert "CREATE" not in captured.out
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
+    """Before the fix ``runwatch db render | head`` ended in a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "runwatch", "db", "render"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the only reader is gone before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
