@@ -92,6 +92,10 @@ IMAGE = rule("image_allow_list", "artifact", "image")
         (NAN, [f("infrastructure", T - 10, "throttle_reasons", 1.0)], "learning"),
         (STALL, [f("execution", T - 10, "loader_share")], "execution"),
         (STALL, [rule("gpu_xid", "infrastructure", "xid")], "infrastructure"),
+        # a throttled or idling GPU steps slower; it does not stop a job
+        (STALL, [f("infrastructure", T - 10, "throttle_reasons", 1.0),
+                 f("infrastructure", T - 10, "gpu_utilization", 1.0)], "execution"),
+        (STALL, [f("execution", T - 10, "restart_count")], "execution"),
         (STALL, [IMAGE], "execution"),
         (STALL, [], "execution"),
     ],
@@ -111,4 +115,5 @@ def test_plausibility_map_defaults_by_class() -> None:
     assert explains(f("artifact", T, "registry_status")) == frozenset()
     assert explains(IMAGE) == frozenset()
     assert symptom_kind(NAN) == "numerics" and symptom_kind(DECLINE) == "learning"
+    assert symptom_kind(STALL) == "stop"
     assert symptom_kind(IMAGE) is None

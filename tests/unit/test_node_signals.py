@@ -21,6 +21,7 @@ import runwatch
 from runwatch.adapters.nvml import Nvml
 from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.agent.service import NodeAgent, RunAttributor
+from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert
 from runwatch.core.signals import rules
 from runwatch.processor.memory import MemoryProcessor
@@ -146,3 +147,70 @@ def test_falling_throughput_pages_with_its_cause(case: str, want: list, tmp_path
             step = 950.0 + loader
         c.second(T0 + k * 1000, step_ms=step, loader_ms=loader)
     assert c.alerts() == want
+
+
+class IdlingNvml(FakeNvml8):
+    """The NVML double whose GPUs' utilization the test sets (an input pipeline that hangs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.util: dict[int, int] = {}
+
+    def nvmlDeviceGetUtilizationRates(self, h):  # noqa: ANN001, ANN201, N802 - pynvml's name
+        r = super().nvmlDeviceGetUtilizationRates(h)
+        i = self._h(h)
+        if i in self.util:
+            r.gpu = self.util[i]
+        return r
+
+
+@pytest.mark.parametrize(("xid", "cause"), [(False, "execution"), (True, "infrastructure")])
+def test_a_stall_is_not_caused_by_its_gpus_idling_or_their_power_cap(xid: bool, cause: str,
+                                                                      tmp_path: Path) -> None:
+    """A job whose data loader hangs stops stepping and its GPUs fall idle; they ran at their
+    SW power cap (a busy GPU's operating point) all along. Neither stops a job: the stall is
+    execution (it was paged as infrastructure, the idling and the cap outweighing the stall's
+    own evidence). An XID on its GPUs does explain it."""
+    t = CaptureTransport()
+    fake = IdlingNvml()
+    alloc = tmp_path / "alloc.json"
+    alloc.write_text(json.dumps({str(g): RUN for g in GPUS}))
+    for g in GPUS:
+        fake.attach_process(g, 999_999_000 + g)
+        fake.set_throttle(g, 0x4)  # SW power cap
+    clock = {"t": T0}
+    agent = NodeAgent(Publisher(t, kind="agent"), node="n0", nvml=Nvml.open(fake),
+                      attributor=RunAttributor(allocation_file=alloc))
+    run = runwatch.init("fam", run_id=RUN, transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: clock["t"])
+    for s in range(1, 1_500):
+        at = T0 + s * 1_000
+        if s == 900:  # the loader hangs: no more steps, the GPUs idle
+            for g in GPUS:
+                fake.util[g] = 3
+        if xid and s == 899:
+            fake.inject_xid(1, 79)
+        agent.tick(now_ms=at)
+        if s < 900:
+            run.step(s, loss=1.0, samples=256, now_ms=at, step_ms=1000.0, loader_wait_ms=50.0)
+    run.finish(now_ms=T0 + 10**8)
+    codec = load_codec()
+    msgs = sorted((m for m in t.messages  # the job never ends
+                   if getattr(codec.decode(m[2]), "state", "") != "succeeded"),
+                  key=lambda m: codec.decode(m[2]).emitted_at_ms)
+    wall = {"t": T0}
+    m = MemoryProcessor(clock=lambda: wall["t"])
+    next_tick = T0 + 5_000
+    for msg in msgs:  # delivered live: each shortly after its event time, the timer ticking
+        at = codec.decode(msg[2]).emitted_at_ms
+        while next_tick <= at:
+            wall["t"] = next_tick
+            m.tick(next_tick)
+            next_tick += 5_000
+        wall["t"] = at + 200
+        m.feed([msg])
+    wall["t"] += 60_000
+    m.tick(wall["t"])
+    stalls = [a for a in m.alerts if isinstance(a, Alert) and a.detector == "rule:stalled"]
+    assert stalls and stalls[0].status == "firing"
+    assert {a.probable_cause for a in stalls} == {cause}

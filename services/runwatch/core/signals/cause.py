@@ -18,7 +18,8 @@ Symptoms come in three kinds (:func:`symptom_kind`):
 * ``numerics``: non-finite loss, gradient norm or values (``rule:non_finite``);
 * ``learning``: any other learning-signal finding (trends, validation decline,
   gradient variance);
-* ``throughput``: the job going slower (throughput, stalls).
+* ``throughput``: the job going slower (throughput);
+* ``stop``: the job not stepping at all (``rule:stalled``).
 
 Each piece of evidence explains a set of those kinds (:func:`explains`),
 looked up by its detector, then its indicator, then its signal class:
@@ -30,16 +31,20 @@ data findings (shift, drift, zero rows,        numerics, learning (bad or
 rejected samples, schema, nulls, ranges)       shifted values reach the model)
 ``rule:missing_data_report``                   nothing (a reporting gap, not a
                                                fault in the data)
-restarts, worker restarts, effective batch     numerics, learning, throughput
-                                               (resumed state, smaller batch)
-other execution findings                       learning, throughput
-loader share, checkpoint share, throughput,    throughput only
-stalls, queue delay (``queue_delay_ms``)
-GPU XID, uncorrected ECC                       numerics, learning, throughput
-                                               (corrupted values, lost work)
-other infrastructure findings (utilization,    throughput only
-occupancy, throttling, clocks, temperature,
-power, memory, interconnect)
+restarts, worker restarts                      numerics, learning, throughput,
+                                               stop (resumed state, a restart)
+effective batch                                learning, throughput (smaller batch)
+other execution findings                       learning, throughput, stop
+loader share, checkpoint share, throughput,    throughput, stop (a loader or a
+stalls, queue delay (``queue_delay_ms``)       checkpoint write that slows, then
+                                               hangs)
+GPU XID, uncorrected ECC                       numerics, learning, throughput,
+                                               stop (corrupted values, lost work,
+                                               a lost GPU)
+other infrastructure findings (utilization,    throughput only: a throttled or
+occupancy, throttling, clocks, temperature,    less busy GPU steps slower, it does
+power, memory, interconnect)                   not stop; GPUs that idle while a job
+                                               does not step are its consequence
 ``rule:checkpoint_checksum``                   numerics, learning (a resumed
                                                corrupt checkpoint)
 image policy (``rule:image_allow_list``,       nothing: policy findings say
@@ -64,12 +69,13 @@ Cause = Literal["data", "execution", "learning", "artifact", "infrastructure", "
 # Ties between causal classes go to the first in this order.
 PRIORITY: tuple[Cause, ...] = ("infrastructure", "data", "execution", "artifact")
 
-Effect = Literal["numerics", "learning", "throughput"]
+Effect = Literal["numerics", "learning", "throughput", "stop"]
 
 _NONE: frozenset[Effect] = frozenset()
-_ALL: frozenset[Effect] = frozenset(("numerics", "learning", "throughput"))
+_ALL: frozenset[Effect] = frozenset(("numerics", "learning", "throughput", "stop"))
 _MODEL: frozenset[Effect] = frozenset(("numerics", "learning"))
 _SPEED: frozenset[Effect] = frozenset(("throughput",))
+_SLOW: frozenset[Effect] = frozenset(("throughput", "stop"))  # execution slowness: may hang
 
 #: Symptom indicators that are effects on speed rather than mechanisms.
 THROUGHPUT_SYMPTOMS = frozenset({"throughput", "step_gap_ms"})
@@ -96,18 +102,18 @@ EXPLAINS: dict[str, frozenset[Effect]] = {
     "worker_restarts": _ALL,
     "effective_batch_size": frozenset(("learning", "throughput")),
     # slowness: the job goes slower, the model learns the same
-    "rule:stalled": _SPEED,
-    "loader_share": _SPEED,
-    "checkpoint_share": _SPEED,
-    "throughput": _SPEED,
-    "step_gap_ms": _SPEED,
-    "queue_delay_ms": _SPEED,
+    "rule:stalled": _SLOW,
+    "loader_share": _SLOW,
+    "checkpoint_share": _SLOW,
+    "throughput": _SLOW,
+    "step_gap_ms": _SLOW,
+    "queue_delay_ms": _SLOW,
 }
 
 #: Default reach of evidence not named in :data:`EXPLAINS`, by signal class.
 EXPLAINS_BY_SIGNAL: dict[str, frozenset[Effect]] = {
     "data": _MODEL,
-    "execution": frozenset(("learning", "throughput")),
+    "execution": frozenset(("learning", "throughput", "stop")),
     "infrastructure": _SPEED,
     "artifact": _NONE,
     "learning": _NONE,
@@ -121,13 +127,15 @@ def symptom_kind(symptom: Finding) -> Effect | None:
         symptom: The finding that raises an alert.
 
     Returns:
-        ``numerics``, ``learning``, ``throughput`` or None.
+        ``numerics``, ``learning``, ``throughput``, ``stop`` (a stall) or None.
 
     """
     if symptom.detector == "rule:non_finite":
         return "numerics"
     if symptom.signal == "learning":
         return "learning"
+    if symptom.detector == "rule:stalled":
+        return "stop"
     if symptom.indicator in THROUGHPUT_SYMPTOMS:
         return "throughput"
     return None
