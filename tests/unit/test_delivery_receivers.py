@@ -392,3 +392,46 @@ def test_a_long_run_id_resolves_what_it_triggered(
             assert key == fire.dedup_key
         else:  # distinct per condition: the shortening ends with a hash of the whole key
             assert key != fire.dedup_key[:limit] and key.startswith(fire.dedup_key[:limit - 17])
+
+
+def test_a_long_firing_alert_stays_active_in_alertmanager(server: Recorder, tmp_path: Path) -> None:
+    """Before the fix a firing alert reached Alertmanager once, with ``endsAt = now + repeat
+    interval``, and the processor does not publish it again while it keeps firing (a NaN loss
+    for 6 hours is one record): Alertmanager resolved it, and told its receivers so, after
+    the repeat interval. Now the pager sends it again at half the interval, also after a
+    restart (the notification log keeps the record), and stops once the resolve is sent."""
+    import time
+
+    from runwatch.adapters.settings import KafkaSettings
+    from runwatch.core.codec import load_codec
+    from runwatch.pager.service import Pager, PagerSettings
+
+    fire, resolve = _fire_and_resolve("run-long-nan")
+    rules = tmp_path / "routes.yaml"
+    rules.write_text(f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {server.url}\n"
+                     "    repeat_interval: 1h\nroute:\n  receiver: am\n")
+    settings = PagerSettings(rules_file=rules, state_dir=tmp_path / "state")
+    codec = load_codec()
+
+    def pager() -> Pager:
+        return Pager(settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+
+    p = pager()
+    p.handle("rw.alerts", 0, 0, fire.dedup_key.encode(), codec.encode(fire))
+    (first,) = server.requests
+    now = int(time.time() * 1000)
+    assert p.refresh(now + 60_000) == 0 and len(server.requests) == 1  # not due yet
+    p.close()
+    p = pager()  # a restart: the firing alert is still known
+    assert p.refresh(now + 31 * 60_000) == 1
+    again = _strict(server.requests[1].body)
+    assert isinstance(again, list)
+    body = _strict(first.body)
+    assert isinstance(body, list)
+    assert again[0]["labels"] == body[0]["labels"]
+    assert again[0]["endsAt"] > body[0]["endsAt"]  # its end moved on: still active
+    assert p.refresh(now + 32 * 60_000) == 0  # refreshed: not due again for 30 minutes
+    p.handle("rw.alerts", 0, 1, resolve.dedup_key.encode(), codec.encode(resolve))
+    assert len(server.requests) == 3
+    assert p.refresh(now + 5 * 3_600_000) == 0 and len(server.requests) == 3  # resolved
+    p.close()

@@ -108,12 +108,13 @@ class Deliverer:
             msg = "pager stopping"
             raise Interrupted(msg)
 
-    def deliver(self, alert: object, receiver: Receiver) -> Delivery:
+    def deliver(self, alert: object, receiver: Receiver, raw: bytes = b"") -> Delivery:
         """Deliver an alert to a receiver unless the dedup log says not to.
 
         Args:
             alert: The Alert record.
             receiver: The receiver.
+            raw: The alert's encoded record, kept with a firing notification.
 
         Returns:
             ``sent`` (and logged durably), ``skipped`` (dedup), or ``dead``
@@ -177,7 +178,8 @@ class Deliverer:
             )
             if outcome == "ok":
                 self.notifications.record(
-                    Notification(name, dedup_key, status, now, str(getattr(alert, "alert_id", "")))
+                    Notification(name, dedup_key, status, now, str(getattr(alert, "alert_id", "")),
+                                 raw if status == "firing" else b"")
                 )
                 log.info("receiver %s: %s %s sent (attempt %d)", name, status, dedup_key, attempts)
                 return Delivery(name, "sent", attempts)

@@ -63,6 +63,10 @@ class PagerSettings(BaseSettings):
     dlq_flush_timeout_s: float = 30.0
 
 
+REFRESH_EVERY_S = 60.0
+"""How often the pager looks for firing alerts to send Alertmanager again (``Pager.refresh``)."""
+
+
 def load_rules(path: Path) -> Rules:
     """Read and validate a rules file.
 
@@ -155,8 +159,12 @@ class Pager:
             "pager consuming %s (group %s), %d receivers, state in %s",
             s.alerts_topic, s.group_id, len(self.receivers), s.state_dir,
         )
+        next_refresh = 0.0
         try:
             while not self.stop.is_set():
+                if time.monotonic() >= next_refresh:
+                    self.refresh(_now_ms())
+                    next_refresh = time.monotonic() + REFRESH_EVERY_S
                 for msg in consumer.poll_batch(max_records=1, timeout=0.5):
                     try:
                         self.handle(
@@ -213,13 +221,60 @@ class Pager:
             )
             return
         for spec in receivers_for(self.rules, attrs):
-            outcome = self.deliverer.deliver(alert, self.receivers[spec.name])
+            outcome = self.deliverer.deliver(alert, self.receivers[spec.name], raw)
             if outcome.result == "dead":
                 self.dead_letter(
                     topic, partition, offset, key, raw, outcome.reason, alert.run_id
                 )
             else:
                 self.counters[outcome.result] += 1
+
+    def refresh(self, now_ms: int) -> int:
+        """Send still-firing alerts to Alertmanager again before their ``endsAt`` passes.
+
+        A firing alert reaches Alertmanager with ``endsAt = now + repeat interval``,
+        and the processor publishes it once, not again while it keeps firing: without
+        a refresh Alertmanager resolved (and notified as resolved) every alert firing
+        longer than the repeat interval. Like Prometheus, the pager re-sends each firing
+        alert it delivered to an Alertmanager receiver once half its repeat interval has
+        passed, until its resolve is delivered; one attempt per round (a failure is
+        tried again next round, well before ``endsAt``), a silenced alert is left to end.
+
+        Args:
+            now_ms: The pager's clock.
+
+        Returns:
+            How many alerts were refreshed.
+
+        """
+        from runwatch.core.codec import DecodeError
+        from runwatch.core.paging.delivery import Notification, classify_status
+
+        done = 0
+        silences = self.silences.current()
+        for entry in list(self.notifications.entries()):
+            receiver = self.receivers.get(entry.receiver)
+            if (receiver is None or receiver.kind != "alertmanager" or not entry.raw
+                    or entry.status != "firing"
+                    or now_ms - entry.sent_at_ms < receiver.repeat_interval_ms // 2):
+                continue
+            try:
+                alert = self.codec.decode(entry.raw)
+            except DecodeError:
+                continue
+            if find_silence(silences, alert_attributes(alert), now_ms) is not None:
+                continue
+            res = receiver.send(alert, now_ms)
+            if classify_status(res.status) != "ok":
+                log.warning("receiver %s: refresh of %s failed (%s); next round",
+                            entry.receiver, entry.dedup_key, res.body[:200])
+                continue
+            self.notifications.record(Notification(
+                entry.receiver, entry.dedup_key, "firing", now_ms, entry.alert_id, entry.raw))
+            done += 1
+        if done:
+            self.counters["refreshed"] = self.counters.get("refreshed", 0) + done
+        return done
 
     def dead_letter(
         self,

@@ -1,10 +1,11 @@
 """Durable pager state in the state directory: notification log and silences.
 
 - ``notifications.jsonl``: one JSON line per notification sent (receiver,
-  dedup key, status, time), appended and fsynced right after a receiver
-  accepted it, so the log survives ``kill -9``. On start the last line per
-  (receiver, dedup key) wins; the file is compacted (rewritten atomically)
-  when it grows past a multiple of its live entries. A torn last line (crash
+  dedup key, status, time; a firing one also its encoded alert, base64),
+  appended and fsynced right after a receiver accepted it, so the log
+  survives ``kill -9``. On start the last line per (receiver, dedup key) wins;
+  the file is compacted (rewritten atomically) when it grows past a multiple
+  of its live entries. A torn last line (crash
   mid-write) is skipped with a warning.
 - ``silences.json``: the whole silence list, rewritten atomically (temp file,
   fsync, rename). The pager reloads it when its modification time changes.
@@ -12,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -83,7 +85,7 @@ class NotificationLog:
                     d = json.loads(raw)
                     entry = Notification(
                         d["receiver"], d["dedup_key"], d["status"], int(d["sent_at_ms"]),
-                        d.get("alert_id", ""),
+                        d.get("alert_id", ""), base64.b64decode(d.get("raw", "")),
                     )
                 except (ValueError, KeyError, TypeError):
                     log.warning("%s:%d: unreadable line skipped (torn write?)", self.path, number)
@@ -111,11 +113,7 @@ class NotificationLog:
             entry: What was sent.
 
         """
-        line = json.dumps(
-            {"receiver": entry.receiver, "dedup_key": entry.dedup_key, "status": entry.status,
-             "sent_at_ms": entry.sent_at_ms, "alert_id": entry.alert_id},
-            separators=(",", ":"),
-        ).encode() + b"\n"
+        line = _line(entry)
         self._fh.write(line)
         self._fh.flush()
         os.fsync(self._fh.fileno())
@@ -126,14 +124,7 @@ class NotificationLog:
 
     def compact(self) -> None:
         """Rewrite the file with one line per (receiver, dedup key)."""
-        data = b"".join(
-            json.dumps(
-                {"receiver": e.receiver, "dedup_key": e.dedup_key, "status": e.status,
-                 "sent_at_ms": e.sent_at_ms, "alert_id": e.alert_id},
-                separators=(",", ":"),
-            ).encode() + b"\n"
-            for e in self._entries.values()
-        )
+        data = b"".join(_line(e) for e in self._entries.values())
         self._fh.close()
         _atomic_write(self.path, data)
         self._fh = self.path.open("ab")
@@ -152,6 +143,15 @@ class NotificationLog:
         """Close the file."""
         with contextlib.suppress(OSError):
             self._fh.close()
+
+
+def _line(e: Notification) -> bytes:
+    doc: dict[str, object] = {"receiver": e.receiver, "dedup_key": e.dedup_key,
+                              "status": e.status, "sent_at_ms": e.sent_at_ms,
+                              "alert_id": e.alert_id}
+    if e.raw:
+        doc["raw"] = base64.b64encode(e.raw).decode()
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 
 def _silence_to_json(s: Silence) -> dict[str, object]:

@@ -182,13 +182,18 @@ def breaker_record(
 
 @dataclass(frozen=True, slots=True)
 class Notification:
-    """The last notification sent to a receiver for a dedup key."""
+    """The last notification sent to a receiver for a dedup key.
+
+    ``raw`` keeps a firing alert's encoded record, so the pager can send it to
+    Alertmanager again before the ``endsAt`` it gave it passes (``Pager.refresh``).
+    """
 
     receiver: str
     dedup_key: str
     status: str
     sent_at_ms: int
     alert_id: str = ""
+    raw: bytes = b""
 
 
 def decide_send(
