@@ -435,3 +435,46 @@ def test_a_long_firing_alert_stays_active_in_alertmanager(server: Recorder, tmp_
     assert len(server.requests) == 3
     assert p.refresh(now + 5 * 3_600_000) == 0 and len(server.requests) == 3  # resolved
     p.close()
+
+
+def test_an_alert_still_firing_when_its_silence_ends_is_paged(
+    server: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the fix a firing alert that came in during a silence was dropped for good: the
+    processor does not publish it again while it fires, so it never paged after the
+    maintenance window, though still firing. One resolved during the silence stays quiet."""
+    import time
+
+    from runwatch import cli
+    from runwatch.adapters.settings import KafkaSettings
+    from runwatch.core.codec import load_codec
+    from runwatch.pager.service import Pager, PagerSettings
+
+    state = tmp_path / "state"
+    assert cli.main(["silence", "--state-dir", str(state), "add", "--match", "team=ml",
+                     "--for", "2h", "--reason", "maintenance"]) == 0
+    fire, _resolve = _fire_and_resolve("run-a")
+    fire_b, resolve_b = _fire_and_resolve("run-b")
+    rules = tmp_path / "routes.yaml"
+    rules.write_text(f"receivers:\n  - name: pd\n    kind: pagerduty\n"
+                     f"    url: {server.url}/v2/enqueue\n    routing_key_env: PD_KEY\n"
+                     "route:\n  receiver: pd\n")
+    monkeypatch.setenv("PD_KEY", "pd-routing-key")
+    codec = load_codec()
+    p = Pager(PagerSettings(rules_file=rules, state_dir=state),
+              KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+    for i, a in enumerate((fire, fire_b, resolve_b)):
+        p.handle("rw.alerts", 0, i, a.dedup_key.encode(), codec.encode(a))
+    assert server.requests == []  # silenced
+    now = int(time.time() * 1000)
+    assert p.refresh(now + 60_000) == 0 and server.requests == []  # still silenced
+    p.close()
+    p = Pager(PagerSettings(rules_file=rules, state_dir=state),  # a restart keeps them held
+              KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+    assert p.refresh(now + 2 * 3_600_000 + 1000) == 1
+    (req,) = server.requests
+    body = _strict(req.body)
+    assert isinstance(body, dict)
+    assert (body["event_action"], body["dedup_key"]) == ("trigger", fire.dedup_key)
+    assert p.refresh(now + 3 * 3_600_000) == 0 and len(server.requests) == 1  # once
+    p.close()

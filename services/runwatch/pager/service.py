@@ -29,10 +29,15 @@ from runwatch.adapters.receivers import (
     build_receivers,
 )
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.core.paging.delivery import BreakerPolicy, RetryPolicy, find_silence
+from runwatch.core.paging.delivery import (
+    BreakerPolicy,
+    Notification,
+    RetryPolicy,
+    find_silence,
+)
 from runwatch.core.paging.routes import Rules, alert_attributes, parse_rules, receivers_for
 from runwatch.pager.deliver import Deliverer, Interrupted
-from runwatch.pager.state import NotificationLog, SilenceStore, default_state_dir
+from runwatch.pager.state import HELD_FILE, NotificationLog, SilenceStore, default_state_dir
 from runwatch.resources import pager_routes_file
 
 log = logging.getLogger(__name__)
@@ -63,6 +68,8 @@ class PagerSettings(BaseSettings):
     dlq_flush_timeout_s: float = 30.0
 
 
+HELD = "silenced"
+"""The receiver name of the held-back alerts' log (``held.jsonl``)."""
 REFRESH_EVERY_S = 60.0
 """How often the pager looks for firing alerts to send Alertmanager again (``Pager.refresh``)."""
 
@@ -122,6 +129,7 @@ class Pager:
         self.codec = load_codec()
         self.notifications = NotificationLog(settings.state_dir)
         self.silences = SilenceStore(settings.state_dir)
+        self.held = NotificationLog(settings.state_dir, file_name=HELD_FILE)
         self.deliverer = Deliverer(
             self.notifications,
             RetryPolicy(
@@ -219,7 +227,20 @@ class Pager:
                 "alert %s silenced by %s (%s)", alert.dedup_key, silence.silence_id,
                 silence.reason,
             )
+            self._hold(alert, "firing", now, raw)
             return
+        self._hold(alert, "released", now)
+        self._deliver(topic, partition, offset, key, raw, alert, attrs)
+
+    def _hold(self, alert: Any, status: str, now_ms: int, raw: bytes = b"") -> None:
+        """Keep a silenced firing alert (``firing``), or forget it (``released``)."""
+        last = self.held.last(HELD, alert.dedup_key)
+        if status == "firing" or (last is not None and last.status == "firing"):
+            self.held.record(Notification(HELD, alert.dedup_key, status, now_ms,
+                                          alert.alert_id, raw))
+
+    def _deliver(self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes,
+                 alert: Any, attrs: dict[str, str]) -> None:
         for spec in receivers_for(self.rules, attrs):
             outcome = self.deliverer.deliver(alert, self.receivers[spec.name], raw)
             if outcome.result == "dead":
@@ -240,18 +261,37 @@ class Pager:
         passed, until its resolve is delivered; one attempt per round (a failure is
         tried again next round, well before ``endsAt``), a silenced alert is left to end.
 
+        It also delivers the firing alerts a silence held back once no silence mutes
+        them any more and their resolve has not come (``held.jsonl``): a silence for a
+        maintenance window ends, and what still fires pages, as in Alertmanager.
+
         Args:
             now_ms: The pager's clock.
 
         Returns:
-            How many alerts were refreshed.
+            How many alerts were refreshed or released.
 
         """
         from runwatch.core.codec import DecodeError
-        from runwatch.core.paging.delivery import Notification, classify_status
+        from runwatch.core.paging.delivery import classify_status
 
         done = 0
         silences = self.silences.current()
+        for held in list(self.held.entries()):
+            if held.status != "firing" or not held.raw:
+                continue
+            try:
+                alert = self.codec.decode(held.raw)
+            except DecodeError:
+                continue
+            attrs = alert_attributes(alert)
+            if find_silence(silences, attrs, now_ms) is not None:
+                continue
+            log.info("alert %s: its silence ended while it fires; delivering it", held.dedup_key)
+            self._deliver(self.settings.alerts_topic, -1, -1, held.dedup_key.encode(), held.raw,
+                          alert, attrs)
+            self._hold(alert, "released", now_ms)
+            done += 1
         for entry in list(self.notifications.entries()):
             receiver = self.receivers.get(entry.receiver)
             if (receiver is None or receiver.kind != "alertmanager" or not entry.raw
@@ -330,6 +370,7 @@ class Pager:
             self.dlq = None
         self.http.close()
         self.notifications.close()
+        self.held.close()
         log.info("pager stopped: %s", self.counters)
 
 

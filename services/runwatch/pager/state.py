@@ -7,6 +7,8 @@
   the file is compacted (rewritten atomically) when it grows past a multiple
   of its live entries. A torn last line (crash
   mid-write) is skipped with a warning.
+- ``held.jsonl``: the same lines for the firing alerts a silence held back, so
+  the pager delivers those still firing when the silence ends.
 - ``silences.json``: the whole silence list, rewritten atomically (temp file,
   fsync, rename). The pager reloads it when its modification time changes.
 """
@@ -27,6 +29,7 @@ from runwatch.core.paging.delivery import Matcher, Notification, Silence, parse_
 log = logging.getLogger(__name__)
 
 NOTIFICATIONS_FILE = "notifications.jsonl"
+HELD_FILE = "held.jsonl"
 SILENCES_FILE = "silences.json"
 
 
@@ -59,17 +62,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
 class NotificationLog:
     """What was sent to whom, durable across crashes."""
 
-    def __init__(self, state_dir: Path, compact_factor: int = 4) -> None:
+    def __init__(
+        self, state_dir: Path, compact_factor: int = 4, file_name: str = NOTIFICATIONS_FILE
+    ) -> None:
         """Open (and load) the log in a state directory.
 
         Args:
             state_dir: The pager's state directory (created when missing).
             compact_factor: Rewrite the file when it holds this many times
                 more lines than live entries.
+            file_name: The file (``held.jsonl`` keeps the alerts a silence held back).
 
         """
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.path = state_dir / NOTIFICATIONS_FILE
+        self.path = state_dir / file_name
         self._compact_factor = compact_factor
         self._entries: dict[tuple[str, str], Notification] = {}
         self._lines = 0
