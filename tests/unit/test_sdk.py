@@ -187,7 +187,7 @@ def test_wrong_types_dropped_and_counted(kwargs, dropped, kept_metrics, caplog) 
     c = run.finish()
     assert c.get("dropped_wrong_type", 0) == 3 * dropped
     assert by_type(t, "LearningStep")[0].metrics == kept_metrics
-    lines = [r for r in caplog.records if "dropped" in r.getMessage()]
+    lines = [r for r in caplog.records if r.getMessage().startswith("runwatch dropped")]
     assert len(lines) == (1 if dropped else 0)
 
 

@@ -6,15 +6,18 @@ script does; the processes that fork or exit run as subprocesses.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+import runwatch
 from runwatch.core.codec import load_codec
 
 
@@ -95,3 +98,52 @@ def test_a_forked_worker_ends_at_once_and_its_calls_are_counted(
     parent = [ln for ln in lines if ln.startswith("parent ")]
     assert parent and parent[0].split()[1] == "0", out + err
     assert int(parent[0].split()[2]) >= 20, out + err
+
+
+class SlowTransport(ListTransport):
+    """A transport that takes 1 ms a record: the publishing thread falls behind the job."""
+
+    def produce(self, topic, key, value):
+        time.sleep(0.001)
+        super().produce(topic, key, value)
+
+
+def test_a_finish_that_runs_out_counts_what_it_left_and_still_ends_the_run(caplog) -> None:
+    """finish(timeout) returned with steps queued: they, and the final JobEvent, were lost
+    without a count, and the publishing thread went on writing into the closed transport."""
+    t = SlowTransport()
+    run = runwatch.init("fam", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False)
+    for s in range(5000):
+        run.step(s, loss=1.0)
+    with caplog.at_level(logging.WARNING, logger="runwatch.client.run"):
+        c = run.finish("succeeded", timeout=1.0)
+    steps = t.records("LearningStep")
+    assert 0 < c["dropped_unsent"] < 5000
+    assert len(steps) + c["dropped_unsent"] == 5000  # every step published or counted
+    assert [j.state for j in t.records("JobEvent")] == ["running", "succeeded"]
+    assert "dropped_unsent" in caplog.text
+    n = len(t.out)
+    run.step(5001, loss=1.0)  # after finish: counted, never queued
+    run.validation(5001, {"v": 1.0})
+    time.sleep(0.1)
+    assert len(t.out) == n and run.counters["dropped_after_finish"] == 2
+
+
+def test_a_full_queue_is_said_when_it_drops_not_only_counted(caplog) -> None:
+    """Steps dropped by a full queue were counted but logged nowhere (finish's line was INFO)."""
+    t = ListTransport()
+    run = runwatch.init("fam", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False, queue_max=10)
+    run._abandon.set()  # a publishing thread that takes nothing: the queue fills up
+    time.sleep(0.1)
+    with caplog.at_level(logging.WARNING, logger="runwatch.client.run"):
+        for s in range(100):
+            run.step(s, loss=1.0)
+        assert run.counters["dropped_queue_full"] == 90
+        assert "queue is full" in caplog.text and "dropped_queue_full" in caplog.text
+        caplog.clear()
+        run.finish(timeout=1.0)
+    finished = [r for r in caplog.records if "finished" in r.getMessage()]
+    assert finished and finished[0].levelno == logging.WARNING
+    assert "not published: dropped_queue_full" in finished[0].getMessage()

@@ -54,6 +54,11 @@ from runwatch.core.records import (
 logger = logging.getLogger(__name__)
 
 _STEP, _REC, _FN = 0, 1, 2
+#: Counters of calls or records that were not published (finish logs a warning naming them).
+_LOSS_COUNTERS = ("dropped_queue_full", "dropped_wrong_type", "dropped_unsent",
+                  "dropped_after_finish", "manifest_errors", "build_errors", "publish_errors",
+                  "encode_errors", "oversize", "transport_failed", "transport_evicted",
+                  "transport_in_spool")
 _NUM = (float, int)
 
 
@@ -110,6 +115,8 @@ class Run(ExitHooks):
         self._q: collections.deque[tuple[Any, ...]] = collections.deque()
         self._qmax = queue_max
         self.forked = False  # True in a process forked from the one that started the run
+        self._full_logged = 0  # dropped_queue_full when it was last logged
+        self._full_logged_at = 0.0
         self._warned: set[tuple[str, int]] = set()
         self._wait_ns = 0
         self._last_ns = time.perf_counter_ns()
@@ -121,6 +128,7 @@ class Run(ExitHooks):
         self._lineage = self._check_lineage(lineage or {})
         self._attempt0 = attempt
         self._stop = threading.Event()
+        self._abandon = threading.Event()  # finish's wait ran out: the worker stops
         self._lock = threading.Lock()
         self._manifest_args: dict[str, Any] = dict(
             config=config,
@@ -253,7 +261,31 @@ class Run(ExitHooks):
         if self.forked:
             self._drop_forked("run.step")
             return
+        if self.finished:
+            self._drop_finished("run.step")
+            return
         self.counters["dropped_queue_full"] += 1
+        if not self._full_logged:
+            self._log_full()
+
+    def _log_full(self) -> None:
+        """Say how many steps the full queue dropped (first drop, then at most every 30 s)."""
+        n = self.counters["dropped_queue_full"]
+        self._full_logged, self._full_logged_at = n, time.monotonic()
+        logger.warning(
+            "runwatch run %s: the SDK's queue is full (%d records, queue_max): %d step(s) "
+            "dropped so far, counted in dropped_queue_full; steps come faster than the "
+            "publishing thread builds and sends them", self.run_id, self._qmax, n,
+        )
+
+    def _drop_finished(self, what: str) -> None:
+        """Count a call made after ``finish``: the run's transport is closed."""
+        self.counters["dropped_after_finish"] += 1
+        if self.counters["dropped_after_finish"] == 1:
+            logger.warning(
+                "runwatch run %s: %s called after run.finish(): dropped and counted in "
+                "dropped_after_finish (the run's transport is closed)", self.run_id, what,
+            )
 
     def _drop_forked(self, what: str) -> None:
         """Count a call made in a forked child, where this run publishes nothing."""
@@ -329,6 +361,7 @@ class Run(ExitHooks):
             self._drop_forked(f"run.{sys._getframe(1).f_code.co_name}")
             return
         if self.finished:
+            self._drop_finished(f"run.{sys._getframe(1).f_code.co_name}")
             return
         self._q.append((kind, *item))
 
@@ -609,10 +642,14 @@ class Run(ExitHooks):
         with self._lock:
             if self.finished:
                 return dict(self.counters)
-            self._put(_REC, JobEvent, self._job_fields(status, reason), self._when(now_ms))
+            final = (_REC, JobEvent, self._job_fields(status, reason), self._when(now_ms))
+            self._q.append(final)
             self.finished = True
+            self._qmax = -1  # later steps take the drop path (dropped_after_finish)
         self._stop.set()
         self._thread.join(timeout=max(timeout, 1.0))
+        if self._thread.is_alive() or self._q:  # out of time, or the worker died
+            self._give_up(final, timeout)
         for name in ("encode_errors", "sanitised", "oversize"):  # the publisher's own counts
             count = int(getattr(self.publisher, name, 0))
             if count:
@@ -625,8 +662,42 @@ class Run(ExitHooks):
         except Exception:
             logger.exception("runwatch transport close failed")
         self._uninstall_hooks()
-        logger.info("runwatch run %s finished (%s): %s", self.run_id, status, dict(self.counters))
+        lost = sorted(k for k in _LOSS_COUNTERS if self.counters.get(k))
+        logger.log(logging.WARNING if lost else logging.INFO,
+                   "runwatch run %s finished (%s): %s%s", self.run_id, status,
+                   dict(self.counters), f" (not published: {', '.join(lost)})" if lost else "")
         return dict(self.counters)
+
+    def _give_up(self, final: tuple[Any, ...], timeout: float) -> None:
+        """Finish's wait ran out with calls still queued: count them, publish the final event.
+
+        The worker stops after its batch; what it did not take is dropped and
+        counted in ``dropped_unsent`` (a step is one call), except the final
+        JobEvent, which is published so the run is seen to end.
+        """
+        self._abandon.set()
+        self._thread.join(timeout=5.0)
+        left = list(self._q)
+        self._q.clear()
+        alive = self._thread.is_alive()  # stuck: the publisher is its, publish nothing here
+        keep = [] if alive else [item for item in left if item is final]
+        if len(left) == len(keep):
+            return self._publish_final(keep)
+        self.counters["dropped_unsent"] += len(left) - len(keep)
+        logger.warning(
+            "runwatch run %s: finish(timeout=%gs) ran out with %d call(s) still queued: "
+            "dropped, counted in dropped_unsent%s", self.run_id, timeout,
+            len(left) - len(keep), "; the final JobEvent is published" if keep else "",
+        )
+        self._publish_final(keep)
+
+    def _publish_final(self, keep: list[tuple[Any, ...]]) -> None:
+        for item in keep:
+            try:
+                self.counters["published"] += self.publisher.publish(self._build(item))
+            except Exception:
+                self.counters["publish_errors"] += 1
+                logger.exception("runwatch could not publish the final JobEvent")
 
     # ------------------------------------------------------------- worker
     def _meta(self, now_ms: int | None = None) -> dict[str, Any]:
@@ -681,11 +752,16 @@ class Run(ExitHooks):
         q = self._q
         while True:
             stopping = self._stop.is_set()
+            full = self.counters.get("dropped_queue_full", 0)
+            if full > self._full_logged and time.monotonic() - self._full_logged_at > 30:
+                self._log_full()
             if not q:
                 if stopping:
                     return
                 self._stop.wait(0.02)
                 continue
+            if self._abandon.is_set():
+                return
             batch: list[Any] = []
             while q and len(batch) < 512:
                 try:
