@@ -170,12 +170,57 @@ def _push(seq: list[Any], x: Any, n: int = _RECENT) -> None:
         del seq[: len(seq) - n]
 
 
+PAUSE_K = 2.0
+"""A run that has come back from a pause (a checkpoint write, an evaluation) of P ms is
+stalled only after ``PAUSE_K`` x P without a step: its known pauses are its normal range,
+and twice the longest is no longer that (checkpoints grow with the state written and a
+slower store, by steps, not by doubling between two saves)."""
+
+
+def _paused(s: RunState, gap_ms: int) -> None:
+    s.signals["pause_ms"] = max(int(s.signals.get("pause_ms", 0)), int(gap_ms))
+
+
+def _pause(s: RunState, cfg: RunConfig, start: int, end: int, validation: bool) -> None:
+    """Note a pause between steps that a checkpoint write or an evaluation explains.
+
+    The pause runs from the run's last step before ``start`` to its first step after
+    ``end`` (event time); when that step is in already (topics are read independently)
+    it is measured now, otherwise at that step (:data:`PAUSE_K`). It counts only when
+    the steps stopped for it and went on right after it: within a step bound
+    (``STALL_K`` median steps) of the write's start and end (of an evaluation's result:
+    when it began is not reported). A write the steps went on through (asynchronous)
+    paused nothing; a gap whose steps resumed long after (a hang, a preemption) is not
+    explained by it.
+    """
+    slack = cfg.stall_k * ind.median(s.step_ms)
+    before = [t for t in s.step_at if t <= start]
+    if (not before or not math.isfinite(slack) or any(start < t <= end for t in s.step_at)
+            or (not validation and start - before[-1] > slack)):
+        return
+    after = [t for t in s.step_at if t > end]
+    if not after:
+        s.signals["pause"] = [before[-1], end, int(slack)]
+    elif after[0] - end <= slack:
+        _paused(s, after[0] - before[-1])
+
+
+def stall_floor(s: RunState, cfg: RunConfig) -> int:
+    """Return the stall rule's floor: ``STALL_MIN_MS``, or twice the run's longest known pause."""
+    return max(cfg.stall_min_ms, int(PAUSE_K * float(s.signals.get("pause_ms", 0))))
+
+
 def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
                  bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
     _push(s.step_ms, e.step_ms, STEP_WINDOW)
     s.last_step_at_ms = max(s.last_step_at_ms, at)  # event time (the stall rule's domain)
     s.first_step_at_ms = min(s.first_step_at_ms or at, at)
+    pause = s.signals.get("pause")
+    if pause and at > pause[1]:  # the first step after a checkpoint write or an evaluation
+        s.signals.pop("pause")
+        if at - pause[1] <= pause[2]:
+            _paused(s, at - pause[0])
     s.last_step = max(s.last_step, e.step)
     out += stepped(s, at, now, cfg, bl)
     out += clear(s, cfg, "rule:stalled", "step_gap_ms", now, at)
@@ -291,6 +336,7 @@ def _noise(values: list[float]) -> float:
 
 def _validation(s: RunState, e: ValidationResult, at: int, now: int,
                 cfg: RunConfig) -> list[Output]:
+    _pause(s, cfg, at, at, validation=True)  # an evaluation pass pauses the steps
     if e.kind == "evaluation":  # release evidence (per slice), judged by `runwatch gate check`
         return []
     picked = _primary(dict(e.metrics), s.val_metric)
@@ -328,6 +374,7 @@ def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConf
                 bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
     s.last_checkpoint = {"step": e.step, "sha256": e.sha256, "uri": e.uri, "outcome": e.outcome}
+    _pause(s, cfg, int(e.started_at_ms or at), int(e.ended_at_ms or at), validation=False)
     f = rules.checkpoint_integrity(e.expected_sha256 or "", e.sha256 or "",
                                    e.outcome != "failed", at, e.uri,
                                    corrupt=e.outcome == "corrupt")
@@ -472,10 +519,10 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
     if s.job_state not in rules_ended():
         # no stall bound is below stall_min_ms: skip the median while the gap is shorter;
         # a job that is not running (preempted, queued again) is not stalled
+        floor = stall_floor(s, cfg)
         if (s.last_step_at_ms and s.job_state not in NOT_RUNNING
-                and hz - s.last_step_at_ms > cfg.stall_min_ms):
-            f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), hz, cfg.stall_k,
-                              cfg.stall_min_ms)
+                and hz - s.last_step_at_ms > floor):
+            f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), hz, cfg.stall_k, floor)
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
         if s.started_at_ms is None:
