@@ -478,3 +478,23 @@ def test_an_alert_still_firing_when_its_silence_ends_is_paged(
     assert (body["event_action"], body["dedup_key"]) == ("trigger", fire.dedup_key)
     assert p.refresh(now + 3 * 3_600_000) == 0 and len(server.requests) == 1  # once
     p.close()
+
+
+def test_slack_text_from_a_run_cannot_mention_or_link(server: Recorder, tmp_path: Path) -> None:
+    """Before the fix a run id or team holding Slack's control sequences went into the mrkdwn
+    as written: ``<!channel>`` notified the whole channel, ``<@U0LAN0Z89>`` a person, and
+    ``<http://evil|...>`` made a link."""
+    fire, _resolve = _fire_and_resolve("run-<!channel>-a&b", team="<@U0LAN0Z89><http://evil|x>")
+    receiver("slack", server.url, tmp_path).send(fire, NOW)
+    body = _strict(server.requests[0].body)
+    assert isinstance(body, dict)
+    texts = [body["text"]]
+    for block in body["blocks"]:
+        if block["type"] in ("section", "context"):
+            texts += [block.get("text", {}).get("text", "")]
+            texts += [f["text"] for f in block.get("fields", []) + block.get("elements", [])]
+    flat = "\n".join(texts)
+    assert "<!channel>" not in flat and "<@U0LAN0Z89>" not in flat and "<http://evil" not in flat
+    assert "run-&lt;!channel&gt;-a&amp;b" in flat and "&lt;@U0LAN0Z89&gt;" in flat
+    assert "<http://ch:8123/play" in flat  # runwatch's own link is still a link
+    assert all(len(t) <= 3000 for t in texts)

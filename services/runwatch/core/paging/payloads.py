@@ -381,8 +381,27 @@ def opsgenie_close(alert: object) -> dict[str, Any]:
     return {"source": "runwatch", "note": f"resolved: {a.get('summary') or a.get('title') or ''}"}
 
 
+def slack_text(text: object) -> str:
+    """Escape producer-written text for Slack's mrkdwn (``&``, ``<``, ``>``, as Slack asks).
+
+    Unescaped, ``<!channel>`` or ``<@U123>`` in a run id or team would notify a whole
+    channel or a person, and ``<http://x|y>`` would be a link.
+
+    Args:
+        text: The text.
+
+    Returns:
+        The escaped text.
+
+    """
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_message(alert: object, link: str) -> dict[str, Any]:
     """Build a Slack incoming-webhook message (text fallback plus blocks).
+
+    Every text that comes from the alert is escaped (:func:`slack_text`) and each block
+    text kept within Slack's limits (header 150, field 2,000, section 3,000 characters).
 
     Args:
         alert: The Alert record.
@@ -393,36 +412,38 @@ def slack_message(alert: object, link: str) -> dict[str, Any]:
 
     """
     a = alert_dict(alert)
+    e = slack_text
     resolved = a.get("status") == "resolved"
     icon = ":white_check_mark:" if resolved else _SLACK_EMOJI.get(str(a.get("severity")), "")
     state = "RESOLVED" if resolved else str(a.get("severity") or "").upper()
-    title = str(a.get("title") or a.get("dedup_key"))
+    raw_title = str(a.get("title") or a.get("dedup_key"))
+    title = e(raw_title)
     run = a.get("run_id")
-    about = f"run {run}" if run else f"objective {a.get('detector')}"  # SLO alerts have no run
-    text = f"{icon} [{state}] {title} ({about}, probable cause: {a.get('probable_cause')})"
-    evidence = _evidence_lines(a) or ["(no evidence attached)"]
+    detector = e(a.get("detector"))
+    cause = e(a.get("probable_cause"))
+    about = f"run {e(run)}" if run else f"objective {detector}"  # SLO alerts have no run
+    text = f"{icon} [{state}] {title} ({about}, probable cause: {cause})"
+    evidence = [e(line) for line in _evidence_lines(a)] or ["(no evidence attached)"]
     fields = [
-        {"type": "mrkdwn", "text": f"*Probable cause*\n{a.get('probable_cause')}"},
-        {"type": "mrkdwn", "text": f"*Run*\n`{run}`" if run
-         else f"*Objective*\n`{a.get('detector')}`"},
-        {"type": "mrkdwn", "text": f"*Team*\n{a.get('team') or '-'}"},
-        {"type": "mrkdwn", "text": f"*Indicator*\n{a.get('indicator')} "
-                                   f"({a.get('observed')} vs {a.get('expected')})"},
+        {"type": "mrkdwn", "text": f"*Probable cause*\n{cause}"[:2000]},
+        {"type": "mrkdwn", "text": (f"*Run*\n`{e(run)}`" if run
+                                    else f"*Objective*\n`{detector}`")[:2000]},
+        {"type": "mrkdwn", "text": f"*Team*\n{e(a.get('team') or '-')}"[:2000]},
+        {"type": "mrkdwn", "text": f"*Indicator*\n{e(a.get('indicator'))} "
+                                   f"({a.get('observed')} vs {a.get('expected')})"[:2000]},
     ]
+    context = (f"<{link}|Investigate the run> · `runwatch alerts tail --run {e(run)}`" if run
+               else "`runwatch slo status`")
     return {
         "text": text,
         "blocks": [
-            {"type": "header", "text": {"type": "plain_text", "text": f"[{state}] {title}"[:150]}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": str(a.get("summary") or "")
-                                         or title}, "fields": fields},
-            {"type": "section", "text": {"type": "mrkdwn",
-                                         "text": "*Evidence*\n" + "\n".join(
-                                             f"• {line}" for line in evidence)}},
-            {"type": "context", "elements": [
-                {"type": "mrkdwn", "text": f"<{link}|Investigate the run> · "
-                                           f"`runwatch alerts tail --run {run}`" if run
-                 else "`runwatch slo status`"},
-            ]},
+            {"type": "header",
+             "text": {"type": "plain_text", "text": f"[{state}] {raw_title}"[:150]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": (
+                e(a.get("summary") or "") or title)[:3000]}, "fields": fields},
+            {"type": "section", "text": {"type": "mrkdwn", "text": (
+                "*Evidence*\n" + "\n".join(f"• {line}" for line in evidence))[:3000]}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": context[:3000]}]},
         ],
     }
 
