@@ -403,3 +403,31 @@ def test_sigterm_loses_no_acknowledged_insert(tmp_path: Path) -> None:
         assert client(second).command("SELECT count() FROM d") == acked
     finally:
         assert second.stop(signal.SIGINT) == 0
+
+
+def test_the_pagers_investigation_link_opens_a_play_page(store: StoreProcess) -> None:
+    """Before the fix the link in every alert (Alertmanager's generatorURL, PagerDuty's and
+    Slack's "Investigate the run", default ``http://127.0.0.1:8123/play?user=analyst#...``)
+    answered 404 "There is no handle /play" from the store."""
+    import base64
+    import json
+
+    from runwatch.core.paging.payloads import investigation_url
+    from runwatch.pager.service import PagerSettings
+
+    template = PagerSettings().investigate_url_template.replace("127.0.0.1:8123",
+                                                                 f"127.0.0.1:{store.port}")
+    link = investigation_url(template, "run-<42>")
+    with urllib.request.urlopen(link.split("#", 1)[0], timeout=30) as resp:
+        page = resp.read().decode()
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html")
+    assert '"X-ClickHouse-User"' in page and "default_format=JSONCompact" in page
+    assert "textContent" in page and "innerHTML" not in page  # values are written as text
+    sql = base64.b64decode(link.split("#", 1)[1]).decode()
+    assert "run_id = 'run-<42>'" in sql
+    # the request the page sends, as the readonly user of the link
+    status, _headers, body = http(store, b"SELECT 1 AS x, 'a<b>' AS s",
+                                  {"default_format": "JSONCompact"}, creds=RO)
+    assert status == 200, body
+    doc = json.loads(body)
+    assert [m["name"] for m in doc["meta"]] == ["x", "s"] and doc["data"] == [[1, "a<b>"]]

@@ -153,6 +153,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path in ("/ping", "/replicas_status") or (path == "/" and "query" not in params):
             self._send(200, b"Ok.\n", {"Content-Type": "text/html; charset=UTF-8"})
             return
+        if path == "/play":  # the pager's investigation links open it (store/play.py)
+            from runwatch.store.play import PLAY_HTML
+
+            self._send(200, PLAY_HTML, {"Content-Type": "text/html; charset=UTF-8"})
+            return
         self._query(path, params, http_get=True)
 
     def do_POST(self) -> None:  # noqa: N802
