@@ -147,3 +147,23 @@ def test_a_full_queue_is_said_when_it_drops_not_only_counted(caplog) -> None:
     finished = [r for r in caplog.records if "finished" in r.getMessage()]
     assert finished and finished[0].levelno == logging.WARNING
     assert "not published: dropped_queue_full" in finished[0].getMessage()
+
+
+def test_a_metric_name_that_is_no_text_costs_only_that_metric(caplog) -> None:
+    """``metrics={0: acc}`` made the whole LearningStep (its loss too) or ValidationResult fail
+    to encode, with an error line at every step."""
+    t = ListTransport()
+    run = runwatch.init("fam", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False)
+    with caplog.at_level(logging.WARNING):
+        for s in range(3):
+            run.step(s, loss=0.5, metrics={0: 0.9, None: 1.0, "acc": 0.8, b"b\xffx": 1.0})
+        run.validation(3, {5: 1.0, "val_loss": 2.0})
+        c = run.finish()
+    steps = t.records("LearningStep")
+    assert [(s.step, s.loss, s.metrics) for s in steps] == [
+        (s, 0.5, {"acc": 0.8, "b\ufffdx": 1.0}) for s in range(3)]
+    assert [v.metrics for v in t.records("ValidationResult")] == [{"val_loss": 2.0}]
+    assert c["dropped_wrong_type"] == 7 and "encode_errors" not in c
+    names = [r for r in caplog.records if "metric name" in r.getMessage()]
+    assert len(names) == 3  # once per type on the steps (int, None), once for the validation

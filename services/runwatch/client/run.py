@@ -345,14 +345,36 @@ class Run(ExitHooks):
     def _fix_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
         out: dict[str, float] = {}
         for k, v in metrics.items():
+            if not isinstance(k, str | bytes):  # bytes: repaired as text by the publisher
+                self._bad(f"metric name {k!r}", k)
+                continue
             if type(v) in _NUM:
-                out[k] = v
+                out[k] = v  # type: ignore[index]
                 continue
             fixed = self._num(v)
-            if fixed is None or not isinstance(k, str):
+            if fixed is None:
                 self._bad(f"metric {k!r}", v)
             else:
-                out[k] = fixed
+                out[k] = fixed  # type: ignore[index]
+        return out
+
+    def _step_metrics(self, metrics: Mapping[Any, Any]) -> dict[str, float]:
+        """A step's metrics as floats, on the worker; a name that is no text is dropped.
+
+        (The hot path checks only the values: one name of another type made the
+        whole LearningStep, its loss too, fail to encode, logged every step.)
+        """
+        out: dict[str, float] = {}
+        for k, v in metrics.items():
+            if type(k) is str or isinstance(k, str | bytes):
+                out[k] = float(v)  # type: ignore[index]  # bytes: repaired by the publisher
+                continue
+            self.counters["dropped_wrong_type"] += 1
+            if ("key", id(type(k))) not in self._warned:
+                self._warned.add(("key", id(type(k))))
+                logger.warning("runwatch run %s dropped metric name %r of type %s from its steps "
+                               "(counted in dropped_wrong_type; logged once per type)",
+                               self.run_id, k, type(k).__name__)
         return out
 
     # ------------------------------------------------------------ cold path
@@ -790,7 +812,7 @@ class Run(ExitHooks):
             for v in (loss, lr, gn):
                 if v is not None and not math.isfinite(v):
                     bad += 1
-            mets = {k: float(v) for k, v in metrics.items()} if metrics else {}
+            mets = self._step_metrics(metrics) if metrics else {}
             for v in mets.values():
                 if not math.isfinite(v):
                     bad += 1
