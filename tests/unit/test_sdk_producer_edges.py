@@ -167,3 +167,41 @@ def test_a_metric_name_that_is_no_text_costs_only_that_metric(caplog) -> None:
     assert c["dropped_wrong_type"] == 7 and "encode_errors" not in c
     names = [r for r in caplog.records if "metric name" in r.getMessage()]
     assert len(names) == 3  # once per type on the steps (int, None), once for the validation
+
+
+def test_data_report_on_pandas_frames_with_infinities_nullable_columns_and_datetimes(
+    tmp_path: Path,
+) -> None:
+    """Three things pipelines hand over every day: a float column with +inf and -inf (or
+    huge values) raised ValueError/OverflowError from math.fsum into the pipeline; pd.NA in a
+    nullable Int64 column was no null (0 % nulls, no min/max/mean); a datetime event-time
+    column gave no freshness, without a word."""
+    pd = pytest.importorskip("pandas")
+    np = pytest.importorskip("numpy")
+    from runwatch.adapters.publisher import Publisher
+    from runwatch.client import data
+
+    t = ListTransport()
+    pub = Publisher(t, kind="sdk")
+    now = 1_764_633_600_000  # 2025-12-02T00:00:00Z
+    df = pd.DataFrame({
+        "x": [1.0, np.inf, -np.inf, np.nan, 2.0],
+        "big": [1e308, 1e308, 1e308, 1e308, 1e308],
+        "i": pd.array([1, None, 3, 4, 5], dtype="Int64"),
+        "t": pd.to_datetime([now - 5000, now - 4000, now - 3000, now - 2000, now - 1000],
+                            unit="ms", utc=True),
+    })
+    for _ in range(2):  # the first creates the baseline, the second compares with it
+        rep = data.report("s3://clicks", "v1", "p", df, baseline="ref", timestamp="t",
+                          publisher=pub, now_ms=now, baseline_directory=tmp_path)
+    feats = {f.name: f for f in rep.features}
+    assert (feats["x"].min, feats["x"].max, feats["x"].null_pct) == (-np.inf, np.inf, 20.0)
+    assert np.isnan(feats["x"].mean)  # +inf and -inf
+    assert feats["big"].mean == pytest.approx(1e308)
+    assert (feats["i"].null_pct, feats["i"].min, feats["i"].max) == (20.0, 1.0, 5.0)
+    assert feats["i"].mean == pytest.approx(3.25)
+    assert rep.freshness_lag_ms == 1000
+    naive = df.assign(t=df["t"].dt.tz_localize(None))  # naive datetimes are UTC
+    rep = data.report("s3://clicks", "v1", "p", naive, timestamp="t", publisher=pub, now_ms=now)
+    assert rep.freshness_lag_ms == 1000
+    assert len(t.records("DataQualityReport")) == 3

@@ -17,6 +17,7 @@ interpolation formula, so baselines match those numpy would compute.
 from __future__ import annotations
 
 import bisect
+import datetime
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -99,11 +100,43 @@ def _as_list(values: Sequence[Any]) -> list[Any]:
     return list(values)
 
 
+#: pandas' missing-value markers (``pd.NA`` in nullable Int64/boolean/string columns, ``pd.NaT``).
+_NA_TYPES = frozenset({"NAType", "NaTType"})
+
+
 def is_null(v: Any) -> bool:
-    """Tell whether a value is None or a float NaN."""
+    """Tell whether a value is None, a float NaN or pandas' ``NA``/``NaT``."""
     if v is None:
         return True
-    return _is_float(v) and not isinstance(v, numbers.Integral) and math.isnan(v)
+    if _is_float(v):
+        return not isinstance(v, numbers.Integral) and math.isnan(v)
+    return type(v).__name__ in _NA_TYPES
+
+
+def mean(values: Sequence[float]) -> float:
+    """The mean of floats, exact where it can be: NaN when +inf and -inf meet, no overflow."""
+    try:
+        return math.fsum(values) / len(values)
+    except ValueError:  # -inf + inf
+        return math.nan
+    except OverflowError:  # finite values whose sum is over the float range
+        return math.fsum(v / len(values) for v in values)
+
+
+def epoch_ms(values: Sequence[Any]) -> list[float] | None:
+    """Event times as epoch ms: numbers as they are, datetimes (naive ones as UTC) converted."""
+    out: list[float] = []
+    for v in _as_list(values):
+        if is_null(v):
+            continue
+        if isinstance(v, datetime.datetime):
+            aware = v if v.tzinfo is not None else v.replace(tzinfo=datetime.UTC)
+            out.append(aware.timestamp() * 1000.0)
+        elif _is_float(v):
+            out.append(float(v))
+        else:
+            return None
+    return out
 
 
 def numeric(values: Sequence[Any]) -> list[float] | None:
@@ -237,6 +270,9 @@ def make_baseline(
     for name, values in columns.items():
         arr = numeric(values)
         if not arr or name == label or name == timestamp:
+            continue
+        arr = [v for v in arr if math.isfinite(v)]  # quantiles of infinities are NaN
+        if not arr:
             continue
         ordered = sorted(arr)
         qs = [quantile(ordered, q) for q in _linspace(0.0, 1.0, _BINS + 1)[1:-1]]
@@ -398,14 +434,14 @@ def compute(
                 null_pct=100.0 * nulls / rows if rows else 0.0,
                 min=min(arr),
                 max=max(arr),
-                mean=math.fsum(arr) / len(arr),
+                mean=mean(arr),
                 psi=p,
                 ks=k,
             )
         )
     lag = None
     if timestamp and timestamp in columns:
-        ts = numeric(columns[timestamp])
+        ts = epoch_ms(columns[timestamp])
         if ts:
             lag = int(now_ms - max(ts))
     return QualityStats(
