@@ -132,6 +132,9 @@ def test_slowdown_rule_table() -> None:
     # the loader explains the fall: its own watch pages, the throughput fall does not again
     ("loader", [("watch:loader_share", "execution")]),
     ("healthy", []),
+    # its GPUs in a thermal slowdown explain it (it was execution: the throughput watch's own
+    # earlier findings outweighed the throttling as evidence for its cause)
+    ("thermal", [("rule:gpu_slowdown", "infrastructure"), ("watch:throughput", "infrastructure")]),
 ])
 def test_falling_throughput_pages_with_its_cause(case: str, want: list, tmp_path: Path) -> None:
     c = Cluster(tmp_path)
@@ -139,8 +142,10 @@ def test_falling_throughput_pages_with_its_cause(case: str, want: list, tmp_path
         late = k >= 300
         for g in GPUS:
             c.fake.set_nvlink(g, 20 if case == "nvlink_down" and late else 400_000)
+            if case == "thermal" and late:
+                c.fake.set_throttle(g, 0x20, temp_c=91, sm_clock_mhz=1200)  # SW thermal
         step, loader = 1000.0, 50.0
-        if late and case in ("nvlink_down", "slower"):
+        if late and case in ("nvlink_down", "slower", "thermal"):
             step = 1500.0
         if late and case == "loader":
             loader = 50.0 + 2.0 * (k - 300)

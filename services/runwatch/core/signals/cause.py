@@ -214,7 +214,10 @@ def classify(symptom: Finding, evidence: Sequence[Finding], window_ms: int) -> V
         support = tuple(f for f in near if f.signal == symptom.signal) + (symptom,)
         return Verdict(symptom.signal, 1.0, support)
     weights: dict[Cause, float] = {c: 0.0 for c in PRIORITY}
-    plausible = [f for f in near if f.signal in weights and kind in explains(f)]
+    # the symptom's own indicator (its watch's earlier findings, a drift of the same
+    # figure) is the symptom seen again, not a cause: it would vote for its own class
+    plausible = [f for f in near if f.signal in weights and kind in explains(f)
+                 and f.indicator != symptom.indicator]
     for f in plausible:
         weights[f.signal] += max(f.score, 0.05)
     total = sum(weights.values())
