@@ -166,3 +166,31 @@ def test_noisy_validation_pages_only_on_a_real_decline(seed, drop_at, want) -> N
         run.validation(100 * (i + 1), {"val_acc": acc}, now_ms=T0 + i * 60_000)
     run.finish(now_ms=T0 + 10**8)
     assert firing(t) == want
+
+
+@pytest.mark.parametrize(("case", "want"), [
+    # one large norm (a hard batch) is evidence, not a page (it paged: it stayed in the
+    # 10-norm variance window for 10 steps, twice the watch's persistence)
+    ("one_spike", []),
+    ("two_spikes_apart", []),
+    ("exploding", [("watch:grad_norm_variance", "learning")]),  # growing, no NaN
+    ("unstable", [("watch:grad_norm_variance", "learning")]),  # norms swing step to step
+])
+def test_gradient_norm_variance_pages_on_instability_not_on_one_large_norm(case, want) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    rng = random.Random(12)
+    for i in range(1, 1_200):
+        g = 1.0 + 0.1 * rng.random()
+        if case == "one_spike" and i == 700:
+            g = 25.0
+        if case == "two_spikes_apart" and i in (600, 900):
+            g = 25.0
+        if case == "exploding" and i >= 700:
+            g *= math.exp(0.02 * (i - 700)) * (1 + rng.random())
+        if case == "unstable" and i >= 700:
+            g = rng.choice([0.2, 1.0, 6.0])
+        run.step(i, loss=1.0, grad_norm=g, samples=32, now_ms=T0 + i * 1_000, step_ms=1_000.0,
+                 loader_wait_ms=10.0)
+    run.finish(now_ms=T0 + 1_300_000)
+    assert firing(t) == want
