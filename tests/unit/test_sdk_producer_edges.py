@@ -205,3 +205,33 @@ def test_data_report_on_pandas_frames_with_infinities_nullable_columns_and_datet
     rep = data.report("s3://clicks", "v1", "p", naive, timestamp="t", publisher=pub, now_ms=now)
     assert rep.freshness_lag_ms == 1000
     assert len(t.records("DataQualityReport")) == 3
+
+
+def test_emit_refuses_values_it_would_publish_changed() -> None:
+    """A scheduler hook's ``"nodes": "gpu-017"`` was published as the nodes g, p, u, -, 0,
+    1, 7; ``"attempt": 1.5`` or ``true`` as 1; ``"event_id": ""`` made every such record
+    a duplicate of the others downstream. Each is refused with its line and field now."""
+    from runwatch.adapters.publisher import Publisher
+    from runwatch.client.emit import emit_lines
+
+    t = ListTransport()
+    base = '{"type": "job-state", "run_id": "r1", "state": "queued"'
+    res = emit_lines(Publisher(t, kind="hook"), [
+        base + ', "allocation": {"nodes": "gpu-017"}}',
+        base + ', "attempt": 1.5}',
+        base + ', "attempt": true}',
+        base + ', "event_id": ""}',
+        base + ', "allocation": {"nodes": ["gpu-017"], "gpu_indices": [0, 1]}, "attempt": 2}',
+        '{"type": "learning-step", "run_id": "r1", "step": 3, "loss": 2, "metrics": {"a": 1}}',
+    ])
+    assert res.errors == [
+        'line 1: bad value for JobEvent: field allocation.nodes is "gpu-017", not an array',
+        "line 2: bad value for JobEvent: field attempt is 1.5, not an integer",
+        "line 3: bad value for JobEvent: field attempt is true, not an integer",
+        "line 4: bad value for JobEvent: an empty event_id (consumers deduplicate by it)",
+    ]
+    assert res.published == 2  # integers widen to floats (loss, metrics)
+    (job,) = t.records("JobEvent")
+    assert job.allocation.nodes == ("gpu-017",) and job.attempt == 2
+    (step,) = t.records("LearningStep")
+    assert step.loss == 2.0 and step.metrics == {"a": 1.0}

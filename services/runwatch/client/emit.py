@@ -107,10 +107,75 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
     except (TypeError, ValueError, AttributeError) as exc:
         msg = f"bad value for {cls.__name__}: {exc}"
         raise ValueError(msg) from exc
+    if data.get("event_id") is not None and not str(data["event_id"]).strip():
+        msg = f"bad value for {cls.__name__}: an empty event_id (consumers deduplicate by it)"
+        raise ValueError(msg)
     if isinstance(rec, RunManifest):  # the producer fills the lineage hashes it left out
         lh, rg = lineage.hashes(rec.to_dict())
         rec = dataclasses.replace(rec, lineage_hash=lh, repeat_group=rg)
     return rec
+
+
+_KINDS = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"),
+          (tuple, "an array"), (list, "an array"), (dict, "an object"))
+
+
+def _kind(value: Any) -> str:
+    return next((k for t, k in _KINDS if isinstance(value, t)), type(value).__name__)
+
+
+def _check_taken(obj: Mapping[str, Any], rec: Any) -> None:
+    """Refuse a line whose values the record did not take as written (decoded back).
+
+    Raises:
+        ValueError: Naming the first such field, its value and what the field holds.
+    """
+    where = _mismatch({k: v for k, v in obj.items() if k != "type"}, rec.to_dict())
+    if where is not None:
+        path, given, kind = where
+        msg = (f"bad value for {type(rec).__name__}: field {path} is "
+               f"{json.dumps(given)[:80]}, not {kind}")
+        raise ValueError(msg)
+
+
+def _mismatch(given: Any, got: Any, path: str = "") -> tuple[str, Any, str] | None:
+    """The first value of a JSON object that the record did not take as written.
+
+    Building and encoding coerce (``tuple("n1")`` is ``("n", "1")``, an int field takes
+    ``1.5`` as 1, ``true`` as 1), so the decoded record is compared with the line: only an
+    integer for a float field may widen; text may be repaired (not UTF-8).
+
+    Returns:
+        ``(field path, value given, what the field holds)``, or None when all match.
+    """
+    if isinstance(given, Mapping):
+        if not isinstance(got, Mapping):
+            return (path or "value", given, _kind(got))
+        for k, v in given.items():
+            if k in got:
+                where = _mismatch(v, got[k], f"{path}.{k}" if path else str(k))
+                if where is not None:
+                    return where
+        return None
+    name = path or "value"
+    if given is None or got is None:
+        return None if given is got else (name, given, _kind(got))
+    if isinstance(given, list):
+        if not isinstance(got, tuple | list) or len(got) != len(given):
+            return (name, given, _kind(got))
+        for i, (a, b) in enumerate(zip(given, got, strict=True)):
+            where = _mismatch(a, b, f"{name}[{i}]")
+            if where is not None:
+                return where
+        return None
+    if isinstance(given, bool) or isinstance(got, bool):
+        return None if type(given) is type(got) else (name, given, _kind(got))
+    if isinstance(given, int) and isinstance(got, int | float) or (
+            isinstance(given, float) and isinstance(got, float)):
+        return None  # the same number, or an integer widened; NaN stays NaN
+    if isinstance(given, str) and isinstance(got, str):
+        return None
+    return (name, given, _kind(got))
 
 
 def emit_records(publisher: Publisher, objs: Iterable[Mapping[str, Any]]) -> EmitResult:
@@ -135,6 +200,7 @@ def _emit_one(publisher: Publisher, obj: Any, where: str, res: EmitResult) -> No
         rec = build_record(publisher, obj)
         publisher.encode_one(rec)  # validate (text, size) before taking a sequence number
         rec, value = publisher.encode_one(dataclasses.replace(rec, seq=publisher.next_seq()))
+        _check_taken(obj, publisher.codec.decode(value))
     except Exception as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         res.errors.append(f"{where}: {reason}")
