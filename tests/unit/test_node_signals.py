@@ -219,3 +219,27 @@ def test_a_stall_is_not_caused_by_its_gpus_idling_or_their_power_cap(xid: bool, 
     stalls = [a for a in m.alerts if isinstance(a, Alert) and a.detector == "rule:stalled"]
     assert stalls and stalls[0].status == "firing"
     assert {a.probable_cause for a in stalls} == {cause}
+
+
+@pytest.mark.parametrize(("capped", "want"), [
+    # one GPU at its SW power cap from the start: the cap is its level, not the fall's cause
+    # (the starved GPUs were paged infrastructure: the standing cap counted as throttling)
+    ("always", [("watch:gpu_occupancy", "execution"), ("watch:loader_share", "execution")]),
+    # the cap appears as the occupancy falls: it does count
+    ("at_fall", [("watch:gpu_occupancy", "infrastructure"), ("watch:loader_share", "execution")]),
+])
+def test_a_power_cap_held_from_the_start_explains_no_occupancy_fall(capped: str, want: list,
+                                                                    tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+    if capped == "always":
+        c.fake.set_throttle(3, 0x4)
+    for k in range(900):
+        late = k >= 400
+        if late:  # the input pipeline slows: the GPUs wait, their occupancy falls
+            for g in GPUS:
+                c.fake.set_occupancy(g, 30.0)
+            if capped == "at_fall":
+                c.fake.set_throttle(3, 0x4)
+        c.second(T0 + k * 1000, step_ms=2000.0 if late else 1000.0,
+                 loader_ms=1100.0 if late else 50.0)
+    assert c.alerts() == want

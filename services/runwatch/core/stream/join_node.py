@@ -306,8 +306,9 @@ def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
     if gpus:
         util = pct_mean([g[1] for g in gpus])
         started = training(s, at, util)
+        learning = usual_throttle(s, e, cfg) if started else False
         if any(g[3] for g in gpus) or s.signals.get("slow"):
-            out += throttling(s, e, at, now, cfg)
+            out += throttling(s, e, at, now, cfg, evidence=started and not learning)
         mem = [g[6] for g in gpus if len(g) > 6 and g[6] is not None]
         if mem:
             out += memory_pressure(s, e.node, max(mem), at, now, cfg)
@@ -446,17 +447,43 @@ MEM_BUCKET_MS = 60_000
 """Memory pressure keeps the run's highest used/total fraction per node per minute."""
 
 
-def throttling(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig) -> list[Output]:
+def usual_throttle(s: RunState, e: NodeEntry, cfg: RunConfig) -> bool:
+    """Learn the throttle reasons the run's GPUs on a node show as it starts training.
+
+    While the GPU watches learn their baseline (the occupancy watch's warm-up, in training
+    readings of the node), each GPU's reasons are its usual ones (``RunState.signals``):
+    a GPU that sits at its power cap from the start trains at that level, so the cap is
+    part of the level and explains no fall from it. Returns whether it is still learning.
+    """
+    seen: dict[str, int] = s.signals.setdefault("throttle_seen", {})
+    n = seen.get(e.node, 0)
+    if n >= cfg.specs["gpu_occupancy"].warmup:
+        return False
+    seen[e.node] = n + 1
+    usual: dict[str, int] = s.signals.setdefault("throttle_usual", {})
+    for g in e.gpus:
+        if g[3] & THROTTLE_EVIDENCE:
+            key = f"{e.node}/{g[0]}"
+            usual[key] = usual.get(key, 0) | (g[3] & THROTTLE_EVIDENCE)
+    return True
+
+
+def throttling(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig, *,
+               evidence: bool = True) -> list[Output]:
     """Throttle reasons of the run's GPUs on one node: evidence, and sustained slowdowns.
 
-    Any reason in :data:`THROTTLE_EVIDENCE` is evidence for the cause of a symptom
-    (occupancy or throughput falling); a reason in
+    A reason in :data:`THROTTLE_EVIDENCE` that a GPU did not show as the run started
+    training (:func:`usual_throttle`) is evidence for the cause of a symptom (occupancy
+    or throughput falling); one it showed all along is not (no evidence at all while
+    ``evidence`` is false: start-up and the learning readings). A reason in
     :data:`~runwatch.core.signals.rules.SLOWDOWN_MASK`
     held for :data:`SLOWDOWN_FOR_MS` of event time alerts (``rule:gpu_slowdown``,
-    infrastructure, one finding per node).
+    infrastructure, one finding per node), whenever it began.
     """
     out: list[Output] = []
-    throttled = [g[0] for g in e.gpus if g[3] & THROTTLE_EVIDENCE]
+    usual: dict[str, int] = s.signals.get("throttle_usual", {})
+    throttled = [g[0] for g in e.gpus if evidence
+                 and g[3] & THROTTLE_EVIDENCE & ~usual.get(f"{e.node}/{g[0]}", 0)]
     if throttled:
         out += emit(s, cfg, Finding("indicator:gpu_throttle", "throttle_reasons",
                                     "infrastructure", "warning", float(len(throttled)),
