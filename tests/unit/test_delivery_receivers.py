@@ -437,6 +437,42 @@ def test_a_long_firing_alert_stays_active_in_alertmanager(server: Recorder, tmp_
     p.close()
 
 
+def test_a_resolve_alertmanager_refused_stops_the_refresh(server: Recorder, tmp_path: Path) -> None:
+    """A resolve that Alertmanager refuses (a 4xx: dead-lettered at once) used to leave the
+    firing notification in place, so the refresh kept the alert active in Alertmanager for
+    ever after the processor had resolved it. Now the refresh stops (the alert ends there at
+    its last ``endsAt``), and the dead-lettered resolve, sent again, is still delivered."""
+    import time
+
+    from runwatch.adapters.settings import KafkaSettings
+    from runwatch.core.codec import load_codec
+    from runwatch.pager.service import Pager, PagerSettings
+
+    fire, resolve = _fire_and_resolve("run-refused-resolve")
+    rules = tmp_path / "routes.yaml"
+    rules.write_text(f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {server.url}\n"
+                     "    repeat_interval: 1h\nroute:\n  receiver: am\n")
+    settings = PagerSettings(rules_file=rules, state_dir=tmp_path / "state")
+    codec = load_codec()
+    p = Pager(settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+    dead: list[str] = []  # the dead-letter producer is the pager's Kafka I/O: recorded here
+    p.dead_letter = lambda *args: dead.append(args[5])  # type: ignore[method-assign]
+    now = int(time.time() * 1000)
+    p.handle("rw.alerts", 0, 0, fire.dedup_key.encode(), codec.encode(fire))
+    assert len(server.requests) == 1
+    server.answers.append((400, {}, b"bad request"))
+    p.handle("rw.alerts", 0, 1, resolve.dedup_key.encode(), codec.encode(resolve))
+    assert len(server.requests) == 2 and len(dead) == 1 and "HTTP 400" in dead[0]
+    assert p.refresh(now + 31 * 60_000) == 0 and len(server.requests) == 2  # not kept firing
+    p.handle("rw.alerts", 0, 2, resolve.dedup_key.encode(), codec.encode(resolve))  # redriven
+    assert len(server.requests) == 3
+    refused, sent = (_strict(r.body) for r in server.requests[1:])
+    assert isinstance(refused, list) and isinstance(sent, list)
+    assert sent[0]["labels"] == refused[0]["labels"]
+    assert len(dead) == 1 and p.counters["sent"] == 2
+    p.close()
+
+
 def test_an_alert_still_firing_when_its_silence_ends_is_paged(
     server: Recorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -247,8 +247,23 @@ class Pager:
                 self.dead_letter(
                     topic, partition, offset, key, raw, outcome.reason, alert.run_id
                 )
+                if alert.status == "resolved":
+                    self._resolve_failed(spec.name, alert)
             else:
                 self.counters[outcome.result] += 1
+
+    def _resolve_failed(self, receiver: str, alert: Any) -> None:
+        """Stop refreshing a firing alert whose resolve this receiver did not take.
+
+        The resolve is in the dead letters with its reason (and can be sent again from
+        there: a ``resolve_failed`` entry does not count as resolved). Without this entry
+        :meth:`refresh` would keep the alert firing in Alertmanager for ever; with it, the
+        alert ends there at the ``endsAt`` it was last given.
+        """
+        last = self.notifications.last(receiver, alert.dedup_key)
+        if last is not None and last.status == "firing":
+            self.notifications.record(Notification(
+                receiver, alert.dedup_key, "resolve_failed", _now_ms(), alert.alert_id))
 
     def refresh(self, now_ms: int) -> int:
         """Send still-firing alerts to Alertmanager again before their ``endsAt`` passes.
