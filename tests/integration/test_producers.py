@@ -29,6 +29,7 @@ from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 from runwatch.adapters.nvml import Nvml
 from runwatch.adapters.publisher import Publisher
 from runwatch.adapters.settings import KafkaSettings
+from runwatch.adapters.spool import orphaned
 from runwatch.agent.service import NodeAgent
 from runwatch.core.codec import load_codec
 from runwatch.stack.manager import Stack
@@ -239,6 +240,36 @@ def test_misspelt_topic_is_named_and_blocks_nothing(
     msgs = consume_all(kafka.bootstrap, [lineage_t, job_t], 23, timeout=60)
     names = collections.Counter(type(load_codec().decode(m.value())).__name__ for m in msgs)
     assert names == {"RunManifest": 1, "JobEvent": 2, "StepTiming": 20}
+
+
+def test_a_job_that_exits_during_an_outage_is_sent_by_the_next_job(
+    kafka: PrivateKafka, tmp_path: Path
+) -> None:
+    """Each SDK process spools under its own run id: what a job left when it ended with the
+    broker away was never replayed (no later process used that name) and stayed on disk."""
+    lineage_t, job_t, learn_t = kafka.topics(3)
+    topics = {"rw.lineage": lineage_t, "rw.exec.job": job_t, "rw.learning": learn_t}
+    producer = _settings(tmp_path, message_timeout_ms=1000)
+    common = dict(install_hooks=False, capture_lineage=False, topics=topics, producer=producer)
+    old = runwatch.init("outage", run_id="run-old", **common,
+                        kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"))  # nothing there
+    for i in range(30):
+        old.step(i, loss=1.0)
+    left = old.finish(timeout=2)["transport_in_spool"]
+    assert left == 63  # manifest, running, 30 x (LearningStep, StepTiming), succeeded
+    new = runwatch.init("next", run_id="run-new", **common,
+                        kafka=KafkaSettings(bootstrap_servers=kafka.bootstrap))
+    new.step(0, loss=1.0)
+    c = new.finish(timeout=30)
+    assert c["orphans_replayed"] == 63 and c["transport_in_spool"] == 0
+    codec = load_codec()
+    recs = [codec.decode(m.value()) for m in consume_all(
+        kafka.bootstrap, [lineage_t, job_t, learn_t], 63 + 5, timeout=60)]
+    olds = [r for r in recs if r.run_id == "run-old"]
+    assert len({r.event_id for r in olds}) == 63
+    assert [j.state for j in olds if type(j).__name__ == "JobEvent"] == ["running", "succeeded"]
+    assert orphaned(tmp_path / "spool", "sdk-", "none")[0] == []  # no spool holds a record
+    assert not list((tmp_path / "spool").glob("*/*.seg"))
 
 
 def test_agent_publishes_host_samples_without_nvml(kafka: PrivateKafka, tmp_path: Path) -> None:

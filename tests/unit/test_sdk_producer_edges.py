@@ -235,3 +235,31 @@ def test_emit_refuses_values_it_would_publish_changed() -> None:
     assert job.allocation.nodes == ("gpu-017",) and job.attempt == 2
     (step,) = t.records("LearningStep")
     assert step.loss == 2.0 and step.metrics == {"a": 1.0}
+
+
+def test_a_second_producer_of_one_name_spools_to_disk_and_a_later_one_replays_it(
+    tmp_path: Path, caplog
+) -> None:
+    """Two ``runwatch emit`` at once on a node (prolog hooks of two jobs) share the spool
+    name ``emit``: the second degraded to a memory spool and, with the broker away, lost
+    its records at exit."""
+    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings, adopt_orphans
+    from runwatch.adapters.settings import KafkaSettings
+    from runwatch.adapters.spool import orphaned
+
+    s = ProducerSettings(spool_dir=tmp_path, message_timeout_ms=300)
+    k = KafkaSettings(bootstrap_servers="127.0.0.1:9")  # nothing listens: an outage
+    first, second = KafkaTransport(k, s, name="emit"), KafkaTransport(k, s, name="emit")
+    for t in (first, second):
+        for i in range(3):
+            t.produce("rw.exec.job", "r1", b"v%d" % i)
+    with caplog.at_level(logging.WARNING):
+        c1, c2 = first.close(0.5), second.close(0.5)
+    assert (c1.in_spool, c2.in_spool, c1.failed, c2.failed) == (3, 3, 0, 0)
+    assert "DEGRADED" not in caplog.text
+    dirs, _ = orphaned(tmp_path, "emit-", "emit")
+    assert [d.name for d in dirs] == [f"emit-{os.getpid()}"]
+    again = adopt_orphans(k, s, prefix="emit-", exclude="emit")  # the next emit replays it
+    assert [len(t._spool) for t in again] == [3]
+    for t in again:
+        t.close(0)

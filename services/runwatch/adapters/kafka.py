@@ -69,7 +69,7 @@ from runwatch.adapters.kafka_security import (
     is_auth_error,
 )
 from runwatch.adapters.settings import KafkaSettings
-from runwatch.adapters.spool import FsyncPolicy, Spool, SpoolRecord
+from runwatch.adapters.spool import FsyncPolicy, Spool, SpoolRecord, in_use, orphaned
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +170,11 @@ class KafkaTransport:
         self._lock = threading.RLock()
         s = self.settings
         spool_dir = s.spool_dir / name if s.spool_dir is not None else None
+        if spool_dir is not None and in_use(spool_dir):
+            # another process of this name (a concurrent emit, a job restarted on the node):
+            # a spool of its own, which a later producer of the kind replays (adopt_orphans)
+            busy, spool_dir = spool_dir, spool_dir.with_name(f"{name}-{os.getpid()}")
+            logger.info("spool %s is in use by another process: spooling to %s", busy, spool_dir)
         self._spool = Spool(
             spool_dir,
             max_bytes=s.spool_max_bytes,
@@ -576,6 +581,45 @@ class KafkaTransport:
         self._next_try = time.monotonic() + self._backoff_s
 
 
+def adopt_orphans(kafka: KafkaSettings, settings: ProducerSettings, *, prefix: str,
+                  exclude: str, limit: int = 4) -> list[KafkaTransport]:
+    """Transports replaying the spools that exited producers left behind.
+
+    Each SDK process spools under a name of its own (its run id and rank), so
+    what a job left on disk when it exited during an outage would otherwise
+    never be sent, and the spool directory would stay for ever. A transport
+    opened on such a directory replays it in the background like its own.
+    Empty leftovers are removed.
+
+    Args:
+        kafka: Where Kafka is.
+        settings: The producer settings (their ``spool_dir`` is searched).
+        prefix: Names of the producers' kind (``sdk-``).
+        exclude: The caller's own name.
+        limit: At most this many at once (the rest wait for a later start).
+
+    Returns:
+        The transports (close them when done).
+
+    """
+    if settings.spool_dir is None:
+        return []
+    dirs, removed = orphaned(settings.spool_dir, prefix, exclude)
+    if removed:
+        logger.info("removed %d empty spool directories of exited producers", removed)
+    out = []
+    for d in dirs[:limit]:
+        t = KafkaTransport(kafka, settings, name=d.name)
+        n = len(t._spool)
+        if n == 0:
+            t.close(0)
+            continue
+        logger.warning("spool %s holds %d records of a producer that has exited: replaying "
+                       "them (counted in orphans_replayed)", d, n)
+        out.append(t)
+    return out
+
+
 def _after_fork(ref: weakref.ReferenceType[KafkaTransport]) -> None:
     """Mark a transport inherited by a forked child: it is the parent's, left untouched.
 
@@ -855,6 +899,7 @@ def plain_producer(kafka: KafkaSettings, **extra: Any) -> Producer:
 
 __all__ = [
     "BatchConsumer",
+    "adopt_orphans",
     "KafkaTransport",
     "Message",
     "ProducerSettings",

@@ -31,6 +31,7 @@ import fcntl
 import logging
 import os
 import struct
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -431,6 +432,67 @@ class Spool:
         if lost:
             logger.warning("spool closed with %d in-memory records that are lost", lost)
         return lost
+
+
+#: An empty spool directory younger than this is left alone (its producer may be starting).
+_EMPTY_KEEP_S = 600.0
+
+
+def in_use(directory: str | os.PathLike[str]) -> bool:
+    """Whether a live process holds the lock of a spool directory."""
+    try:
+        with open(Path(directory) / "lock", "rb") as lock:
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+    except OSError:
+        return False  # no lock file (yet): not in use
+    return False
+
+
+def orphaned(root: str | os.PathLike[str], prefix: str, exclude: str) -> tuple[list[Path], int]:
+    """Spool directories under ``root`` left by producers that have exited.
+
+    A directory counts when its name starts with ``prefix``, it is not
+    ``exclude`` and no process holds its lock. One that holds no record (only
+    its lock and cursor files) is removed.
+
+    Returns:
+        (directories that still hold records, oldest first; how many empty ones were removed)
+
+    """
+    base = Path(root)
+    try:
+        dirs = sorted((d for d in base.iterdir()
+                       if d.is_dir() and d.name.startswith(prefix) and d.name != exclude),
+                      key=lambda d: d.stat().st_mtime)
+    except OSError:
+        return [], 0
+    out: list[Path] = []
+    removed = 0
+    for d in dirs:
+        try:
+            if time.time() - d.stat().st_mtime < _EMPTY_KEEP_S and not any(d.glob("*.seg")):
+                continue  # maybe a producer starting now, between its mkdir and its lock
+        except OSError:
+            continue
+        try:
+            with open(d / "lock", "a+b") as lock:
+                try:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a live producer's
+                if any(f.stat().st_size for f in d.glob("*.seg")):
+                    out.append(d)
+                    continue
+                for f in d.iterdir():
+                    f.unlink()
+            d.rmdir()
+            removed += 1
+        except OSError:
+            continue
+    return out, removed
 
 
 def last_key(d: collections.OrderedDict[int, list[int]]) -> int:

@@ -144,18 +144,24 @@ def init(
 
     """
     own_transport = None
+    orphans: list[Any] = []
     try:
-        from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+        from runwatch.adapters.kafka import KafkaTransport, ProducerSettings, adopt_orphans
         from runwatch.adapters.publisher import Publisher
         from runwatch.adapters.settings import KafkaSettings
         from runwatch.client.run import Run
 
         rid = os.environ.get("RUNWATCH_RUN_ID") or run_id or new_run_id()
         rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
+        orphans = []
         if transport is None:
-            transport = own_transport = KafkaTransport(
-                kafka or KafkaSettings(), producer or ProducerSettings(), name=f"sdk-{rid}-r{rank}"
-            )
+            kafka, producer = kafka or KafkaSettings(), producer or ProducerSettings()
+            name = f"sdk-{rid}-r{rank}"
+            transport = own_transport = KafkaTransport(kafka, producer, name=name)
+            try:  # what earlier jobs left in their spools when they exited during an outage
+                orphans = adopt_orphans(kafka, producer, prefix="sdk-", exclude=name)
+            except Exception:
+                logger.exception("runwatch could not open the spools earlier jobs left")
         if attempt is None:
             attempt = int(
                 os.environ.get("RUNWATCH_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT") or 0
@@ -180,11 +186,15 @@ def init(
             install_hooks=install_hooks,
             clock=clock,
             lineage=lineage,
+            orphans=orphans,
         )
     except Exception as exc:
         if own_transport is not None:  # nothing was published: stop its thread
             with contextlib.suppress(Exception):
                 own_transport.close(0)
+            for t in orphans:
+                with contextlib.suppress(Exception):
+                    t.close(0)
         if strict:
             raise
         from runwatch.core.codec import SchemaLoadError

@@ -102,6 +102,7 @@ class Run(ExitHooks):
         install_hooks: bool = True,
         clock: Callable[[], int] | None = None,
         lineage: Mapping[str, Any] | None = None,
+        orphans: Sequence[Any] = (),
     ) -> None:
         """Start a run (use :func:`runwatch.init`; its docstring explains the arguments)."""
         self.run_id = run_id
@@ -111,6 +112,7 @@ class Run(ExitHooks):
         self.team = team
         self.attempt = attempt
         self.finished = False
+        self._orphans = list(orphans)  # transports replaying spools of exited jobs
         self.counters: dict[str, int] = collections.defaultdict(int)
         self._q: collections.deque[tuple[Any, ...]] = collections.deque()
         self._qmax = queue_max
@@ -683,12 +685,25 @@ class Run(ExitHooks):
                 self.counters[f"transport_{k}"] = int(getattr(tc, k, 0))
         except Exception:
             logger.exception("runwatch transport close failed")
+        self._close_orphans(timeout)
         self._uninstall_hooks()
         lost = sorted(k for k in _LOSS_COUNTERS if self.counters.get(k))
         logger.log(logging.WARNING if lost else logging.INFO,
                    "runwatch run %s finished (%s): %s%s", self.run_id, status,
                    dict(self.counters), f" (not published: {', '.join(lost)})" if lost else "")
         return dict(self.counters)
+
+    def _close_orphans(self, timeout: float) -> None:
+        """Close the transports replaying earlier jobs' spools; what is left stays on disk."""
+        # no wait while the broker is away: the run's own close waited already
+        wait = 0.0 if self.counters.get("transport_in_spool") else min(timeout, 5.0)
+        for t in self._orphans:
+            try:
+                c = t.close(wait)
+                self.counters["orphans_replayed"] += int(c.replayed)
+            except Exception:
+                logger.exception("runwatch could not close the replay of an earlier spool")
+        self._orphans = []
 
     def _give_up(self, final: tuple[Any, ...], timeout: float) -> None:
         """Finish's wait ran out with calls still queued: count them, publish the final event.

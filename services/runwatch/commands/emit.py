@@ -56,22 +56,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     js.set_defaults(func=run_job_state)
 
 
-def _publisher(args: argparse.Namespace) -> Any:
-    from runwatch.adapters.kafka import KafkaTransport
+def _publisher(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings, adopt_orphans
     from runwatch.adapters.publisher import Publisher, default_topics
+    from runwatch.adapters.settings import KafkaSettings
 
     topics = (
         {t: args.topic_prefix + t for t in set(default_topics().values())}
         if args.topic_prefix
         else None
     )
-    return Publisher(KafkaTransport(name="emit"), kind="hook", topics=topics)
+    pub = Publisher(KafkaTransport(name="emit"), kind="hook", topics=topics)
+    # spools of emits that ran while this one's was in use, and ended during an outage
+    orphans = adopt_orphans(KafkaSettings(), ProducerSettings(), prefix="emit-", exclude="emit")
+    return pub, orphans
 
 
-def _finish(pub: Any, errors: list[str], timeout: float) -> int:
+def _finish(pub: Any, errors: list[str], timeout: float, orphans: list[Any]) -> int:
     for e in errors:
         print(e, file=sys.stderr)
     c = pub.transport.close(timeout)
+    for t in orphans:
+        t.close(0.0 if c.in_spool else min(timeout, 5.0))
     left = c.in_spool
     if left:
         print(f"{left} record(s) spooled locally; they are sent on the next emit", file=sys.stderr)
@@ -112,9 +118,9 @@ def run_job_state(args: argparse.Namespace) -> int:
     }
     if args.event_id:
         obj["event_id"] = args.event_id
-    pub = _publisher(args)
+    pub, orphans = _publisher(args)
     res = emit_records(pub, [obj])
-    return _finish(pub, res.errors, args.timeout)
+    return _finish(pub, res.errors, args.timeout, orphans)
 
 
 def run_stdin(args: argparse.Namespace) -> int:
@@ -134,7 +140,7 @@ def run_stdin(args: argparse.Namespace) -> int:
         return 2
     from runwatch.client.emit import emit_lines, read_lines
 
-    pub = _publisher(args)
+    pub, orphans = _publisher(args)
     res = emit_lines(pub, read_lines(sys.stdin.buffer))  # bytes: each line is checked as UTF-8
     print(f"published {res.published}, rejected {len(res.errors)}", file=sys.stderr)
-    return _finish(pub, res.errors, args.timeout)
+    return _finish(pub, res.errors, args.timeout, orphans)
