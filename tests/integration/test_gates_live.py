@@ -138,7 +138,7 @@ class World:
                          "--json"])
         out = capsys.readouterr()
         try:
-            return code, json.loads(out.out)
+            return code, json.loads(out.out, parse_constant=_not_json)
         except json.JSONDecodeError:
             return code, out.err
 
@@ -192,6 +192,12 @@ def world(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         h.stop_all()
         h.delete_topics()
         store.stop()
+
+
+def _not_json(word: str) -> None:
+    """``--json`` is strict JSON: a bare NaN or Infinity (Python's json writes them) fails."""
+    msg = f"not JSON: a bare {word}"
+    raise AssertionError(msg)
 
 
 def _reasons(out: dict[str, Any]) -> str:

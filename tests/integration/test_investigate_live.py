@@ -71,6 +71,12 @@ UNIFORM = [0.25, 0.25, 0.25, 0.25]
 SHIFTED = [0.55, 0.25, 0.15, 0.05]
 
 
+
+def _not_json(word: str) -> None:
+    """``--json`` is strict JSON: a bare NaN or Infinity (Python's json writes them) fails."""
+    msg = f"not JSON: a bare {word}"
+    raise AssertionError(msg)
+
 def _batch(labels: list[float], seed: int) -> dict[str, list[Any]]:
     import random
 
@@ -183,7 +189,7 @@ def _cli(store: Store, db: str, *args: str) -> subprocess.CompletedProcess[str]:
 def _answer(store: Store, db: str, *args: str) -> dict[str, Any]:
     got = _cli(store, db, *args, "--json")
     assert got.returncode == 0 and not got.stderr.strip(), (args, got.returncode, got.stderr)
-    return dict(json.loads(got.stdout))
+    return dict(json.loads(got.stdout, parse_constant=_not_json))
 
 
 def _wait(cond: Any, timeout_s: float, what: str) -> None:
@@ -250,7 +256,7 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     page = ROOT / ".runwatch" / f"investigate-{ids['B']}.html"
     got = _cli(own_store, db, ids["B"], "--json", "--html", str(page))
     assert got.returncode == 0, got.stderr
-    b = json.loads(got.stdout)
+    b = json.loads(got.stdout, parse_constant=_not_json)
     assert b["version"] == 1 and b["found"] is True
     changed = b["what_changed"]
     assert changed["reference_run_id"] == ids["A"]
@@ -285,7 +291,8 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert cli.main(["cost", "--by", "run", "--since", "1d", "--json", "--database", db]) == 0
-    (same,) = [g for g in json.loads(out.getvalue())["groups"] if g["key"] == ids["B"]]
+    groups = json.loads(out.getvalue(), parse_constant=_not_json)["groups"]
+    (same,) = [g for g in groups if g["key"] == ids["B"]]
     assert (same["gpu_hours"], same["cost"], same["wasted_gpu_hours"]) == (
         cost["run"]["gpu_hours"], cost["run"]["cost"], cost["run"]["wasted_gpu_hours"])
 
@@ -308,7 +315,8 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     assert f"{cost['run']['cost']:,.2f} USD" in text.stdout.partition("Cost")[2]  # B's cost
     ghost = _cli(own_store, db, "no-such-run", "--json")
     assert ghost.returncode == 1 and "Traceback" not in ghost.stderr
-    assert "nothing recorded for run 'no-such-run'" in json.loads(ghost.stdout)["missing"][0]
+    missing = json.loads(ghost.stdout, parse_constant=_not_json)["missing"]
+    assert "nothing recorded for run 'no-such-run'" in missing[0]
 
     with Page() as browser:
         browser.open(page)

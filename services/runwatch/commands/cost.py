@@ -33,6 +33,7 @@ from runwatch.core.cost.waste import (
     cost_report,
     run_cost_from_row,
 )
+from runwatch.core.jsontext import json_text
 from runwatch.errors import FatalError
 
 #: The run_costs columns (kept under this name for benchmarks/cost.py).
@@ -115,7 +116,7 @@ def cost(args: argparse.Namespace) -> int:
     report = cost_report(window, history, prices, args.by)
     report["window"] = {"since": args.since, "from_ms": now_ms - since * 1000, "to_ms": now_ms}
     if args.json:
-        print(json.dumps(report, sort_keys=False))
+        print(json_text(report, sort_keys=False))
         return 0
     _print_cost(report)
     return 0
@@ -200,7 +201,7 @@ def capacity(args: argparse.Namespace) -> int:
     report = capacity_report(waits, minutes, steps, ckpts, gpus, nodes, below)
     report["window"] = {"since": args.since, "from_ms": start, "to_ms": now_ms}
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
         return 0
     _print_capacity(report)
     return 0

@@ -14,11 +14,12 @@ no policy for the run, bad arguments, the store or broker unreachable) exits
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
+
+from runwatch.core.jsontext import json_text
 
 EXIT = {"pass": 0, "fail": 1, "review": 2}
 EXIT_ERROR = 3
@@ -159,7 +160,7 @@ def check(args: argparse.Namespace) -> int:
                "slices": [{"name": s.name, "measured": s.measured, "passed": s.passed}
                           for s in d.slices],
                "event_id": event_id, "exit_code": code}
-        print(json.dumps(out, default=list))
+        print(json_text(out, default=list))
         return code
     print(f"gate {policy.name} for run {args.run}: {d.decision.upper()} ({policy.source})")
     for r in d.reasons:
@@ -210,7 +211,7 @@ def approve(args: argparse.Namespace) -> int:
     out = {"run_id": args.run, "gate": latest["gate"], "approves": latest["event_id"],
            "by": by, "reason": reason, "event_id": event_id}
     if args.json:
-        print(json.dumps(out))
+        print(json_text(out))
     else:
         print(f"approved: gate {latest['gate']} of run {args.run} (review {latest['event_id']}) "
               f"by {by}; release allowed. Published GateDecision {event_id}")

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runwatch.core.jsontext import json_text
 from runwatch.errors import FatalError
 
 
@@ -109,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
             raise FatalError(msg) from exc
         print(f"wrote {args.html}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
-        print(json.dumps(result, default=str, sort_keys=False))
+        print(json_text(result, default=str, sort_keys=False))
     elif not args.html:
         _show(result)
     return 0 if result.get("found", True) else 1

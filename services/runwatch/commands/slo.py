@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
@@ -11,6 +10,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from runwatch.core.jsontext import json_text
 from runwatch.errors import FatalError
 
 
@@ -157,7 +157,7 @@ def _status(args: argparse.Namespace) -> int:
         msg = f"the store refused a query (is the database migrated? runwatch db migrate): {exc}"
         raise FatalError(msg) from None
     if args.json:
-        print(json.dumps([st.to_json() for st in statuses], indent=1))
+        print(json_text([st.to_json() for st in statuses], indent=1))
         return 0
     print_statuses(statuses)
     return 0
