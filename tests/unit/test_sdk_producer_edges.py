@@ -263,3 +263,47 @@ def test_a_second_producer_of_one_name_spools_to_disk_and_a_later_one_replays_it
     assert [len(t._spool) for t in again] == [3]
     for t in again:
         t.close(0)
+
+
+def test_the_agent_says_once_that_a_gpu_is_lost_and_keeps_publishing_the_node(caplog) -> None:
+    """A GPU fallen off the bus was a warning every tick (86,400 a day at 1 s), and NVML
+    failing as a whole made the tick raise: not even the host figures went out."""
+    from runwatch.adapters.nvml import Nvml
+    from runwatch.adapters.publisher import Publisher
+    from runwatch.agent.service import NodeAgent
+    from runwatch.testing.nvml_double import FakeNvml8, NVMLError
+
+    fake = FakeNvml8()
+    t = ListTransport()
+    agent = NodeAgent(Publisher(t, kind="agent"), node="n1", nvml=Nvml.open(fake))
+    lost = {"gpu": True, "nvml": False}
+    name = fake.nvmlDeviceGetName
+    wait = fake.nvmlEventSetWait_v2
+
+    def get_name(h):
+        if lost["gpu"] and fake._h(h) == 3:
+            raise NVMLError(15)  # NVML_ERROR_GPU_IS_LOST
+        return name(h)
+
+    def wait_v2(es, ms):
+        if lost["nvml"]:
+            raise RuntimeError("driver unloaded")
+        return wait(es, ms)
+
+    fake.nvmlDeviceGetName, fake.nvmlEventSetWait_v2 = get_name, wait_v2
+    with caplog.at_level(logging.WARNING, logger="runwatch.agent.service"):
+        for i in range(5):
+            agent.tick(1000 * (i + 1))
+        lost["gpu"] = False
+        agent.tick(6000)
+        lost["nvml"] = True
+        for i in range(3):
+            agent.tick(7000 + 1000 * i)
+    samples = t.records("NodeSample")
+    assert [len(s.gpus) for s in samples] == [7] * 5 + [8] + [0] * 3
+    assert all(s.mem_total_bytes > 0 for s in samples)  # host figures every tick
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("GPU 3 unreadable" in m for m in lines) == 1
+    assert sum("GPU 3 readable again" in m for m in lines) == 1
+    assert sum("NVML unreadable" in m for m in lines) == 1
+    assert agent.errors == 5 + 3

@@ -167,6 +167,7 @@ class NodeAgent:
         self._nvlink_prev: dict[int, tuple[float, int | None, int | None]] = {}
         self.ticks = 0
         self.errors = 0
+        self._unreadable: set[int] = set()  # GPUs (and -1: NVML) whose failure was logged
 
     def _gpu(self, r: GpuReading, xid: int | None, now: float) -> GpuSample:
         procs = []
@@ -204,6 +205,19 @@ class NodeAgent:
             processes=tuple(procs),
         )
 
+    def _gpu_failed(self, index: int, exc: Exception) -> None:
+        """Log a GPU (-1: NVML) that cannot be read: once until it can be read again."""
+        if index not in self._unreadable:
+            self._unreadable.add(index)
+            what = "NVML" if index < 0 else f"GPU {index}"
+            logger.warning("%s unreadable: %s (left out of the samples until it can be read "
+                           "again; logged once, counted in errors)", what, exc)
+
+    def _gpu_back(self, index: int) -> None:
+        if index in self._unreadable:
+            self._unreadable.discard(index)
+            logger.warning("%s readable again", "NVML" if index < 0 else f"GPU {index}")
+
     def sample(self, now_ms: int | None = None) -> NodeSample:
         """Take one sample (no publishing).
 
@@ -219,13 +233,23 @@ class NodeAgent:
         if self.nvml is not None:
             # rates over the samples' own times when they are given (a replay, a test)
             now = now_ms / 1000.0 if now_ms is not None else time.monotonic()
-            xids = self.nvml.xid_events(0)
-            for i in range(self.nvml.device_count()):
+            try:
+                xids = self.nvml.xid_events(0)
+                count = self.nvml.device_count()
+            except Exception as exc:  # NVML itself failing: the host figures still go out
+                xids, count = {}, 0
+                self.errors += 1
+                self._gpu_failed(-1, exc)
+            else:
+                self._gpu_back(-1)
+            for i in range(count):
                 try:
                     gpus.append(self._gpu(self.nvml.read(i), xids.get(i), now))
                 except Exception as exc:
                     self.errors += 1
-                    logger.warning("GPU %d unreadable this tick: %s", i, exc)
+                    self._gpu_failed(i, exc)
+                else:
+                    self._gpu_back(i)
         runs = {p.run_id for g in gpus for p in g.processes if p.run_id}
         return NodeSample(
             **self.publisher.meta(now_ms),
