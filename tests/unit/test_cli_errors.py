@@ -126,3 +126,18 @@ def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 141
     assert "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("duration", ["0s", "0m", "0ms"])
+def test_a_silence_for_no_time_is_refused(duration: str, tmp_path, capsys) -> None:
+    """``silence add --for 0s`` was accepted and printed an id: a silence that had ended as it
+    was made, muting nothing, while the user believed the alerts muted."""
+    from runwatch import cli
+
+    state = tmp_path / "state"
+    code = cli.main(["silence", "--state-dir", str(state), "add", "--match", "team=ml",
+                     "--for", duration, "--reason", "maintenance"])
+    err = capsys.readouterr().err
+    assert code == 2 and "must be longer than 0" in err and duration in err
+    assert cli.main(["silence", "--state-dir", str(state), "list", "--all"]) == 0
+    assert capsys.readouterr().out.strip() == ""

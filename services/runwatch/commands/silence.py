@@ -58,6 +58,10 @@ def _add(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"runwatch silence add: {exc}", file=sys.stderr)
         return 2
+    if duration <= 0:  # a silence that has ended as it is made mutes nothing
+        print(f"runwatch silence add: --for {args.duration!r} must be longer than 0 "
+              "(e.g. 30m, 2h, 1d)", file=sys.stderr)
+        return 2
     if not args.reason.strip():
         print("runwatch silence add: --reason must not be empty", file=sys.stderr)
         return 2
