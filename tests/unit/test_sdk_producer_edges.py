@@ -307,3 +307,47 @@ def test_the_agent_says_once_that_a_gpu_is_lost_and_keeps_publishing_the_node(ca
     assert sum("GPU 3 readable again" in m for m in lines) == 1
     assert sum("NVML unreadable" in m for m in lines) == 1
     assert agent.errors == 5 + 3
+
+
+THREADED_JOB = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    import runwatch
+    OUT = sys.argv[1]
+    class T:
+        def produce(self, t, k, v):
+            with open(OUT, "ab") as f:
+                f.write(len(v).to_bytes(4, "little") + v)
+        def flush(self, timeout=1): return 0
+        def close(self, timeout=1): return None
+    box = {}
+    def start(rid):
+        box[rid] = runwatch.init("x", transport=T(), capture_lineage=False, run_id=rid)
+    th = threading.Thread(target=start, args=("in-thread",))  # e.g. a trainer's worker thread
+    th.start(); th.join()
+    start("in-main")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+    """
+)
+
+
+def test_sigterm_ends_a_run_started_outside_the_main_thread_too(tmp_path: Path) -> None:
+    """A run started in a thread has no SIGTERM handler (only the main thread can set one):
+    a preemption left it 'running' for ever, with no word about it."""
+    out = tmp_path / "out.bin"
+    script = tmp_path / "job.py"
+    script.write_text(THREADED_JOB)
+    p = subprocess.run([sys.executable, str(script), str(out)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == -15, p.stderr
+    assert "outside the main thread" in p.stderr  # said when it started
+    codec = load_codec()
+    data, pos, ends = out.read_bytes(), 0, {}
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "little")
+        rec = codec.decode(data[pos + 4:pos + 4 + n])
+        pos += 4 + n
+        if type(rec).__name__ == "JobEvent" and rec.state != "running":
+            ends[rec.run_id] = rec.state
+    assert ends == {"in-thread": "preempted", "in-main": "preempted"}
