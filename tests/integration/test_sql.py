@@ -109,3 +109,20 @@ def test_json_is_strict_for_non_finite_values(loaded) -> None:
     assert json.loads(out.stdout, parse_constant=refuse) == [
         {"a": "NaN", "b": "Infinity", "c": "-Infinity", "d": 0.5}
     ]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "table", "json"])
+def test_an_empty_result_keeps_its_header(loaded, fmt: str) -> None:
+    """ClickHouse answers a query matching no rows with an empty Native body, so ``--format
+    csv`` printed nothing, not even its header row, and the table no columns; now the
+    columns are named (JSON: an empty list, as before)."""
+    store, db = loaded
+    out = sql(store, db, "SELECT run_id, count() AS n FROM run_manifests WHERE run_id = 'none' "
+                         "GROUP BY run_id", fmt)
+    assert out.returncode == 0, out.stderr
+    if fmt == "csv":
+        assert list(csv.reader(io.StringIO(out.stdout))) == [["run_id", "n"]]
+    elif fmt == "table":
+        assert "run_id" in out.stdout and "n" in out.stdout
+    else:
+        assert json.loads(out.stdout) == []

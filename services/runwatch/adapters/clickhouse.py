@@ -8,6 +8,7 @@ client serializer refused the data: split the batch, dead-letter the bad rows).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -215,6 +216,31 @@ def query_rows(
     """
     with _classified("query"):
         return [tuple(r) for r in client.query(sql, parameters=parameters).result_rows]
+
+
+def column_names(client: Client, sql: str, result: Any) -> list[str]:
+    """Return a query result's column names, also when it has no rows.
+
+    ClickHouse's HTTP ``FORMAT Native`` answer to a query that matches no rows is an
+    empty body, so clickhouse-connect's result has no column names; the query is then
+    asked again as ``JSONCompact``, whose ``meta`` names them (only for an empty result).
+
+    Args:
+        client: The client that ran the query.
+        sql: The query.
+        result: Its clickhouse-connect ``QueryResult``.
+
+    Returns:
+        The names; empty when the query has none (or the second ask fails).
+    """
+    names = list(result.column_names)
+    if names or result.result_rows:
+        return names
+    try:
+        meta = json.loads(client.raw_query(sql, fmt="JSONCompact")).get("meta", [])
+    except Exception:  # noqa: BLE001 - the names are a courtesy: an empty list is still true
+        return []
+    return [str(m.get("name", "")) for m in meta if isinstance(m, dict)]
 
 
 def read_watermarks(client: Client, db: str) -> dict[tuple[str, str, int], int]:

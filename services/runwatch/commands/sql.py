@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - show ClickHouse's own message
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    names = list(result.column_names)
+    names = ch.column_names(client, args.query, result)
     rows = [[_cell(v) for v in row] for row in result.result_rows]
     if args.format == "json":
         from runwatch.core.jsontext import json_text
