@@ -126,6 +126,9 @@ ODD = {
     # resumed on another node; the first attempt's node n4 has its clock 10 min ahead
     "resumed-skewed": [(0, 30 * MIN, "n4", 8, "preempted", True),
                        (40 * MIN, 100 * MIN, "n5", 8, "succeeded", True)],
+    # preempted after 30 min, resumed 60 min later on the same node and GPUs for 10 min
+    "resumed-same-gpus": [(0, 30 * MIN, "n8", 8, "preempted", True),
+                          (90 * MIN, 100 * MIN, "n8", 8, "succeeded", True)],
 }
 SKEW_S = {"n4": 600}
 
@@ -140,7 +143,8 @@ def _play_odd(start_ms: int) -> CaptureTransport:
     now = [start_ms]
     hook = Publisher(transport, kind="hook", clock=lambda: now[0])
     agent = Publisher(transport, kind="agent", clock=lambda: now[0])
-    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7")}
+    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7",
+                                                        "n8")}
     sdk: dict[str, Any] = {}
 
     def job(rid: str, state: str, attempt: int, node: str = "", gpus: int = 0) -> None:
@@ -235,4 +239,11 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
     assert runs["all-idle"]["wasted_gpu_hours"]["idle"] == pytest.approx(8.0, abs=0.02)
     assert rows["all-idle-2"] == pytest.approx((1.5, 1.5, 1.5, 0), abs=0.02)
     assert report["bad_input"]["clock_skew_runs"] == 1  # resumed-skewed only
+    # resumed on the same GPUs: 8 GPUs x (30 + 10) min = 5.33 GPU-h, all busy. gpu_hours once
+    # took each GPU's tick as (last - first sample) / (samples - 1), spreading the hour
+    # between the attempts over the samples: 13.4 GPU-h.
+    same = client.query(
+        f"SELECT gpu_hours, idle_gpu_hours, wasted_gpu_hours, observed_gpu_hours "  # noqa: S608
+        f"FROM {db}.run_summaries FINAL WHERE run_id = 'resumed-same-gpus'").result_rows
+    assert same == [pytest.approx((8 * 40 / 60, 0.0, 0.0, 8 * 40 / 60), abs=0.02)]
     client.command(f"DROP DATABASE {db}")

@@ -76,9 +76,11 @@ WITH
         SELECT rid, sum(n * tick_s) / 3600 AS gpu_h, sum(idle_n * tick_s) / 3600 AS idle_h,
                sum(late_busy_n * tick_s) / 3600 AS late_busy_h
         FROM (
+            -- the median tick, as for the cost columns: a mean over first to last sample would
+            -- spread the gap between a resumed run's attempts over every sample
             SELECT toString(g.run_id) AS rid, g.node, g.gpu_index, count() AS n,
-                   if(count() > 1, (toUnixTimestamp64Milli(max(g.ts)) - toUnixTimestamp64Milli(min(g.ts)))
-                      / 1000 / (count() - 1), 0) AS tick_s,
+                   if(count() > 1, arrayReduce('median', arrayDifference(arraySort(
+                      groupArray(toUnixTimestamp64Milli(g.ts))))) / 1000, 0) AS tick_s,
                    countIf(g.util_pct < %(idle_pct)s) AS idle_n,
                    countIf(g.util_pct >= %(idle_pct)s AND g.ts > ck.last_ok) AS late_busy_n
             FROM ${db}.gpu_samples AS g LEFT JOIN ck ON toString(g.run_id) = ck.rid
