@@ -223,12 +223,17 @@ def test_emit_refuses_values_it_would_publish_changed() -> None:
         base + ', "event_id": ""}',
         base + ', "allocation": {"nodes": ["gpu-017"], "gpu_indices": [0, 1]}, "attempt": 2}',
         '{"type": "learning-step", "run_id": "r1", "step": 3, "loss": 2, "metrics": {"a": 1}}',
+        base.replace("queued", "requeued") + "}",
     ])
     assert res.errors == [
         'line 1: bad value for JobEvent: field allocation.nodes is "gpu-017", not an array',
         "line 2: bad value for JobEvent: field attempt is 1.5, not an integer",
         "line 3: bad value for JobEvent: field attempt is true, not an integer",
         "line 4: bad value for JobEvent: an empty event_id (consumers deduplicate by it)",
+        # an unknown state named with the known ones (it was "ValueError("'requeued' is not
+        # in list")" from the encoder)
+        'line 7: unknown state "requeued" for JobEvent (known: queued, scheduled, running, '
+        "preempted, retrying, failed, succeeded, cancelled)",
     ]
     assert res.published == 2  # integers widen to floats (loss, metrics)
     (job,) = t.records("JobEvent")

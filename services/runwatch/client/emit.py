@@ -9,8 +9,10 @@ when absent (giving ``event_id`` makes a re-run idempotent downstream).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -96,6 +98,7 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
     if unknown:
         msg = f"unknown field(s) for {cls.__name__}: {', '.join(unknown)}"
         raise ValueError(msg)
+    _check_symbols(cls, data)
     meta = publisher.meta(data.get("emitted_at_ms"), seq=0)
     meta["source"] = meta["source"].to_dict()
     merged = {**meta, **{k: v for k, v in data.items() if v is not None or k not in _STAMP}}
@@ -122,6 +125,28 @@ _KINDS = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (st
 
 def _kind(value: Any) -> str:
     return next((k for t, k in _KINDS if isinstance(value, t)), type(value).__name__)
+
+
+@functools.cache
+def _symbols(cls: type[Any]) -> dict[str, tuple[str, ...]]:
+    """The enum fields of a record class: field name -> its symbols."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        args = [hint] if typing.get_origin(hint) is typing.Literal else typing.get_args(hint)
+        for a in args:
+            if typing.get_origin(a) is typing.Literal:
+                out[name] = tuple(str(v) for v in typing.get_args(a))
+    return out
+
+
+def _check_symbols(cls: type[Any], data: Mapping[str, Any]) -> None:
+    """Refuse a value an enum field does not know, naming the ones it does."""
+    for name, known in _symbols(cls).items():  # type: ignore[arg-type]  # classes hash
+        value = data.get(name)
+        if value is not None and value not in known:
+            msg = (f"unknown {name} {json.dumps(value)[:80]} for {cls.__name__} "
+                   f"(known: {', '.join(known)})")
+            raise ValueError(msg)
 
 
 def _check_taken(obj: Mapping[str, Any], rec: Any) -> None:
