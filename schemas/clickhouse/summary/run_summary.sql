@@ -69,7 +69,7 @@ WITH
                uniqExactIf(alert_id, severity = 'critical') AS critical_alerts
         FROM ${db}.alerts WHERE run_id IN %(runs)s GROUP BY rid),
     ck AS (
-        SELECT toString(run_id) AS rid, countIf(outcome = 'ok') AS checkpoints,
+        SELECT toString(run_id) AS rid, uniqExactIf(event_id, outcome = 'ok') AS checkpoints,
                maxIf(ts, outcome = 'ok') AS last_ok
         FROM ${db}.checkpoints WHERE run_id IN %(runs)s GROUP BY rid),
     gpu AS (
@@ -77,12 +77,14 @@ WITH
                sum(late_busy_n * tick_s) / 3600 AS late_busy_h
         FROM (
             -- the median tick, as for the cost columns: a mean over first to last sample would
-            -- spread the gap between a resumed run's attempts over every sample
-            SELECT toString(g.run_id) AS rid, g.node, g.gpu_index, count() AS n,
-                   if(count() > 1, arrayReduce('median', arrayDifference(arraySort(
-                      groupArray(toUnixTimestamp64Milli(g.ts))))) / 1000, 0) AS tick_s,
-                   countIf(g.util_pct < %(idle_pct)s) AS idle_n,
-                   countIf(g.util_pct >= %(idle_pct)s AND g.ts > ck.last_ok) AS late_busy_n
+            -- spread the gap between a resumed run's attempts over every sample. Distinct
+            -- sample times: a producer's copy the sink stored again (a spool replayed after a
+            -- sink restart) is one sample until a merge removes it
+            SELECT toString(g.run_id) AS rid, g.node, g.gpu_index,
+                   arraySort(groupUniqArray(toUnixTimestamp64Milli(g.ts))) AS tss, length(tss) AS n,
+                   if(n > 1, arrayReduce('median', arrayDifference(tss)) / 1000, 0) AS tick_s,
+                   uniqExactIf(g.ts, g.util_pct < %(idle_pct)s) AS idle_n,
+                   uniqExactIf(g.ts, g.util_pct >= %(idle_pct)s AND g.ts > ck.last_ok) AS late_busy_n
             FROM ${db}.gpu_samples AS g LEFT JOIN ck ON toString(g.run_id) = ck.rid
             WHERE g.run_id IN %(runs)s
             GROUP BY rid, g.node, g.gpu_index)
@@ -91,7 +93,7 @@ WITH
         SELECT toString(run_id) AS rid, countIf(serialization_ok) AS usable
         FROM ${db}.artifacts WHERE run_id IN %(runs)s GROUP BY rid),
     st AS (
-        SELECT toString(run_id) AS rid, count() AS nsteps,
+        SELECT toString(run_id) AS rid, uniqExact(event_id) AS nsteps,
                arraySort(groupArray(toUnixTimestamp64Milli(ts))) AS sts
         FROM ${db}.step_timings WHERE run_id IN %(runs)s GROUP BY rid),
     ctx AS (
@@ -109,8 +111,9 @@ WITH
                                            arrayZip(arrayPushFront(st.sts, ivs.run_t0),
                                                     arrayPushBack(st.sts, ivs.run_t1)))) AS g
               FROM st INNER JOIN ivs ON ivs.rid = st.rid)),
+    -- DISTINCT: a stored copy of a sample (as in gpu) is the same row
     s AS (
-        SELECT ag.rid AS rid, g.node AS node, g.gpu_index AS gpu, toUnixTimestamp64Milli(g.ts) AS t,
+        SELECT DISTINCT ag.rid AS rid, g.node AS node, g.gpu_index AS gpu, toUnixTimestamp64Milli(g.ts) AS t,
                g.util_pct AS util, g.process_count AS npr
         FROM ${db}.gpu_samples AS g INNER JOIN ag ON g.node = ag.node AND g.gpu_index = ag.gpu
         WHERE g.node IN (SELECT node FROM ag)
