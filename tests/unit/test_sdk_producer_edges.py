@@ -356,3 +356,25 @@ def test_sigterm_ends_a_run_started_outside_the_main_thread_too(tmp_path: Path) 
         if type(rec).__name__ == "JobEvent" and rec.state != "running":
             ends[rec.run_id] = rec.state
     assert ends == {"in-thread": "preempted", "in-main": "preempted"}
+
+
+def test_a_checkpoint_whose_local_file_cannot_be_read_is_not_reported_ok(
+    tmp_path: Path, caplog
+) -> None:
+    """``run.checkpoint("/ckpt/step-9000.pt")`` before (or instead of) writing it was
+    published ``ok`` with size 0: a resume point that does not exist looked trustworthy."""
+    t = ListTransport()
+    run = runwatch.init("fam", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False)
+    there = tmp_path / "step-1.pt"
+    there.write_bytes(b"weights")
+    with caplog.at_level(logging.WARNING, logger="runwatch.client.run"):
+        run.checkpoint(there, step=1)
+        run.checkpoint(tmp_path / "step-2.pt", step=2)  # never written
+        run.checkpoint(f"file://{tmp_path}/step-3.pt", step=3)
+        run.checkpoint("s3://bucket/run/step-4.pt", step=4)  # remote: not read, stays ok
+        c = run.finish()
+    got = [(ck.step, ck.outcome) for ck in t.records("CheckpointEvent")]
+    assert got == [(1, "ok"), (2, "unknown"), (3, "unknown"), (4, "ok")]
+    assert c["checkpoint_unreadable"] == 2
+    assert sum("cannot be read" in r.getMessage() for r in caplog.records) == 1

@@ -518,6 +518,14 @@ class Run(ExitHooks):
         # raises rule:checkpoint_checksum for it (rule:checkpoint_serialization is "failed").
         if expected and digest and expected != digest and outcome == "ok":
             outcome = "corrupt"
+        local = "://" not in uri or uri.startswith("file://")
+        if local and digest is None and outcome == "ok":  # no file there: not a good checkpoint
+            outcome = "unknown"
+            self.counters["checkpoint_unreadable"] += 1
+            if self.counters["checkpoint_unreadable"] == 1:
+                logger.warning("runwatch run %s: checkpoint %s cannot be read (not written yet, "
+                               "or elsewhere): reported as outcome unknown, not ok (counted in "
+                               "checkpoint_unreadable)", self.run_id, uri)
         return CheckpointEvent(
             **self._meta(end),  # the explicit now_ms, the clock, or the call's wall time
             step=step,
