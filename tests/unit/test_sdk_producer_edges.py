@@ -378,3 +378,18 @@ def test_a_checkpoint_whose_local_file_cannot_be_read_is_not_reported_ok(
     assert got == [(1, "ok"), (2, "unknown"), (3, "unknown"), (4, "ok")]
     assert c["checkpoint_unreadable"] == 2
     assert sum("cannot be read" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_data_report_misuse_is_a_clear_error() -> None:
+    """A frame with two columns of one name raised AttributeError: 'DataFrame' object has no
+    attribute 'tolist'."""
+    pd = pytest.importorskip("pandas")
+    from runwatch.adapters.publisher import Publisher
+    from runwatch.client import data
+
+    pub = Publisher(ListTransport(), kind="sdk")
+    frame = pd.DataFrame([[1, 2, 3]], columns=["a", "a", "b"])
+    with pytest.raises(TypeError, match="duplicate column names: a"):
+        data.report("s3://x", "v1", "p", frame, publisher=pub)
+    with pytest.raises(TypeError, match="cannot read a table from Series"):
+        data.report("s3://x", "v1", "p", frame["b"], publisher=pub)
