@@ -1,5 +1,9 @@
 """The pager service: rw.alerts → routing → silences → receivers; failures → rw.dlq.
 
+Size: one service loop over one state (notification log, held alerts, silences,
+breakers): delivery, the refresh of firing alerts and the release of held ones,
+and dead letters all read and write it; split, each part would need all of it.
+
 One message at a time: decode, route, check silences, deliver to each
 receiver (dedup, retries, breaker), dead-letter what cannot be delivered, then
 commit the offset. A crash before the commit replays the message on restart;
