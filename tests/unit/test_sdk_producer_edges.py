@@ -393,3 +393,20 @@ def test_data_report_misuse_is_a_clear_error() -> None:
         data.report("s3://x", "v1", "p", frame, publisher=pub)
     with pytest.raises(TypeError, match="cannot read a table from Series"):
         data.report("s3://x", "v1", "p", frame["b"], publisher=pub)
+
+
+def test_a_record_refused_at_every_step_is_not_an_error_line_at_every_step(caplog) -> None:
+    """100,000 metrics per step make every LearningStep over the 1 MB record limit: each was
+    refused (counted in oversize, as documented) with an error line of its own."""
+    t = ListTransport()
+    run = runwatch.init("fam", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False)
+    metrics = {f"layer{i:06d}.grad_norm": 1.0 for i in range(100_000)}
+    with caplog.at_level(logging.ERROR):
+        for s in range(20):
+            run.step(s, loss=1.0, metrics=metrics)
+        c = run.finish()
+    assert c["oversize"] == 20 and t.records("LearningStep") == []
+    assert len(t.records("StepTiming")) == 20  # the step's timing still goes out
+    refused = [r for r in caplog.records if "oversize" in r.getMessage()]
+    assert len(refused) == 1 and "LearningStep" in refused[0].getMessage()

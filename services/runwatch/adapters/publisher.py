@@ -168,6 +168,7 @@ class Publisher:
         self.encode_errors = 0  # records that could not be encoded (dropped, logged)
         self.sanitised = 0  # records whose text was repaired to encode (core.codec.text)
         self.oversize = 0  # records refused for their size (dropped, logged)
+        self._refusals: dict[tuple[str, str], int] = {}  # (counter, record type) -> refused
 
     def topic_for(self, record: Any) -> str:
         """Return the actual topic of a record.
@@ -273,6 +274,17 @@ class Publisher:
                f"{self.max_record_bytes}-byte record limit (largest field: {big})")
         raise RecordTooLarge(msg)
 
+    def _log_refusal(self, what: str, rec: Any, exc: Exception) -> None:
+        """Log a refused record: each record type's first, then every 1000th.
+
+        A loop's every step would otherwise be one more error line.
+        """
+        name = type(rec).__name__
+        n = self._refusals[(what, name)] = self._refusals.get((what, name), 0) + 1
+        if n == 1 or n % 1000 == 0:
+            logger.error("%s %s: %s (%d %s record(s) so far; logged at the first and every "
+                         "1000th)", what, name, exc, n, name)
+
     def publish(self, records: Iterable[Any]) -> int:
         """Encode and hand over records that are already stamped.
 
@@ -302,10 +314,10 @@ class Publisher:
                     pairs.append(self.encode_one(rec))
                 except RecordTooLarge as exc:
                     self.oversize += 1
-                    logger.error("refused %s (counted in oversize): %s", type(rec).__name__, exc)
+                    self._log_refusal("refused (counted in oversize)", rec, exc)
                 except Exception as exc:
                     self.encode_errors += 1
-                    logger.error("cannot encode %s: %s", type(rec).__name__, exc)
+                    self._log_refusal("cannot encode (counted in encode_errors)", rec, exc)
         for rec, value in pairs:
             self.transport.produce(self.topic_for(rec), record_key(rec), value)
         return len(pairs)
