@@ -111,8 +111,8 @@ def to_columns(table: Any) -> dict[str, Sequence[Any]]:
     if hasattr(table, "to_pydict"):
         return dict(table.to_pydict())
     if hasattr(table, "columns") and hasattr(table, "__getitem__") and hasattr(table, "to_dict"):
-        names = [str(c) for c in table.columns]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        labels = [str(c) for c in table.columns]
+        dup = sorted({n for n in labels if labels.count(n) > 1})
         if dup:  # table[c] would be a frame, not a column
             msg = f"cannot read a table with duplicate column names: {', '.join(dup)}"
             raise TypeError(msg)
