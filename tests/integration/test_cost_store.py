@@ -4,6 +4,7 @@ bottleneck is reported within 5 % of its GPU-hours; the bottleneck is named firs
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -246,4 +247,28 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
         f"SELECT gpu_hours, idle_gpu_hours, wasted_gpu_hours, observed_gpu_hours "  # noqa: S608
         f"FROM {db}.run_summaries FINAL WHERE run_id = 'resumed-same-gpus'").result_rows
     assert same == [pytest.approx((8 * 40 / 60, 0.0, 0.0, 8 * 40 / 60), abs=0.02)]
+    client.command(f"DROP DATABASE {db}")
+
+
+def test_final_metrics_are_each_metrics_latest_value(store: Store) -> None:
+    """A metric logged every 10 steps, one logged by an eval step, a last step with the loss
+    only: the summary's final_metrics was the last step's map, here empty ({}), so a run's
+    final accuracy was lost. A resumed attempt that logs step 100 again wins over the first."""
+    from runwatch.client import init
+
+    start = (int(time.time()) - 3600) * 1000
+    capture = CaptureTransport()
+    run = init(run_id="final-metrics", experiment_family="f", transport=capture,
+               clock=lambda: start, capture_lineage=False, install_hooks=False)
+    for i in range(1, 101):
+        run.step(i, loss=1.0 / i, metrics={"acc": i / 100} if i % 10 == 0 else None,
+                 now_ms=start + i * 1000, step_ms=10.0)
+    run.step(100, loss=0.02, metrics={"acc": 0.95}, now_ms=start + 100_500, step_ms=10.0)
+    run.step(101, metrics={"eval_acc": 0.7}, now_ms=start + 101_000, step_ms=10.0)
+    run.step(103, loss=0.5, now_ms=start + 103_000, step_ms=10.0)
+    run.finish("succeeded", timeout=10.0, now_ms=start + 104_000)
+    db, client = store_capture(store.url, capture, ["final-metrics"])
+    rows = client.query(f"SELECT steps, final_loss, final_metrics "  # noqa: S608
+                        f"FROM {db}.run_summaries FINAL").result_rows
+    assert rows == [(103, 0.5, {"acc": 0.95, "eval_acc": 0.7})]
     client.command(f"DROP DATABASE {db}")

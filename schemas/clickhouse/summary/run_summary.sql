@@ -60,10 +60,18 @@ WITH
     mf AS (
         SELECT run_id AS rid, argMax(labels['node_pool'], ts) AS pool, argMax(labels['tenancy'], ts) AS ten
         FROM ${db}.run_manifests WHERE run_id IN %(runs)s GROUP BY rid),
+    -- the latest step wins; at one step (a resumed attempt logs it again) the later record
     learn AS (
-        SELECT toString(run_id) AS rid, max(step) AS steps, argMax(loss, step) AS final_loss,
-               argMax(metrics, step) AS final_metrics
+        SELECT toString(run_id) AS rid, max(step) AS steps, argMax(loss, (step, ts)) AS final_loss
         FROM ${db}.learning_steps WHERE run_id IN %(runs)s GROUP BY rid),
+    -- each metric's value at the latest step that reported it (a metric logged every 100
+    -- steps, or once by an eval step, is not lost because the last step did not carry it)
+    lm AS (
+        SELECT rid, mapFromArrays(groupArray(k), groupArray(v)) AS final_metrics
+        FROM (SELECT toString(run_id) AS rid, k, argMax(v, (step, ts)) AS v
+              FROM ${db}.learning_steps ARRAY JOIN mapKeys(metrics) AS k, mapValues(metrics) AS v
+              WHERE run_id IN %(runs)s GROUP BY rid, k)
+        GROUP BY rid),
     al AS (
         SELECT toString(run_id) AS rid, uniqExact(alert_id) AS alert_count,
                uniqExactIf(alert_id, severity = 'critical') AS critical_alerts
@@ -169,7 +177,7 @@ WITH
         FROM sx GROUP BY rid)
 SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_at,
        (toUnixTimestamp64Milli(jobs.ended_at) - toUnixTimestamp64Milli(jobs.started_at)) / 1000,
-       jobs.attempts, learn.steps, if(learn.rid = '', NULL, learn.final_loss), learn.final_metrics,
+       jobs.attempts, learn.steps, if(learn.rid = '', NULL, learn.final_loss), lm.final_metrics,
        al.alert_count, al.critical_alerts, ck.checkpoints, gpu.gpu_h, gpu.idle_h,
        gpu.idle_h + if(jobs.outcome IN ('failed', 'cancelled'), gpu.late_busy_h, 0),
        now64(3),
@@ -182,6 +190,7 @@ SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_
        cost.hist_h, cost.hist_u, toUInt8(ctx.usable), st.nsteps, skew.skewed, skew.max_skew
 FROM jobs
 LEFT JOIN learn ON learn.rid = jobs.rid
+LEFT JOIN lm ON lm.rid = jobs.rid
 LEFT JOIN al ON al.rid = jobs.rid
 LEFT JOIN ck ON ck.rid = jobs.rid
 LEFT JOIN gpu ON gpu.rid = jobs.rid
