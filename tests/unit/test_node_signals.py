@@ -188,7 +188,7 @@ def test_a_stall_is_not_caused_by_its_gpus_idling_or_their_power_cap(xid: bool, 
                       attributor=RunAttributor(allocation_file=alloc))
     run = runwatch.init("fam", run_id=RUN, transport=t, install_hooks=False,
                         capture_lineage=False, clock=lambda: clock["t"])
-    for s in range(1, 1_500):
+    for s in range(1, 1_800):
         at = T0 + s * 1_000
         if s == 900:  # the loader hangs: no more steps, the GPUs idle
             for g in GPUS:

@@ -229,7 +229,7 @@ def test_a_run_silent_while_the_rest_of_the_input_moves_is_stalled() -> None:
     last = records[-1].emitted_at_ms
     horizon.observe(("rw.exec.job", 0), last, last)
     alerts: list[Any] = []
-    for k in range(1, 181):  # node samples keep arriving on another input, one a second
+    for k in range(1, 721):  # node samples keep arriving on another input, one a second
         wall = last + k * 1_000
         horizon.observe(("rw.internal.node-by-run", 3), wall, wall)
         alerts += join.tick(st, wall, CFG, horizon.at(wall))[1]

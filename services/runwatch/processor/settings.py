@@ -111,7 +111,7 @@ class ProcessorSettings(BaseSettings):
     hold_ms: int = 30_000
     timer_interval_s: float = 1.0
     stall_k: float = 10.0
-    stall_min_ms: int = 60_000
+    stall_min_ms: int = 600_000
     data_wait_ms: int = 600_000
     schema_fail_share: float = Field(default=0.01, ge=0.0, le=1.0)
     window_ms: int = 1_800_000

@@ -24,9 +24,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 IDLE_MS = 60_000
-"""Wall time without a record after which an input no longer holds the horizon back.
-The stall rule's floor (``STALL_MIN_MS``, 60 s): an input that idles this long is idle
-by the same standard that calls a job stalled."""
+"""Wall time without a record after which an input no longer holds the horizon back
+(a minute: well inside the stall rule's floor, ``STALL_MIN_MS``, 10 min, so a run's
+silent partition does not delay its stall page by more than that)."""
 
 
 @dataclass(slots=True)

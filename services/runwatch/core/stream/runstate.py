@@ -92,7 +92,7 @@ class RunConfig:
     registry_control: bool = True
     gate_wait_ms: int = 60_000
     stall_k: float = 10.0
-    stall_min_ms: int = 60_000
+    stall_min_ms: int = 600_000
     data_wait_ms: int = 600_000
     window_ms: int = 1_800_000
     restart_alert: int = 5
