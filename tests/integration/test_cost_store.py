@@ -247,6 +247,12 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
         f"SELECT gpu_hours, idle_gpu_hours, wasted_gpu_hours, observed_gpu_hours "  # noqa: S608
         f"FROM {db}.run_summaries FINAL WHERE run_id = 'resumed-same-gpus'").result_rows
     assert same == [pytest.approx((8 * 40 / 60, 0.0, 0.0, 8 * 40 / 60), abs=0.02)]
+    # 2 of n7's 8 GPUs allocated and busy: 2 GPU-h, none idle. The node's 6 free GPUs carry
+    # its only run's id, and once counted: 8 GPU-h, 6 of them idle and wasted.
+    two = client.query(
+        f"SELECT gpu_hours, idle_gpu_hours, wasted_gpu_hours FROM {db}.run_summaries "  # noqa: S608
+        f"FINAL WHERE run_id = 'scheduled-alloc'").result_rows
+    assert two == [pytest.approx((2.0, 0.0, 0.0), abs=0.02)]
     client.command(f"DROP DATABASE {db}")
 
 

@@ -95,6 +95,11 @@ WITH
                    uniqExactIf(g.ts, g.util_pct >= %(idle_pct)s AND g.ts > ck.last_ok) AS late_busy_n
             FROM ${db}.gpu_samples AS g LEFT JOIN ck ON toString(g.run_id) = ck.rid
             WHERE g.run_id IN %(runs)s
+              -- a GPU without a process carries the node's only run: of a run with an
+              -- allocation, only its allocated GPUs count (not the free ones of a shared node)
+              AND (toString(g.run_id) NOT IN (SELECT rid FROM ag)
+                   OR (toString(g.run_id), toString(g.node), g.gpu_index)
+                      IN (SELECT rid, node, gpu FROM ag))
             GROUP BY rid, g.node, g.gpu_index)
         GROUP BY rid),
     art AS (
