@@ -150,3 +150,33 @@ def test_report_stores_baseline_then_measures_drift(tmp_path: Path) -> None:
     topic, key, value = t.out[-1]
     assert topic == "rw.data" and key == "s3://ds"
     assert load_codec().decode(value) == r2
+
+
+def test_the_fast_cell_checks_agree_with_the_abstract_ones() -> None:
+    """``is_null`` and the numeric check test the common cell types first (an ABC check per
+    cell cost most of a report: 9.4 s for 200,000 rows x 7 columns); every type still gets
+    the answer the ``numbers`` definitions give."""
+    import decimal
+    import math
+    import numbers
+
+    import numpy as np
+
+    from runwatch.core.signals import dataquality as dq
+
+    def ref_float(v: object) -> bool:
+        return isinstance(v, numbers.Real) and not dq._is_bool(v)
+
+    def ref_null(v: object) -> bool:
+        if v is None:
+            return True
+        if ref_float(v):
+            return not isinstance(v, numbers.Integral) and math.isnan(v)  # type: ignore[arg-type]
+        return type(v).__name__ in ("NAType", "NaTType")
+
+    cells = [0, 1, -3, 2**70, 1.5, float("nan"), float("inf"), True, False, "x", "", None,
+             np.float64("nan"), np.float32(2.5), np.int64(3), np.bool_(True), np.str_("s"),
+             decimal.Decimal("1.5"), b"b", (1,), 1 + 2j]
+    for v in cells:
+        assert dq._is_float(v) == ref_float(v), v
+        assert dq.is_null(v) == ref_null(v), v

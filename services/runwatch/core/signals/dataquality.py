@@ -43,6 +43,11 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_float(v: Any) -> bool:
+    t = type(v)
+    if t is float or t is int:  # the common cells first: numbers.Real is an ABC (slow)
+        return True
+    if t is str or t is bool or v is None:
+        return False
     return isinstance(v, numbers.Real) and not _is_bool(v)
 
 
@@ -106,11 +111,16 @@ _NA_TYPES = frozenset({"NAType", "NaTType"})
 
 def is_null(v: Any) -> bool:
     """Tell whether a value is None, a float NaN or pandas' ``NA``/``NaT``."""
+    t = type(v)
+    if t is float:  # the common cells first (an ABC check per cell cost most of a report)
+        return v != v
+    if t is int or t is str or t is bool:
+        return False
     if v is None:
         return True
     if _is_float(v):
         return not isinstance(v, numbers.Integral) and math.isnan(v)
-    return type(v).__name__ in _NA_TYPES
+    return t.__name__ in _NA_TYPES
 
 
 def mean(values: Sequence[float]) -> float:
