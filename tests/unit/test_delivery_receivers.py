@@ -11,7 +11,7 @@ import base64
 import json
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +34,7 @@ from runwatch.core.paging.routes import parse_rules
 from runwatch.core.paging.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from runwatch.core.records import Alert, Evidence, Source
 from runwatch.pager.deliver import Deliverer
+from runwatch.pager.service import Pager
 from runwatch.pager.state import NotificationLog
 from runwatch.pager.tail import json_line
 from runwatch.processor.memory import MemoryProcessor
@@ -394,6 +395,19 @@ def test_a_long_run_id_resolves_what_it_triggered(
             assert key != fire.dedup_key[:limit] and key.startswith(fire.dedup_key[:limit - 17])
 
 
+def _alertmanager_pager(server: Recorder, tmp_path: Path) -> Callable[[], Pager]:
+    """A factory of pagers (one state directory, so a second is a restart) routing every alert
+    to one Alertmanager receiver at ``server`` with a 1 h repeat interval (no broker)."""
+    from runwatch.adapters.settings import KafkaSettings
+    from runwatch.pager.service import Pager, PagerSettings
+
+    rules = tmp_path / "routes.yaml"
+    rules.write_text(f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {server.url}\n"
+                     "    repeat_interval: 1h\nroute:\n  receiver: am\n")
+    settings = PagerSettings(rules_file=rules, state_dir=tmp_path / "state")
+    return lambda: Pager(settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+
+
 def test_a_long_firing_alert_stays_active_in_alertmanager(server: Recorder, tmp_path: Path) -> None:
     """Before the fix a firing alert reached Alertmanager once, with ``endsAt = now + repeat
     interval``, and the processor does not publish it again while it keeps firing (a NaN loss
@@ -402,20 +416,11 @@ def test_a_long_firing_alert_stays_active_in_alertmanager(server: Recorder, tmp_
     restart (the notification log keeps the record), and stops once the resolve is sent."""
     import time
 
-    from runwatch.adapters.settings import KafkaSettings
     from runwatch.core.codec import load_codec
-    from runwatch.pager.service import Pager, PagerSettings
 
     fire, resolve = _fire_and_resolve("run-long-nan")
-    rules = tmp_path / "routes.yaml"
-    rules.write_text(f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {server.url}\n"
-                     "    repeat_interval: 1h\nroute:\n  receiver: am\n")
-    settings = PagerSettings(rules_file=rules, state_dir=tmp_path / "state")
+    pager = _alertmanager_pager(server, tmp_path)
     codec = load_codec()
-
-    def pager() -> Pager:
-        return Pager(settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"))
-
     p = pager()
     p.handle("rw.alerts", 0, 0, fire.dedup_key.encode(), codec.encode(fire))
     (first,) = server.requests
@@ -444,17 +449,11 @@ def test_a_resolve_alertmanager_refused_stops_the_refresh(server: Recorder, tmp_
     its last ``endsAt``), and the dead-lettered resolve, sent again, is still delivered."""
     import time
 
-    from runwatch.adapters.settings import KafkaSettings
     from runwatch.core.codec import load_codec
-    from runwatch.pager.service import Pager, PagerSettings
 
     fire, resolve = _fire_and_resolve("run-refused-resolve")
-    rules = tmp_path / "routes.yaml"
-    rules.write_text(f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {server.url}\n"
-                     "    repeat_interval: 1h\nroute:\n  receiver: am\n")
-    settings = PagerSettings(rules_file=rules, state_dir=tmp_path / "state")
     codec = load_codec()
-    p = Pager(settings, KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+    p = _alertmanager_pager(server, tmp_path)()
     dead: list[str] = []  # the dead-letter producer is the pager's Kafka I/O: recorded here
     p.dead_letter = lambda *args: dead.append(args[5])  # type: ignore[method-assign]
     now = int(time.time() * 1000)

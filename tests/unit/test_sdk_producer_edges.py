@@ -16,29 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sdk_kit import ListTransport
 
 import runwatch
 from runwatch.core.codec import load_codec
-
-
-class ListTransport:
-    def __init__(self) -> None:
-        self.out: list[tuple[str, str | None, bytes]] = []
-
-    def produce(self, topic, key, value):
-        self.out.append((topic, key, value))
-
-    def flush(self, timeout=1.0):
-        return 0
-
-    def close(self, timeout=1.0):
-        return None
-
-    def records(self, name: str) -> list:
-        codec = load_codec()
-        recs = [codec.decode(v) for _, _, v in self.out]
-        return [r for r in recs if type(r).__name__ == name]
-
 
 # A job on a real KafkaTransport (its broker unreachable: records wait unacknowledged and
 # spooled) that forks a worker; the worker logs a step and ends the way argv[1] says.
