@@ -153,7 +153,6 @@ def init(
 
         rid = os.environ.get("RUNWATCH_RUN_ID") or run_id or new_run_id()
         rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
-        orphans = []
         if transport is None:
             kafka, producer = kafka or KafkaSettings(), producer or ProducerSettings()
             name = f"sdk-{rid}-r{rank}"

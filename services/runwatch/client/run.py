@@ -282,24 +282,26 @@ class Run(ExitHooks):
 
     def _drop_finished(self, what: str) -> None:
         """Count a call made after ``finish``: the run's transport is closed."""
-        self.counters["dropped_after_finish"] += 1
-        if self.counters["dropped_after_finish"] == 1:
-            logger.warning(
-                "runwatch run %s: %s called after run.finish(): dropped and counted in "
-                "dropped_after_finish (the run's transport is closed)", self.run_id, what,
-            )
+        self._count_dropped(
+            "dropped_after_finish", "runwatch run %s: %s called after run.finish(): dropped and "
+            "counted in dropped_after_finish (the run's transport is closed)", what,
+        )
 
     def _drop_forked(self, what: str) -> None:
         """Count a call made in a forked child, where this run publishes nothing."""
-        self.counters["dropped_forked"] += 1
-        if self.counters["dropped_forked"] == 1:
-            logger.warning(
-                "runwatch run %s: %s called in process %d, forked from the process that "
-                "started the run: a forked child publishes nothing for it (its publishing "
-                "thread and Kafka client stay in the parent); the call is dropped and counted "
-                "in dropped_forked. Publish from the parent, or call runwatch.init in the "
-                "child", self.run_id, what, os.getpid(),
-            )
+        self._count_dropped(
+            "dropped_forked", "runwatch run %s: %s called in process %d, forked from the process "
+            "that started the run: a forked child publishes nothing for it (its publishing "
+            "thread and Kafka client stay in the parent); the call is dropped and counted in "
+            "dropped_forked. Publish from the parent, or call runwatch.init in the child",
+            what, os.getpid(),
+        )
+
+    def _count_dropped(self, counter: str, message: str, *args: object) -> None:
+        """Count a dropped call; the first one of its counter is logged (run id first)."""
+        self.counters[counter] += 1
+        if self.counters[counter] == 1:
+            logger.warning(message, self.run_id, *args)
 
     # ------------------------------------------------------- bad input paths
     def _bad(self, what: str, value: object) -> None:
