@@ -2,8 +2,8 @@
 
 fastavro's reader interprets the schema for every value; cavro (Cython)
 compiles a decoder per schema and returns the very same dicts about 2-3x
-faster for the hot records (an 8-GPU NodeSample: ~40 µs instead of ~110 µs on
-this machine). :class:`FastBodies` takes only what is a plain substitute:
+faster for the hot records (an 8-GPU NodeSample: ~15-21 µs instead of ~55-110 µs,
+measured 2026-12-02 on a 2-core shared VM). :class:`FastBodies` takes only what is a plain substitute:
 bodies whose writer schema is the current one (no schema resolution) and that
 cavro decodes to a record ending exactly at the end of the input. Anything
 else (an older writer version, a body cavro refuses, trailing bytes, a schema
@@ -16,7 +16,7 @@ read back from the same ``MemoryReader`` as a ``fixed(8)``. The mark reads
 back intact only when the payload ends exactly where the body ends: trailing
 bytes shift it (a shifted copy of 8 distinct bytes never equals itself), a
 truncated body eats into it or runs out of input. (Two reads from one reader
-cost about 15 µs for an 8-GPU NodeSample; one ``binary_decode`` of a frame
+cost about 15-21 µs for an 8-GPU NodeSample; one ``binary_decode`` of a frame
 record ``{payload, end}`` holding both cost about 40 µs.)
 
 32-bit ints: cavro wraps an ``int`` varint outside 32 bits (as Java does)
