@@ -105,7 +105,17 @@ def test_two_workers_split_partitions_and_raise_the_same_alerts(harness: Harness
         for m in members
     ]
     assert split[0] and split[1] and not split[0] & split[1]
-    harness.produce([e for evs in events.values() for e in evs])
+    # Each run's opening (manifest, queued, running) first, as a scheduler publishes it
+    # before the run's GPUs are sampled. The allocation reaches the node agents through
+    # the run agent, which may be the other worker; a burst of a whole run's backdated
+    # samples ahead of it would find only the last few replayed (docs/processor.md).
+    opening = {run: next(i for i, e in enumerate(evs) if getattr(e, "state", None) == "running")
+               for run, evs in events.items()}
+    harness.produce([e for run, evs in events.items() for e in evs[: opening[run] + 1]])
+    allocs = harness.wait_messages("rw.internal.job-by-node", len(events), 40)
+    assert allocs >= len(events), (allocs, harness.worker_log(0), harness.worker_log(1))
+    time.sleep(2)  # the node agents fetch them
+    harness.produce([e for run, evs in events.items() for e in evs[opening[run] + 1 :]])
     n = sum(1 for e in expected.values() if e.detector)
     records = harness.collect("rw.alerts", lambda r: len(summary(firing(r))) >= n, 60, settle_s=4)
     check(firing(records), expected)

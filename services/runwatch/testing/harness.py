@@ -148,6 +148,24 @@ class Harness:
         self.producer.flush(30)
         return n
 
+    def wait_messages(self, name: str, n: int, timeout_s: float) -> int:
+        """Wait until a topic holds at least ``n`` messages (any format); return the count.
+
+        For internal topics, whose values are not Avro records: e.g. the allocation
+        changes on ``rw.internal.job-by-node`` that the node agents must have before a
+        burst of backdated node samples (:mod:`runwatch.processor.nodes` replays only a
+        node's last few samples to an allocation that arrives after them).
+        """
+        consumer = BatchConsumer(self.kafka, f"reader-{uuid.uuid4().hex[:8]}", [self.topic(name)])
+        seen = 0
+        deadline = time.monotonic() + timeout_s
+        try:
+            while seen < n and time.monotonic() < deadline:
+                seen += sum(1 for m in consumer.poll_batch(500, timeout=0.5) if m.error() is None)
+        finally:
+            consumer.close()
+        return seen
+
     def collect(self, name: str, until: Any, timeout_s: float, settle_s: float = 0.0) -> list[Any]:
         """Read decoded records from a topic until ``until(records)`` holds, then ``settle_s``."""
         consumer = BatchConsumer(self.kafka, f"reader-{uuid.uuid4().hex[:8]}", [self.topic(name)])
