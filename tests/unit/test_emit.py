@@ -48,6 +48,14 @@ def pub():
             "unknown field(s) for JobEvent: colour",
         ),
         ('{"type":"JobEvent","run_id":"r","state":"queued","attempt":"two"}', "JobEvent"),
+        # a run-keyed record that names no run would only be dead-lettered downstream
+        ('{"type":"JobEvent","state":"queued"}', "JobEvent needs a run_id"),
+        ('{"type":"JobEvent","run_id":null,"state":"queued"}', "JobEvent needs a run_id"),
+        ('{"type":"JobEvent","run_id":" ","state":"queued"}', "JobEvent needs a run_id"),
+        (
+            '{"type":"StepTiming","step":1,"loader_wait_ms":1,"compute_ms":2,"step_ms":3}',
+            "StepTiming needs a run_id",
+        ),
     ],
 )
 def test_each_line(line, error) -> None:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 from runwatch.adapters.publisher import Publisher, default_topics, record_key
 from runwatch.core import lineage
 from runwatch.core.records import RECORD_TYPES, RunManifest
+from runwatch.core.topics import load_topics
 
 logger = logging.getLogger(__name__)
 
@@ -113,10 +114,21 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
     if data.get("event_id") is not None and not str(data["event_id"]).strip():
         msg = f"bad value for {cls.__name__}: an empty event_id (consumers deduplicate by it)"
         raise ValueError(msg)
+    if cls.__name__ in run_keyed() and not str(getattr(rec, "run_id", "") or "").strip():
+        msg = (f"{cls.__name__} needs a run_id: its topic is keyed by run, and the processor "
+               "dead-letters a record that names no run")
+        raise ValueError(msg)
     if isinstance(rec, RunManifest):  # the producer fills the lineage hashes it left out
         lh, rg = lineage.hashes(rec.to_dict())
         rec = dataclasses.replace(rec, lineage_hash=lh, repeat_group=rg)
     return rec
+
+
+@functools.cache
+def run_keyed() -> frozenset[str]:
+    """Return the short names of the records whose public topic is keyed by ``run_id``."""
+    return frozenset(full.rsplit(".", 1)[-1] for spec in load_topics().values()
+                     if spec.key == "run_id" and not spec.internal for full in spec.records)
 
 
 _KINDS = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"),
