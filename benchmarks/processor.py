@@ -9,6 +9,8 @@ Figures, all measured in this run:
                  aggregate per run per batch, then the batched run join and JSON state
                  (core.stream.join.step); and the worker's own parts driven in memory
                  (MemoryProcessor: routing, internal topics, run folder, no broker);
+                 all in-process figures under the worker's garbage-collector settings
+                 (``tune_gc`` with the shipped threshold);
   3. broker    — (with --broker) one real worker on the local Kafka, run with the
                  processor's shipped defaults (correlation delay, timer interval,
                  read from ProcessorSettings and printed): events/s sustained at the
@@ -439,6 +441,13 @@ def main() -> None:
                     help="NaN-loss probe runs for the latency percentiles (200: a p99 "
                          "that is not the maximum)")
     args = ap.parse_args()
+    from runwatch.processor.__main__ import tune_gc
+    from runwatch.processor.settings import ProcessorSettings
+
+    # The in-process figures run under the worker's collector settings: under Python's
+    # default threshold the long-lived run states make collections far more frequent,
+    # and their cost lands on whatever allocates (decoding looked three times slower).
+    thresholds = tune_gc(ProcessorSettings().gc_threshold)
     codec = load_codec()
     t = int(time.time() * 1000)
     enc_setup = codec.encode_many(setup_events(t))
@@ -448,6 +457,7 @@ def main() -> None:
         f"load: {NODES} NodeSamples/s ({NODES * GPUS} GPUs) + {RUNS} step events/s "
         f"= {len(enc)} events/s offered"
     )
+    print(f"in-process figures under the worker's gc thresholds {thresholds}")
     print(f"ceiling  bare batch decode      : {ceiling:12,.0f} events/s")
     agg = bench_core_agg(enc_setup, enc, max(2, args.seconds // 4))
     print(
