@@ -282,6 +282,16 @@ CHILD = textwrap.dedent(
     if mode == "sigterm":
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(10)
+    if mode == "exit3":
+        sys.exit(3)
+    if mode == "exit0":
+        sys.exit(0)
+    if mode == "exitmsg":
+        sys.exit("bad config")
+    if mode == "thread":  # ends the thread only; the process exits normally
+        import threading
+        t = threading.Thread(target=sys.exit, args=(4,))
+        t.start(); t.join()
     """
 )
 
@@ -303,6 +313,11 @@ def _read(path: Path):
         ("raise", "failed", "uncaught ValueError: boom", 1),
         ("sigterm", "preempted", "SIGTERM received", -15),
         ("exit", "succeeded", "process exited without run.finish()", 0),
+        ("exit0", "succeeded", "process exited without run.finish()", 0),
+        ("exit3", "failed", "process exited with status 3 without run.finish()", 3),
+        ("exitmsg", "failed",
+         "process exited with status 1 without run.finish(): bad config", 1),
+        ("thread", "succeeded", "process exited without run.finish()", 0),
     ],
 )
 def test_final_job_event_on_exit_paths(tmp_path: Path, mode, state, reason, rc) -> None:

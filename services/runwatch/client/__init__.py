@@ -122,7 +122,7 @@ def init(
         kafka: KafkaSettings (env ``KAFKA_*`` by default).
         producer: ProducerSettings (env ``RUNWATCH_PRODUCER_*`` by default).
         capture_lineage: Run git/NVML/version probes.
-        install_hooks: Chain sys.excepthook, SIGTERM and atexit.
+        install_hooks: Chain sys.excepthook, sys.exit, SIGTERM and atexit.
         queue_max: Bound of the in-memory event queue.
         clock: Callable returning UTC epoch milliseconds; stamps every record
             whose call gives no ``now_ms`` (default: the wall clock). Replays

@@ -2,6 +2,10 @@
 
 Each hook publishes the run's final JobEvent and then chains to whatever was
 installed before (the previous excepthook or SIGTERM handler still runs).
+``sys.exit`` is wrapped to note the status the main thread exits with, so that
+a process ending without ``run.finish()`` is reported ``failed`` after
+``sys.exit(3)`` and ``succeeded`` after ``sys.exit(0)`` or the end of the script.
+A ``raise SystemExit(3)`` that does not go through ``sys.exit`` is not seen.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import sys
 import threading
 import weakref
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 logger = logging.getLogger(__name__)
+
+_SYS_EXIT = sys.exit  # the interpreter's own, for a chain whose previous link is gone
 
 #: Runs whose hooks are installed: a SIGTERM handler (main thread only) ends them all.
 _LIVE: weakref.WeakSet[ExitHooks] = weakref.WeakSet()
@@ -27,6 +33,8 @@ class ExitHooks:
 
     _prev_hook: Any = None
     _prev_term: Any = None
+    _prev_exit: Any = None
+    _exit_code: Any = None  # the argument of the main thread's last sys.exit call
     finished: bool
     forked: bool = False  # in a forked child the hooks only chain (the run is the parent's)
     _term_hooked: bool = False  # this run's own SIGTERM handler is installed
@@ -40,6 +48,8 @@ class ExitHooks:
     def _install_hooks(self) -> None:
         self._prev_hook = sys.excepthook
         sys.excepthook = self._excepthook
+        self._prev_exit = sys.exit
+        sys.exit = self._exit
         atexit.register(self._atexit)
         _LIVE.add(self)
         if threading.current_thread() is threading.main_thread():
@@ -59,6 +69,8 @@ class ExitHooks:
         _LIVE.discard(self)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._prev_hook or sys.__excepthook__
+        if sys.exit == self._exit:
+            sys.exit = self._prev_exit
         atexit.unregister(self._atexit)
 
     def _excepthook(
@@ -83,6 +95,26 @@ class ExitHooks:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
+    def _exit(self, status: str | int | None = None, /) -> NoReturn:
+        """``sys.exit`` while the run's hooks are installed: note the status, then exit.
+
+        Only the main thread's call is noted: ``sys.exit`` in another thread ends
+        that thread, not the process.
+        """
+        if threading.current_thread() is threading.main_thread():
+            self._exit_code = status
+        (self._prev_exit or _SYS_EXIT)(status)
+        raise SystemExit(status)  # a previous wrapper that returned
+
     def _atexit(self) -> None:
-        if not self.finished and not self.forked:
+        if self.finished or self.forked:
+            return
+        code = self._exit_code
+        if code is None or code == 0:
             self.finish("succeeded", reason="process exited without run.finish()")
+            return
+        # sys.exit(n) exits with n, sys.exit("message") with 1 after printing it
+        status = code if isinstance(code, int) and not isinstance(code, bool) else 1
+        told = "" if isinstance(code, int) else f": {code}"
+        self.finish("failed", reason=f"process exited with status {status} without "
+                                     f"run.finish(){told}"[:1000])
