@@ -202,8 +202,11 @@ def test_rows_of_a_run_that_ended_before_a_restart_rewrite_its_summary(
         rows = client.query(f"SELECT run_id, gpu_hours FROM {db}.run_summaries FINAL").result_rows
         return {str(r): float(g or 0.0) for r, g in rows}
 
+    # the copies below must land, as copies older than the restarted process's memory of
+    # stored ids do (DEDUP_SEED_S=0: none; the next test has the shipped memory)
     sink = SinkProc(stack.bootstrap_servers, sink_topics, own_store.url, db,
-                    tmp_path / "sink.log", RUNWATCH_SINK_SUMMARY_SWEEP_S="0")
+                    tmp_path / "sink.log", RUNWATCH_SINK_SUMMARY_SWEEP_S="0",
+                    RUNWATCH_SINK_DEDUP_SEED_S="0")
     publish(stack.bootstrap_servers, sink_topics, early)
     want = expected_counts(early)
     try:
@@ -251,3 +254,49 @@ def test_rows_of_a_run_that_ended_before_a_restart_rewrite_its_summary(
         assert again[:-1] == pytest.approx(first[:-1])
     finally:
         sink.stop()
+
+
+def test_a_producer_copy_after_a_restart_is_dropped_and_counted_once(
+    stack, sink_topics, own_store, tmp_path: Path
+) -> None:
+    """A producer replays its spool after the sink restarted: copies of stored records.
+
+    The restarted process starts its memory of event ids from the ids stored in the
+    last hour, so the copies (same event ids, later offsets) are dropped as
+    duplicates: the raw tables hold each record once before any merge, and the
+    rollups, which no merge corrects, count each sample once.
+    """
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(own_store.url, db)
+    events = mixed_events(seed=13, runs=3, ticks=30, start_ms=int(time.time() * 1000) - 600_000)
+    log = tmp_path / "sink.log"
+    sink = SinkProc(stack.bootstrap_servers, sink_topics, own_store.url, db, log)
+    publish(stack.bootstrap_servers, sink_topics, events)
+    want = expected_counts(events)
+    copied = [e for e in events if e.kind in ("NodeSample", "StepTiming", "LearningStep")][:40]
+    # After the copies, fresh records under the same keys (so in the same partitions, at
+    # later offsets): once they are stored, every copy before them has been read.
+    fresh = [dataclasses.replace(e, record=dataclasses.replace(
+        e.record, event_id=str(uuid.uuid4()), emitted_at_ms=e.record.emitted_at_ms + 500))
+        for e in copied]
+    try:
+        sink.start()
+        _wait(lambda: table_counts(client, db, list(want)) == dict(want), 120, "every row")
+        sink.stop()
+        sink.start()
+        publish(stack.bootstrap_servers, sink_topics, copied + fresh)
+        want = expected_counts(events + fresh)
+        _wait(lambda: table_counts(client, db, list(want)) == dict(want), 120, "the fresh rows")
+    finally:
+        sink.stop()
+    for table in ("gpu_samples", "step_timings", "learning_steps"):
+        sql = f"SELECT count(), uniqExact(event_id) FROM {db}.{table}"  # noqa: S608
+        n, ids = client.query(sql).result_rows[0]
+        per_event = 8 if table == "gpu_samples" else 1
+        assert n == want[table] and ids * per_event == n, (table, n, ids, want[table])
+    rolled = client.query(f"SELECT countMerge(samples) FROM {db}.gpu_samples_1m").result_rows[0][0]
+    assert rolled == want["gpu_samples"]
+    text = log.read_text()
+    assert "remembering" in text and "event ids stored in the last 3600 s" in text, text[-2000:]
+    last = text.rsplit("sink stopped: ", 1)[-1]
+    assert f"'duplicates': {len(copied)}" in last, last[:300]

@@ -58,6 +58,16 @@ def test_seen_events_tells_replays_from_duplicates() -> None:
     assert not seen.is_duplicate("e1", Origin("t", 0, 9))  # forgotten (bounded window)
 
 
+def test_seen_events_remembered_from_the_store() -> None:
+    seen = SeenEvents(capacity=2)
+    seen.remember([("e1", "t", 0, 1), ("e2", "t", 1, 4), ("e3", "t", 0, 7)])  # oldest first
+    assert len(seen) == 2
+    assert not seen.is_duplicate("e3", Origin("t", 0, 7))  # the stored copy read again
+    assert seen.is_duplicate("e3", Origin("t", 2, 3))  # a producer's copy elsewhere
+    assert seen.is_duplicate("e2", Origin("t", 1, 5))
+    assert not seen.is_duplicate("e1", Origin("t", 0, 8))  # the oldest did not fit
+
+
 @pytest.mark.parametrize(("offset", "skip"), [(9, True), (10, True), (11, False)])
 def test_watermark_skip(offset: int, skip: bool) -> None:
     marks = {("gpu_samples", "rw.exec.node", 2): 10}

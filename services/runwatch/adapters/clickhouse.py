@@ -1,5 +1,8 @@
 """ClickHouse I/O: clients from settings, the migration runner, batch inserts.
 
+Size: one adapter for every conversation with the store (clients, migrations, inserts,
+the sink's start-up reads); each function is one query and its error classes.
+
 Errors are sorted into two kinds the sink reacts to differently:
 :class:`ClickHouseUnavailable` (network, timeouts, server overloaded: retry
 later, pause consumption) and :class:`ClickHouseRejected` (the server or the
@@ -26,6 +29,7 @@ from clickhouse_connect.driver.exceptions import (
 
 from runwatch.adapters.settings import ClickHouseSettings
 from runwatch.core.storage import ddl, retention
+from runwatch.core.storage.columns import COLUMNS
 from runwatch.core.storage.rows import SUMMARISED_SQL
 
 logger = logging.getLogger(__name__)
@@ -264,6 +268,48 @@ def read_watermarks(client: Client, db: str) -> dict[tuple[str, str, int], int]:
     except (ClickHouseError, OSError) as exc:
         raise ClickHouseUnavailable(str(exc)) from exc
     return {(str(t), str(tp), int(p)): int(o) for t, tp, p, o in result.result_rows}
+
+
+SEEN_TABLES = tuple(t for t in COLUMNS if t not in ("gpu_samples", "dead_letters"))
+"""The raw tables whose event ids a restarted sink remembers: every record type has one
+(a NodeSample's id is read from ``host_samples``, one row per sample, not from
+``gpu_samples``, one per GPU; a dead letter's id is its Kafka position)."""
+
+
+def read_stored_event_ids(client: Client, db: str, since_ms: int,
+                          limit: int) -> list[tuple[str, str, int, int]]:
+    """Return the event ids stored with an event time from ``since_ms`` on, newest last.
+
+    A restarted sink starts its memory of event ids from these, so a producer's
+    copy of a record stored before the restart (same ``event_id``, another
+    offset) is dropped, not stored again and counted twice by the rollups.
+
+    Args:
+        client: Any client allowed to read ``db``.
+        db: Database.
+        since_ms: Oldest event time (epoch ms) to read.
+        limit: At most this many ids (the newest).
+
+    Returns:
+        ``(event_id, kafka_topic, kafka_partition, kafka_offset)`` of each stored
+        row, oldest event time first (a record stored twice appears twice).
+
+    Raises:
+        ClickHouseUnavailable: The server does not answer.
+        ClickHouseRejected: It refused the query (say, a table is missing).
+    """
+    # one row per record in these tables: no grouping, and each part a bounded top-N
+    parts = [
+        f"(SELECT event_id AS e, toString(kafka_topic) AS tp, toUInt32(kafka_partition) AS p, "  # noqa: S608
+        f"toUInt64(kafka_offset) AS o, toInt64(toUnixTimestamp64Milli(ts)) AS t "
+        f"FROM {db}.{table} WHERE ts >= fromUnixTimestamp64Milli(toInt64(%(since)s)) "
+        "ORDER BY t DESC, o DESC LIMIT %(n)s)"
+        for table in SEEN_TABLES
+    ]
+    sql = ("SELECT e, tp, p, o FROM (" + " UNION ALL ".join(parts) + ") "  # noqa: S608
+           "ORDER BY t DESC, o DESC LIMIT %(n)s")
+    rows = query_rows(client, sql, {"since": int(since_ms), "n": int(limit)})
+    return [(str(e), str(tp), int(p), int(o)) for e, tp, p, o in reversed(rows)]
 
 
 def read_ended_runs(client: Client, db: str, limit: int) -> list[str]:

@@ -19,7 +19,7 @@ Idempotency, as designed here:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +112,18 @@ class SeenEvents:
         self._capacity = capacity
         # position as one string: nothing here for the garbage collector to track
         self._seen: OrderedDict[str, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        """Return how many ids are remembered."""
+        return len(self._seen)
+
+    def remember(self, entries: Iterable[tuple[str, str, int, int]]) -> None:
+        """Remember ids stored earlier, oldest first: ``(event_id, topic, partition, offset)``.
+
+        An id already remembered keeps its position (the first copy read).
+        """
+        for event_id, topic, partition, offset in entries:
+            self.is_duplicate_at(event_id, topic, partition, offset)
 
     def is_duplicate(self, event_id: str, origin: Origin) -> bool:
         """Return True when the id was seen at another Kafka position.

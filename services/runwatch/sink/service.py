@@ -85,6 +85,7 @@ class Sink:
         self.watermarks: dict[tuple[str, int], dict[str, int]] = {}
         self.refresh_marks = True
         self.seen = SeenEvents(settings.dedup_window)
+        self.seen_loaded = settings.dedup_seed_s <= 0  # read from the store once, at start
         self.first_pending_ms: int | None = None
         self.counts = {"messages": 0, "dead_letters": 0, "duplicates": 0, "skipped": 0}
         summary = settings.summary_sql or summary_sql_file()
@@ -156,6 +157,8 @@ class Sink:
         self.watermarks = by_tp
         if not self.ended_loaded:
             self._load_ended()
+        if not self.seen_loaded:
+            self._load_seen()
 
     def _load_ended(self) -> None:
         """Start the memory of ended runs from the store (once per process).
@@ -176,6 +179,29 @@ class Sink:
             self.ended.setdefault(run, None)
         while len(self.ended) > ENDED_REMEMBERED:
             self.ended.popitem(last=False)
+
+    def _load_seen(self) -> None:
+        """Start the memory of event ids from the store (once per process).
+
+        A producer's copy of a record (its spool replaying what the broker took but
+        did not acknowledge) can reach a sink that restarted after storing the
+        original: without the stored ids it would be stored again, and the rollups,
+        which no merge corrects, would count it twice.
+        """
+        since = _now_ms() - int(self.settings.dedup_seed_s * 1000)
+        t0 = time.monotonic()
+        try:
+            ids = ch.read_stored_event_ids(self.client, self.db, since, self.settings.dedup_window)
+        except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+            logger.warning("could not read the stored event ids to remember (%s); a "
+                           "producer's copy of a record stored before this start is stored "
+                           "again until a merge removes it", str(exc)[:200])
+            return
+        self.seen_loaded = True
+        self.seen.remember(ids)
+        logger.info("remembering %d event ids stored in the last %.0f s (duplicates of them "
+                    "are dropped), read in %.1f s", len(ids), self.settings.dedup_seed_s,
+                    time.monotonic() - t0)
 
     # ---------------------------------------------------------------- intake
     def _dead(

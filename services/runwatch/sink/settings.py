@@ -25,6 +25,11 @@ class SinkSettings(BaseSettings):
     every run whose terminal job event is at most ``summary_window_s`` old, so
     rows that reach the store after a run's end (other topics and partitions lag
     behind it, or another sink process stored them) are counted.
+
+    ``dedup_seed_s`` (0: off): at start the memory of event ids (``dedup_window``
+    of them at most) is read from the ids stored with an event time in the last
+    this many seconds, so a producer's copy of a record stored before the
+    restart is dropped as a duplicate.
     """
 
     model_config = SettingsConfigDict(env_prefix="RUNWATCH_SINK_", extra="ignore")
@@ -38,6 +43,7 @@ class SinkSettings(BaseSettings):
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 15.0
     dedup_window: int = 1_000_000
+    dedup_seed_s: float = 3_600.0
     idle_util_pct: float = 5.0
     schema_dir: Path | None = None
     summary_sql: Path | None = None
