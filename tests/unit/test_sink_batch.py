@@ -84,3 +84,20 @@ def test_sink_topics_come_from_the_topic_map(monkeypatch: pytest.MonkeyPatch) ->
     assert SinkSettings().topic_list() == tuple(s.name for s in specs if not s.internal)
     assert not any(s.internal and s.name in SinkSettings().topic_list() for s in specs)
     assert SinkSettings(topics=("a", "b")).topic_list() == ("a", "b")
+
+
+def test_every_record_a_sink_stores_has_a_table_whose_ids_a_restarted_sink_remembers() -> None:
+    from runwatch.adapters.clickhouse import SEEN_TABLES
+    from runwatch.core.storage.columns import COLUMNS
+    from runwatch.core.storage.rows import record_rows
+    from runwatch.testing.synth import mixed_events
+
+    needed = {"event_id", "ts", "kafka_topic", "kafka_partition", "kafka_offset"}
+    for table in SEEN_TABLES:
+        assert needed <= set(COLUMNS[table]), table
+    kinds = set()
+    for e in mixed_events(seed=3, runs=8, ticks=3, start_ms=1_764_547_200_000):
+        tables = {t for t, _row in record_rows(e.record, Origin("t", 0, 0))}
+        assert tables & set(SEEN_TABLES), (e.kind, tables)
+        kinds.add(e.kind)
+    assert {"NodeSample", "JobEvent", "StepTiming", "LearningStep", "RunManifest"} <= kinds
