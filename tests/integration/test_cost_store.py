@@ -253,6 +253,14 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
         f"SELECT gpu_hours, idle_gpu_hours, wasted_gpu_hours FROM {db}.run_summaries "  # noqa: S608
         f"FINAL WHERE run_id = 'scheduled-alloc'").result_rows
     assert two == [pytest.approx((2.0, 0.0, 0.0), abs=0.02)]
+    # Every wait that ended running, the requeue after a preemption too (only the first
+    # queued -> running wait was kept: 0 s here, so these runs had no wait at all).
+    waits = client.query(
+        f"SELECT run_id, queue_delay_s, gpu_count FROM {db}.queue_waits "  # noqa: S608
+        f"ORDER BY run_id, queued_at").result_rows
+    assert [(r, round(d), g) for r, d, g in waits] == [
+        ("resumed", 10 * MIN, 4), ("resumed-same-gpus", 60 * MIN, 8),
+        ("resumed-skewed", 10 * MIN, 8)]
     client.command(f"DROP DATABASE {db}")
 
 

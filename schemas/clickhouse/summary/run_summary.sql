@@ -17,7 +17,7 @@ INSERT INTO ${db}.run_summaries (
     gpu_model, gpu_count, queue, priority_class, node_pool, tenancy, running_at, queue_delay_s,
     allocated_gpu_hours, observed_gpu_hours, noproc_gpu_hours, stalled_gpu_hours,
     lost_gpu_hours, no_artifact_gpu_hours, busy_util_hours, busy_util_weighted,
-    usable_artifact, step_records, skewed_nodes, max_skew_s)
+    usable_artifact, step_records, skewed_nodes, max_skew_s, queue_waits)
 WITH
     jobs AS (
         SELECT toString(run_id) AS rid, anyLast(team) AS team, anyLast(experiment_family) AS fam,
@@ -192,7 +192,20 @@ SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_
           (toUnixTimestamp64Milli(jobs.running_at) - toUnixTimestamp64Milli(jobs.queued_at)) / 1000, NULL),
        ivs.alloc_ms / 3600000,
        cost.observed_h, cost.noproc_h, cost.stalled_h, cost.lost_h, cost.no_artifact_h,
-       cost.hist_h, cost.hist_u, toUInt8(ctx.usable), st.nsteps, skew.skewed, skew.max_skew
+       cost.hist_h, cost.hist_u, toUInt8(ctx.usable), st.nsteps, skew.skewed, skew.max_skew,
+       -- every wait that ended running: a queued event not preceded by another (queued or
+       -- scheduled) to the first later event in another state, when that is a running one
+       -- (an event of the queued one's millisecond in another state, say the preemption
+       -- it follows, sorts after it and is passed over)
+       arrayFilter(w -> w.2 > w.1,
+           arrayMap(p -> (p.1, if(p.2.2 = 'running', p.2.1, toInt64(0))),
+               arrayMap(i -> (jobs.ev[i].1,
+                              arrayFirst(f -> f.2 NOT IN ('queued', 'scheduled')
+                                              AND (f.1 > jobs.ev[i].1 OR f.2 = 'running'),
+                                         arraySlice(jobs.ev, i + 1))),
+                        arrayFilter(i -> jobs.ev[i].2 = 'queued'
+                                         AND (i = 1 OR jobs.ev[i - 1].2 NOT IN ('queued', 'scheduled')),
+                                    arrayEnumerate(jobs.ev)))))
 FROM jobs
 LEFT JOIN learn ON learn.rid = jobs.rid
 LEFT JOIN lm ON lm.rid = jobs.rid

@@ -215,7 +215,8 @@ def capacity_report(waits: Sequence[QueueWait], minutes: Sequence[NodeMinute],
     """Attribute a window's lost throughput to the five causes.
 
     Args:
-        waits: Queue waits of jobs that started in the window.
+        waits: Queue waits that ended in the window (a preempted run queued again has one
+            per attempt).
         minutes: Per node and minute, GPUs reported and GPUs without a process.
         steps: Step timings per run and bucket.
         ckpts: Checkpoints per run and bucket.
