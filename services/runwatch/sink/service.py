@@ -1,5 +1,9 @@
 """``runwatch sink``: Kafka rw.* topics → ClickHouse raw tables.
 
+Size: one consuming loop with its group callbacks and its start-up reads from the store
+(high-water marks, ended runs, stored event ids); batching and the writer are their own
+modules.
+
 Two threads. The consuming thread polls (:class:`BatchConsumer`), decodes (dict
 path, one message at a time; the codec reads current-schema bodies with cavro),
 maps records into per-table columns
@@ -22,7 +26,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from runwatch.adapters import clickhouse as ch
 from runwatch.adapters.kafka import BatchConsumer, Message, TopicPartition
@@ -44,6 +49,7 @@ from runwatch.sink.settings import SinkSettings
 from runwatch.sink.writer import Writer, WriterStopped
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _TERMINAL = frozenset(SUMMARISED_STATES)  # a run's summary is written when it enters one
 ENDED_REMEMBERED = 10_000
@@ -160,6 +166,15 @@ class Sink:
         if not self.seen_loaded:
             self._load_seen()
 
+    @staticmethod
+    def _from_store(what: str, read: Callable[[], T], otherwise: str) -> T | None:
+        """Return what a start-up read gives, or None (logged, with its consequence)."""
+        try:
+            return read()
+        except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
+            logger.warning("could not read %s (%s); %s", what, str(exc)[:200], otherwise)
+            return None
+
     def _load_ended(self) -> None:
         """Start the memory of ended runs from the store (once per process).
 
@@ -167,12 +182,12 @@ class Sink:
         process) can still have rows on their way: another topic's, or ones the
         restart replays. Remembering it makes them rewrite its summary.
         """
-        try:
-            runs = ch.read_ended_runs(self.client, self.db, ENDED_REMEMBERED)
-        except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
-            logger.warning("could not read the ended runs to remember (%s); "
-                           "late rows of runs that ended before this start rewrite their "
-                           "summaries only through the sweep", str(exc)[:200])
+        runs = self._from_store(
+            "the ended runs to remember",
+            lambda: ch.read_ended_runs(self.client, self.db, ENDED_REMEMBERED),
+            "late rows of runs that ended before this start rewrite their summaries only "
+            "through the sweep")
+        if runs is None:
             return
         self.ended_loaded = True
         for run in runs:
@@ -190,12 +205,13 @@ class Sink:
         """
         since = _now_ms() - int(self.settings.dedup_seed_s * 1000)
         t0 = time.monotonic()
-        try:
-            ids = ch.read_stored_event_ids(self.client, self.db, since, self.settings.dedup_window)
-        except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
-            logger.warning("could not read the stored event ids to remember (%s); a "
-                           "producer's copy of a record stored before this start is stored "
-                           "again until a merge removes it", str(exc)[:200])
+        ids = self._from_store(
+            "the stored event ids to remember",
+            lambda: ch.read_stored_event_ids(self.client, self.db, since,
+                                             self.settings.dedup_window),
+            "a producer's copy of a record stored before this start is stored again until "
+            "a merge removes it")
+        if ids is None:
             return
         self.seen_loaded = True
         self.seen.remember(ids)
