@@ -157,7 +157,11 @@ class RunFolder:
 
     def _learn_baseline(self, state: runstate.RunState) -> None:
         stats = join.finished_stats(state)
-        if not stats or state.alerts.get("fired"):
+        if stats and state.alerts.get("fired"):
+            # a run that paged teaches nothing of its indicators, but a pause it came back
+            # from is its workload's normal range even when that pause is what paged
+            stats = {k: v for k, v in stats.items() if k == join.PAUSE_STAT}
+        if not stats:
             return
         key = state.workload.encode()
         raw = self.baselines.get(key)

@@ -103,6 +103,8 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
                                    topic, now_ms)]
     if not state.known and not isinstance(event, RunManifest | JobEvent):
         return state, hold(state, cfg, event, now_ms)
+    if baseline is not None and PAUSE_STAT in baseline:  # the workload's usual pause
+        state.signals["workload_pause_ms"] = int(baseline[PAUSE_STAT][1])
     state.watermarks[stream] = max(mark, at)
     state.watermark_ms = max(state.watermark_ms, at)
     state.first_at_ms = state.first_at_ms or at
@@ -206,8 +208,18 @@ def _pause(s: RunState, cfg: RunConfig, start: int, end: int, validation: bool) 
 
 
 def stall_floor(s: RunState, cfg: RunConfig) -> int:
-    """Return the stall rule's floor: ``STALL_MIN_MS``, or twice the run's longest known pause."""
-    return max(cfg.stall_min_ms, int(PAUSE_K * float(s.signals.get("pause_ms", 0))))
+    """Return the stall rule's floor: ``STALL_MIN_MS``, or twice the longest known pause.
+
+    Known pauses are the run's own and its workload's: the mean of the longest pause
+    of the workload's finished runs (:data:`PAUSE_STAT`), so a family whose every run
+    evaluates for 15 minutes is not paged at each run's first evaluation.
+    """
+    known = max(float(s.signals.get("pause_ms", 0)), float(s.signals.get("workload_pause_ms", 0)))
+    return max(cfg.stall_min_ms, int(PAUSE_K * known))
+
+
+PAUSE_STAT = "pause_ms"
+"""Workload-baseline entry of the finished runs' longest explained pause (one value per run)."""
 
 
 def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
@@ -554,5 +566,15 @@ def rules_ended() -> frozenset[str]:
 
 
 def finished_stats(state: RunState) -> dict[str, list[float]] | None:
-    """Return the run's indicator statistics once it succeeded (for workload baselines)."""
-    return dict(state.stats) if state.job_state == "succeeded" else None
+    """Return the run's indicator statistics once it succeeded (for workload baselines).
+
+    With them, under :data:`PAUSE_STAT`, the run's longest explained pause (a checkpoint
+    write or an evaluation the steps stopped for and went on right after), if it had one.
+    """
+    if state.job_state != "succeeded":
+        return None
+    out = dict(state.stats)
+    pause = float(state.signals.get("pause_ms", 0))
+    if pause > 0:
+        out[PAUSE_STAT] = [1, pause, 0.0]
+    return out
