@@ -28,10 +28,20 @@ HOLD_MS = ProcessorSettings().hold_ms
 
 def start(transport: CaptureTransport, run_id: str, *datasets: tuple[str, str],
           clock_ms: int | None = None):
+    """Start a run and wait for its opening records (manifest, running) in the transport.
+
+    The SDK publishes from a background thread: a control run that is never finished
+    would otherwise be fed to the processor before its manifest was published.
+    """
     clock = None if clock_ms is None else (lambda: clock_ms)
-    return runwatch.init("fam", run_id=run_id, transport=transport, install_hooks=False,
-                         capture_lineage=False, clock=clock,
-                         datasets=[DatasetRef(uri=u, version=v) for u, v in datasets])
+    run = runwatch.init("fam", run_id=run_id, transport=transport, install_hooks=False,
+                        capture_lineage=False, clock=clock,
+                        datasets=[DatasetRef(uri=u, version=v) for u, v in datasets])
+    deadline = time.monotonic() + 10
+    while sum(1 for _, k, _ in transport.messages if k == run_id) < 2:
+        assert time.monotonic() < deadline, f"run {run_id}: its opening records never came"
+        time.sleep(0.005)
+    return run
 
 
 def firing(m: MemoryProcessor) -> set[tuple[str, str, str]]:
