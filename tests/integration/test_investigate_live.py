@@ -192,6 +192,13 @@ def _answer(store: Store, db: str, *args: str) -> dict[str, Any]:
     return dict(json.loads(got.stdout, parse_constant=_not_json))
 
 
+def _alerts_in(client: Any, db: str, run_id: str) -> list[tuple[Any, ...]]:
+    """The run's stored alerts, for an assertion's message."""
+    return list(client.query(
+        f"SELECT detector, severity, status, summary FROM {db}.alerts "  # noqa: S608
+        "WHERE run_id = {r:String} ORDER BY ts", parameters={"r": run_id}).result_rows)
+
+
 def _wait(cond: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -259,7 +266,8 @@ def test_investigate_answers_on_the_live_stack(harness: Harness, own_store: Stor
     b = json.loads(got.stdout, parse_constant=_not_json)
     assert b["version"] == 1 and b["found"] is True
     changed = b["what_changed"]
-    assert changed["reference_run_id"] == ids["A"]
+    assert changed["reference_run_id"] == ids["A"], (changed["reference"], _alerts_in(
+        client, db, ids["A"]))
     assert [(c["kind"], c["key"], c["old"], c["new"], c["intentional"])
             for c in changed["changes"]] == [("dataset", DS, "v1", "v2", False),
                                              ("config", "lr", "0.001", "0.003", False)]

@@ -1,11 +1,12 @@
 """The node → run join of the nodes agent: allocation changes and samples meet in a local table."""
 
 import json
+import time
 
 import pytest
 
 from runwatch.core.codec import load_codec
-from runwatch.core.records import Allocation, GpuProcess, GpuSample, JobEvent, NodeSample, Source
+from runwatch.core.records import Alert, Allocation, GpuProcess, GpuSample, JobEvent, NodeSample, Source
 from runwatch.core.stream import rekey
 from runwatch.core.stream.join_node import AllocChange, NodeAgg
 from runwatch.processor.memory import MemoryProcessor
@@ -221,3 +222,67 @@ def test_only_the_faust_runtime_gets_a_tick_topic(runtime: str) -> None:
     assert {f"rw-t-{t}-changelog" for t in TABLES} <= set(wanted)
     assert wanted["rw-t-runstate-changelog"] == (4, {"cleanup.policy": "compact"})
     assert s.topic("rw.internal.job-by-node") in wanted
+
+
+def _published_run(after_end: str) -> tuple[MemoryProcessor, list[Alert]]:
+    """A placed run with its node agent, as a user's scheduler hook, SDK and agent publish it.
+
+    The node's samples after the run's end arrive before the run's release reaches the
+    nodes agent (the release goes through the runs agent and ``rw.internal.job-by-node``;
+    the in-memory driver delivers it after what was already queued).
+    """
+    import runwatch
+    from runwatch.adapters.nvml import Nvml
+    from runwatch.adapters.publisher import CaptureTransport, Publisher
+    from runwatch.agent.service import NodeAgent
+    from runwatch.client.emit import emit_records
+    from runwatch.testing.nvml_double import FakeNvml8
+
+    t = CaptureTransport()
+    start, step_ms, steps = T0, 10_000, 60
+    res = emit_records(Publisher(t, kind="hook"), [{
+        "type": "job-state", "run_id": "A", "state": "running", "experiment_family": "fam",
+        "emitted_at_ms": start, "allocation": {"nodes": ["n0"], "gpu_indices": list(range(8)),
+                                               "gpu_model": "H100"}}])
+    assert not res.errors, res.errors
+    run = runwatch.init("fam", run_id="A", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: start)
+    nv = FakeNvml8()
+    for i in range(8):
+        nv.set_occupancy(i, 70.0)
+    agent = NodeAgent(Publisher(t, kind="agent"), node="n0", nvml=Nvml.open(nv))
+    m = MemoryProcessor()
+    while len(t.messages) < 3:  # the hook's job state, the SDK's manifest and running
+        time.sleep(0.005)
+    m.feed(t.messages)  # the allocation reaches the nodes agent
+    fed = len(t.messages)
+    for i in range(steps):
+        at = start + (i + 1) * step_ms
+        run.step(i, loss=2.0 * 0.99 ** i, now_ms=at, step_ms=float(step_ms), samples=256)
+        if after_end == "xid-during" and i == steps - 5:
+            nv.inject_xid(3, 79)
+        agent.tick(at)
+    end = start + (steps + 1) * step_ms
+    run.finish("succeeded", now_ms=end)
+    for i in range(8):  # the run's processes exited: the node idles
+        nv.set_occupancy(i, 0.0)
+    if after_end == "xid":
+        nv.inject_xid(3, 79)
+    for k in range(1, 31):
+        agent.tick(end + k * step_ms)
+    m.feed(t.messages[fed:])
+    m.tick(end + 31 * step_ms + 600_000)  # and the wall-clock rules, ten minutes later
+    return m, [a for a in m.alerts if isinstance(a, Alert) and a.run_id == "A"]
+
+
+@pytest.mark.parametrize("after_end", ["idle", "xid"])
+def test_a_finished_run_gets_no_alerts_from_its_nodes_samples_after_its_end(after_end) -> None:
+    m, alerts = _published_run(after_end)
+    assert Driven(m).got("A")  # the node's samples reached the run
+    assert [(a.detector, a.summary) for a in alerts] == []
+
+
+def test_a_runs_own_xid_still_pages_it() -> None:
+    """The control: the same XID while the run holds the GPU is the run's."""
+    _m, alerts = _published_run("xid-during")
+    assert [(a.detector, a.status) for a in alerts] == [("rule:gpu_xid", "firing")]

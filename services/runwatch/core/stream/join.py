@@ -412,6 +412,10 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # steps, as at the start: the stall clock waits for its first step
         s.last_step_at_ms = 0
     s.job_state = e.state
+    if e.state in ENDED:
+        s.ended_at_ms = max(s.ended_at_ms, at)
+    elif at > s.ended_at_ms:  # a retried or resumed run: its GPUs are its own again
+        s.ended_at_ms = 0
     s.attempt = max(s.attempt, e.attempt)
     s.team = e.team or s.team
     s.family = e.experiment_family or s.family

@@ -273,9 +273,17 @@ def hst_evidence(s: RunState, cfg: RunConfig, at: int, now: int) -> list[Output]
 
 def node_agg(s: RunState, e: NodeAgg, now: int, cfg: RunConfig,
              bl: Baseline | None) -> list[Output]:
-    """Fold a per-run node aggregate (GPUs already reduced to the run's own) into the state."""
+    """Fold a per-run node aggregate (GPUs already reduced to the run's own) into the state.
+
+    Readings stamped after the run's end are not its own: the release of its GPUs reaches
+    the nodes agent through the runs agent, so a node's next samples (idle GPUs, the
+    next job's XID) can be routed to it before the release is applied.
+    """
     out: list[Output] = []
+    ended = s.ended_at_ms
     for entry in e.nodes:
+        if ended and entry.at_ms > ended:
+            continue
         out += node_entry(s, entry, entry.at_ms, now, cfg, bl)
     return out
 

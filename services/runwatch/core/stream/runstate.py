@@ -131,6 +131,7 @@ class RunState:
     restarts: int = 0
     queued_at_ms: int = 0
     started_at_ms: int | None = None
+    ended_at_ms: int = 0  # event time of its end (succeeded/failed/cancelled); 0 while not ended
     deadline_ms: int = 0
     nodes: list[str] = field(default_factory=list)
     gpu_indices: list[int] = field(default_factory=list)
