@@ -48,6 +48,11 @@ class FakeProducer:
                     continue
                 self.broker.log.append(m.value())
                 cb(None, m)
+        elif self.broker.requeue:  # stored, the connection dropped: queued again for a retry
+            for m, _cb in self.queue:
+                if m.value() not in self.broker.log:
+                    self.broker.log.append(m.value())
+            self.conf["error_cb"](KafkaError(KafkaError._ALL_BROKERS_DOWN))
         elif self.broker.fail_now:
             q, self.queue = self.queue, []
             for m, cb in q:
@@ -83,6 +88,7 @@ class Broker:
         self.up = up
         self.fail_now = False
         self.ack_lost = False
+        self.requeue = False
         self.capacity = capacity
         self.log: list[bytes] = []
         self.reject: set[bytes] = set()
@@ -283,4 +289,34 @@ def test_records_stored_without_an_acknowledgement_are_counted_in_doubt(tmp_path
     extra = len(b.log) - len(sent)
     assert extra > 0 and c.duplicates == 0  # no client can see these copies...
     assert extra <= c.duplicates + c.in_doubt  # ...but they are not unaccounted
+    assert c.failed == 0 and c.in_spool == 0
+
+
+def test_records_purged_after_an_attempt_the_broker_stored_are_counted_in_doubt(
+        tmp_path: Path) -> None:
+    """librdkafka queues a record again for a retry when its connection drops; the trip's
+    purge then answers ``_PURGE_QUEUE`` for it, though the broker may have stored it."""
+    b = Broker()
+    t = make(tmp_path, b)
+    sent = vals(60)
+    for v in sent[:20]:
+        t.produce("rw.x", "k", v)
+    assert t.flush(5) == 0
+    b.up, b.requeue = False, True
+    for v in sent[20:40]:
+        t.produce("rw.x", "k", v)
+    deadline = time.time() + 5
+    while t.mode != "spool" and time.time() < deadline:
+        time.sleep(0.01)
+    assert t.mode == "spool"
+    b.up, b.requeue = True, False
+    t._next_try = 0
+    for v in sent[40:]:
+        t.produce("rw.x", "k", v)
+    assert t.flush(10) == 0
+    c = t.close(1)
+    assert sorted(set(b.log)) == sent and list(dict.fromkeys(b.log)) == sent
+    extra = len(b.log) - len(sent)
+    assert extra > 0 and c.duplicates == 0
+    assert extra <= c.duplicates + c.in_doubt
     assert c.failed == 0 and c.in_spool == 0

@@ -119,8 +119,10 @@ class TransportCounters:
         duplicates: Delivered more than once (in flight when the transport tripped,
             or delivered after an earlier record of a replay batch failed).
         in_doubt: Sent again after a delivery error that does not say whether the
-            broker stored them (a broker that stopped before acknowledging); each
-            may be one more duplicate that no client can see.
+            broker stored them (a broker that stopped before acknowledging), or
+            spooled when the transport tripped and then purged from librdkafka's
+            queue (where a record goes back for a retry after an attempt the broker
+            may have stored); each may be one more duplicate that no client can see.
         in_spool: Still in the spool now.
         missing_topic: Refused because their topic does not exist on a broker
             that answered (also counted in ``failed``).
@@ -431,7 +433,9 @@ class KafkaTransport:
                 else:
                     self._c.sent += 1
                 return
-            if err.code() in _PURGED:  # taken back before it was sent
+            if err.code() in _PURGED:  # taken back by the trip's purge: spooled already
+                if rec is None:  # librdkafka may have queued it again after an attempt the
+                    self._c.in_doubt += 1  # broker stored (a dropped connection): no one knows
                 return
             if rec is None:  # in flight when the transport tripped: spooled already
                 self._c.in_doubt += 1
