@@ -5,13 +5,27 @@ import time
 
 import pytest
 
+import runwatch
+from runwatch.adapters.nvml import Nvml
+from runwatch.adapters.publisher import CaptureTransport, Publisher
+from runwatch.agent.service import NodeAgent
+from runwatch.client.emit import emit_records
 from runwatch.core.codec import load_codec
-from runwatch.core.records import Alert, Allocation, GpuProcess, GpuSample, JobEvent, NodeSample, Source
+from runwatch.core.records import (
+    Alert,
+    Allocation,
+    GpuProcess,
+    GpuSample,
+    JobEvent,
+    NodeSample,
+    Source,
+)
 from runwatch.core.stream import rekey
 from runwatch.core.stream.join_node import AllocChange, NodeAgg
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.outbox import JOB_BY_NODE, NODE_BY_RUN
 from runwatch.processor.provision import COPARTITIONED, check_copartitioned
+from runwatch.testing.nvml_double import FakeNvml8
 
 SRC = Source(kind="agent", host="h", runwatch_version="0")
 CODEC = load_codec()
@@ -231,13 +245,6 @@ def _published_run(after_end: str) -> tuple[MemoryProcessor, list[Alert]]:
     nodes agent (the release goes through the runs agent and ``rw.internal.job-by-node``;
     the in-memory driver delivers it after what was already queued).
     """
-    import runwatch
-    from runwatch.adapters.nvml import Nvml
-    from runwatch.adapters.publisher import CaptureTransport, Publisher
-    from runwatch.agent.service import NodeAgent
-    from runwatch.client.emit import emit_records
-    from runwatch.testing.nvml_double import FakeNvml8
-
     t = CaptureTransport()
     start, step_ms, steps = T0, 10_000, 60
     res = emit_records(Publisher(t, kind="hook"), [{
