@@ -238,58 +238,91 @@ def test_only_the_faust_runtime_gets_a_tick_topic(runtime: str) -> None:
     assert s.topic("rw.internal.job-by-node") in wanted
 
 
-def _published_run(after_end: str) -> tuple[MemoryProcessor, list[Alert]]:
+STEP_MS = 10_000
+ALLOC = {"nodes": ["n0"], "gpu_indices": list(range(8)), "gpu_model": "H100"}
+
+
+def _published_run(*phases: tuple[str, int, float]) -> tuple[MemoryProcessor, list[Alert]]:
     """A placed run with its node agent, as a user's scheduler hook, SDK and agent publish it.
 
-    The node's samples after the run's end arrive before the run's release reaches the
-    nodes agent (the release goes through the runs agent and ``rw.internal.job-by-node``;
-    the in-memory driver delivers it after what was already queued).
+    Phases, each ``(what, samples, GPU occupancy %)``, 10 s apart: ``steps`` (the run steps,
+    the agent samples), ``idle`` (the agent samples only), ``xid`` (one sample with an
+    XID on GPU 3), ``preempted``/``running``/``succeeded`` (the scheduler hook's job state;
+    ``running`` with the allocation again; ``succeeded`` is ``run.finish``).
+
+    Everything after the opening is fed at once, so a release of the run's GPUs reaches
+    the nodes agent after the node samples published behind it (it goes through the runs
+    agent and ``rw.internal.job-by-node``; the in-memory driver delivers it after what was
+    queued), as a lagging release does live.
     """
     t = CaptureTransport()
-    start, step_ms, steps = T0, 10_000, 60
-    res = emit_records(Publisher(t, kind="hook"), [{
-        "type": "job-state", "run_id": "A", "state": "running", "experiment_family": "fam",
-        "emitted_at_ms": start, "allocation": {"nodes": ["n0"], "gpu_indices": list(range(8)),
-                                               "gpu_model": "H100"}}])
-    assert not res.errors, res.errors
+    hook = Publisher(t, kind="hook")
+
+    def job_state(state: str, at: int) -> None:
+        rec = {"type": "job-state", "run_id": "A", "state": state, "experiment_family": "fam",
+               "emitted_at_ms": at}
+        if state == "running":
+            rec["allocation"] = ALLOC
+        res = emit_records(hook, [rec])
+        assert not res.errors, res.errors
+
+    job_state("running", T0)
     run = runwatch.init("fam", run_id="A", transport=t, install_hooks=False,
-                        capture_lineage=False, clock=lambda: start)
+                        capture_lineage=False, clock=lambda: T0)
     nv = FakeNvml8()
-    for i in range(8):
-        nv.set_occupancy(i, 70.0)
     agent = NodeAgent(Publisher(t, kind="agent"), node="n0", nvml=Nvml.open(nv))
     m = MemoryProcessor()
     while len(t.messages) < 3:  # the hook's job state, the SDK's manifest and running
         time.sleep(0.005)
     m.feed(t.messages)  # the allocation reaches the nodes agent
-    fed = len(t.messages)
-    for i in range(steps):
-        at = start + (i + 1) * step_ms
-        run.step(i, loss=2.0 * 0.99 ** i, now_ms=at, step_ms=float(step_ms), samples=256)
-        if after_end == "xid-during" and i == steps - 5:
-            nv.inject_xid(3, 79)
-        agent.tick(at)
-    end = start + (steps + 1) * step_ms
-    run.finish("succeeded", now_ms=end)
-    for i in range(8):  # the run's processes exited: the node idles
-        nv.set_occupancy(i, 0.0)
-    if after_end == "xid":
-        nv.inject_xid(3, 79)
-    for k in range(1, 31):
-        agent.tick(end + k * step_ms)
+    fed, at, step, last = len(t.messages), T0, 0, "running"
+    for what, samples, occupancy in phases:
+        last = what if what in ("preempted", "running") else last
+        for g in range(8):
+            nv.set_occupancy(g, occupancy)
+        if what in ("preempted", "running"):
+            job_state(what, at + 1)
+        elif what == "succeeded":
+            run.finish("succeeded", now_ms=at + 1)
+        for _ in range(samples):
+            at += STEP_MS
+            if what == "steps":
+                run.step(step, loss=2.0 * 0.99 ** step, now_ms=at, step_ms=float(STEP_MS),
+                         samples=256)
+                step += 1
+            if what == "xid":
+                nv.inject_xid(3, 79)
+            agent.tick(at)
+    if not run.finished:  # the SDK publishes from a thread: finish drains it
+        run.finish("preempted" if last == "preempted" else "succeeded", now_ms=at + 1)
     m.feed(t.messages[fed:])
-    m.tick(end + 31 * step_ms + 600_000)  # and the wall-clock rules, ten minutes later
+    m.tick(at + 600_000)  # and the wall-clock rules, ten minutes later
     return m, [a for a in m.alerts if isinstance(a, Alert) and a.run_id == "A"]
 
 
-@pytest.mark.parametrize("after_end", ["idle", "xid"])
-def test_a_finished_run_gets_no_alerts_from_its_nodes_samples_after_its_end(after_end) -> None:
-    m, alerts = _published_run(after_end)
+TRAINS = ("steps", 60, 70.0)
+
+
+@pytest.mark.parametrize("after", [
+    [("succeeded", 0, 0.0), ("idle", 30, 0.0)],  # its processes exited: the node idles
+    [("succeeded", 0, 0.0), ("xid", 1, 0.0), ("idle", 5, 0.0)],  # the next job's XID
+    [("preempted", 0, 0.0), ("idle", 60, 0.0)],  # the scheduler took the node back
+    [("preempted", 0, 0.0), ("idle", 10, 30.0), ("xid", 1, 30.0)],  # and gave it to another
+    [("preempted", 0, 0.0), ("idle", 30, 0.0), ("running", 0, 70.0), TRAINS,
+     ("succeeded", 0, 0.0), ("idle", 30, 0.0)],  # preempted, resumed, finished
+], ids=["ended-idle", "ended-xid", "preempted-idle", "preempted-other-job", "resumed"])
+def test_a_run_gets_no_alerts_from_its_nodes_samples_while_off_its_gpus(after) -> None:
+    m, alerts = _published_run(TRAINS, *after)
     assert Driven(m).got("A")  # the node's samples reached the run
     assert [(a.detector, a.summary) for a in alerts] == []
 
 
-def test_a_runs_own_xid_still_pages_it() -> None:
+@pytest.mark.parametrize("phases", [
+    [("steps", 50, 70.0), ("xid", 1, 70.0), ("steps", 9, 70.0)],
+    [TRAINS, ("preempted", 0, 0.0), ("idle", 30, 0.0), ("running", 0, 70.0), TRAINS,
+     ("xid", 1, 70.0), ("steps", 5, 70.0)],
+], ids=["running", "resumed"])
+def test_a_runs_own_xid_still_pages_it(phases) -> None:
     """The control: the same XID while the run holds the GPU is the run's."""
-    _m, alerts = _published_run("xid-during")
+    _m, alerts = _published_run(*phases)
     assert [(a.detector, a.status) for a in alerts] == [("rule:gpu_xid", "firing")]

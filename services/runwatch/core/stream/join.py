@@ -412,10 +412,7 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # steps, as at the start: the stall clock waits for its first step
         s.last_step_at_ms = 0
     s.job_state = e.state
-    if e.state in ENDED:
-        s.ended_at_ms = max(s.ended_at_ms, at)
-    elif at > s.ended_at_ms:  # a retried or resumed run: its GPUs are its own again
-        s.ended_at_ms = 0
+    _released(s, e.state, at)
     s.attempt = max(s.attempt, e.attempt)
     s.team = e.team or s.team
     s.family = e.experiment_family or s.family
@@ -439,6 +436,22 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         s.restarts = restarts
         out += _restart_evidence(s, cfg, float(restarts), at, now, "restart_count")
     return out
+
+
+OFF_GPUS_KEPT = 4
+
+
+def _released(s: RunState, state: str, at: int) -> None:
+    """Keep the run's stretches off its GPUs: from an end, a preemption or a requeue after
+    it ran, to the next ``running`` (:func:`~runwatch.core.stream.join_node.node_agg` drops
+    the node readings stamped inside one)."""
+    open_gap = s.off_gpus[-1] if s.off_gpus and not s.off_gpus[-1][1] else None
+    if state in ENDED or (state in NOT_RUNNING and s.started_at_ms is not None):
+        if open_gap is None:
+            s.off_gpus.append([at, 0])
+            del s.off_gpus[:-OFF_GPUS_KEPT]
+    elif state == "running" and open_gap is not None and at > open_gap[0]:
+        open_gap[1] = at
 
 
 def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) -> list[Output]:

@@ -275,16 +275,20 @@ def node_agg(s: RunState, e: NodeAgg, now: int, cfg: RunConfig,
              bl: Baseline | None) -> list[Output]:
     """Fold a per-run node aggregate (GPUs already reduced to the run's own) into the state.
 
-    Readings stamped after the run's end are not its own: the release of its GPUs reaches
-    the nodes agent through the runs agent, so a node's next samples (idle GPUs, the
-    next job's XID) can be routed to it before the release is applied.
+    Readings stamped while the run was off its GPUs (after its end, or between a
+    preemption or requeue and its next ``running``) are not its own: a release
+    reaches the nodes agent through the runs agent, so a node's next samples can be
+    routed to the run before it is applied, and a preempted run keeps its nodes
+    (the scheduler may give them back). Idle GPUs, or the next job's XID, must not
+    page it.
     """
     out: list[Output] = []
-    ended = s.ended_at_ms
+    gaps = s.off_gpus
     for entry in e.nodes:
-        if ended and entry.at_ms > ended:
+        at = entry.at_ms
+        if gaps and any(a < at and (not b or at < b) for a, b in gaps):
             continue
-        out += node_entry(s, entry, entry.at_ms, now, cfg, bl)
+        out += node_entry(s, entry, at, now, cfg, bl)
     return out
 
 

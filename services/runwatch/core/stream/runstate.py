@@ -131,7 +131,9 @@ class RunState:
     restarts: int = 0
     queued_at_ms: int = 0
     started_at_ms: int | None = None
-    ended_at_ms: int = 0  # event time of its end (succeeded/failed/cancelled); 0 while not ended
+    # stretches off its GPUs, [from, to]: an end, preemption or requeue to the next running
+    # (to 0 while it lasts); the last OFF_GPUS_KEPT of them
+    off_gpus: list[list[int]] = field(default_factory=list)
     deadline_ms: int = 0
     nodes: list[str] = field(default_factory=list)
     gpu_indices: list[int] = field(default_factory=list)
