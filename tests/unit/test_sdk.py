@@ -288,6 +288,8 @@ CHILD = textwrap.dedent(
         sys.exit(0)
     if mode == "exitmsg":
         sys.exit("bad config")
+    if mode == "builtin":  # site's exit(), as scripts call it
+        exit(5)
     if mode == "thread":  # ends the thread only; the process exits normally
         import threading
         t = threading.Thread(target=sys.exit, args=(4,))
@@ -318,6 +320,7 @@ def _read(path: Path):
         ("exitmsg", "failed",
          "process exited with status 1 without run.finish(): bad config", 1),
         ("thread", "succeeded", "process exited without run.finish()", 0),
+        ("builtin", "failed", "process exited with status 5 without run.finish()", 5),
     ],
 )
 def test_final_job_event_on_exit_paths(tmp_path: Path, mode, state, reason, rc) -> None:

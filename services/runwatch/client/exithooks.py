@@ -2,15 +2,17 @@
 
 Each hook publishes the run's final JobEvent and then chains to whatever was
 installed before (the previous excepthook or SIGTERM handler still runs).
-``sys.exit`` is wrapped to note the status the main thread exits with, so that
-a process ending without ``run.finish()`` is reported ``failed`` after
-``sys.exit(3)`` and ``succeeded`` after ``sys.exit(0)`` or the end of the script.
-A ``raise SystemExit(3)`` that does not go through ``sys.exit`` is not seen.
+``sys.exit`` (and the ``exit``/``quit`` builtins scripts call too) is wrapped to
+note the status the main thread exits with, so that a process ending without
+``run.finish()`` is reported ``failed`` after ``sys.exit(3)`` or ``exit(3)`` and
+``succeeded`` after ``sys.exit(0)`` or the end of the script. A bare
+``raise SystemExit(3)`` goes through neither and is not seen.
 """
 
 from __future__ import annotations
 
 import atexit
+import builtins
 import logging
 import os
 import signal
@@ -34,6 +36,7 @@ class ExitHooks:
     _prev_hook: Any = None
     _prev_term: Any = None
     _prev_exit: Any = None
+    _prev_builtins: dict[str, Any] | None = None  # the exit/quit builtins this run wrapped
     _exit_code: Any = None  # the argument of the main thread's last sys.exit call
     finished: bool
     forked: bool = False  # in a forked child the hooks only chain (the run is the parent's)
@@ -50,6 +53,12 @@ class ExitHooks:
         sys.excepthook = self._excepthook
         self._prev_exit = sys.exit
         sys.exit = self._exit
+        self._prev_builtins = {}
+        for name in ("exit", "quit"):  # site's Quitter raises SystemExit itself
+            prev = getattr(builtins, name, None)
+            if callable(prev):
+                self._prev_builtins[name] = prev
+                setattr(builtins, name, _Quit(self, prev))
         atexit.register(self._atexit)
         _LIVE.add(self)
         if threading.current_thread() is threading.main_thread():
@@ -71,6 +80,11 @@ class ExitHooks:
             sys.excepthook = self._prev_hook or sys.__excepthook__
         if sys.exit == self._exit:
             sys.exit = self._prev_exit
+        for name, prev in (self._prev_builtins or {}).items():
+            now = getattr(builtins, name, None)
+            if isinstance(now, _Quit) and now.run is self:
+                setattr(builtins, name, prev)
+        self._prev_builtins = None
         atexit.unregister(self._atexit)
 
     def _excepthook(
@@ -101,10 +115,13 @@ class ExitHooks:
         Only the main thread's call is noted: ``sys.exit`` in another thread ends
         that thread, not the process.
         """
-        if threading.current_thread() is threading.main_thread():
-            self._exit_code = status
+        self._note_exit(status)
         (self._prev_exit or _SYS_EXIT)(status)
         raise SystemExit(status)  # a previous wrapper that returned
+
+    def _note_exit(self, status: Any) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._exit_code = status
 
     def _atexit(self) -> None:
         if self.finished or self.forked:
@@ -118,3 +135,18 @@ class ExitHooks:
         told = "" if isinstance(code, int) else f": {code}"
         self.finish("failed", reason=f"process exited with status {status} without "
                                      f"run.finish(){told}"[:1000])
+
+
+class _Quit:
+    """The ``exit``/``quit`` builtin while a run's hooks are installed: note, then chain."""
+
+    def __init__(self, run: ExitHooks, prev: Any) -> None:
+        self.run, self.prev = run, prev
+
+    def __repr__(self) -> str:
+        return repr(self.prev)
+
+    def __call__(self, code: Any = None) -> NoReturn:
+        self.run._note_exit(code)
+        self.prev(code)
+        raise SystemExit(code)  # a previous one that returned

@@ -442,9 +442,12 @@ OFF_GPUS_KEPT = 4
 
 
 def _released(s: RunState, state: str, at: int) -> None:
-    """Keep the run's stretches off its GPUs: from an end, a preemption or a requeue after
-    it ran, to the next ``running`` (:func:`~runwatch.core.stream.join_node.node_agg` drops
-    the node readings stamped inside one)."""
+    """Keep the run's stretches off its GPUs (:data:`OFF_GPUS_KEPT` of them).
+
+    Each runs from an end, a preemption or a requeue after the run ran, to its next
+    ``running``; :func:`~runwatch.core.stream.join_node.node_agg` drops the node
+    readings stamped inside one.
+    """
     open_gap = s.off_gpus[-1] if s.off_gpus and not s.off_gpus[-1][1] else None
     if state in ENDED or (state in NOT_RUNNING and s.started_at_ms is not None):
         if open_gap is None:
