@@ -110,7 +110,7 @@ def test_a_format_the_code_does_not_follow_is_caught(worker) -> None:
     (lambda f, t: f.pop("AllocChange.v1"), "topic rw.internal.job-by-node: format AllocChange.v1"),
     (lambda f, t: f["NodeRuns.v1"].update(patternProperties={}), "unsupported keyword"),
     (lambda f, t: f["ManifestRef.v1"].update({"x-version": 2}), "x-version 2 is not 1"),
-    (lambda f, t: f["ManifestRef.v1"]["examples"].append({"v": 1}), "example 1: $: missing"),
+    (lambda f, t: f["ManifestRef.v1"]["examples"].append({"v": 1}), "example 2: $: missing"),
     (lambda f, t: t.update({"rw.internal.job-by-node": dataclasses.replace(
         t["rw.internal.job-by-node"], format=None)}), "neither records nor format"),
 ])

@@ -90,3 +90,21 @@ def test_offsets_pass_only_messages_that_owe_no_ack() -> None:
     ma[2].refs -= 1  # the checkpoint's ack
     assert committable(pending) == {("rw.learning", 0): 14}
     assert not pending[a] and not pending[b]
+
+
+def test_a_delete_writes_a_tombstone_to_the_partition_the_key_was_written_to() -> None:
+    part = [3]
+    t, rec = table(part)
+    t[b"run-a"] = b"1"
+    t[b"run-b"] = b"2"
+    t.write_behind()
+    part[0] = 6  # the delete comes while another partition's event is current
+    del t[b"run-a"]
+    assert b"run-a" not in t and len(t) == 1
+    assert t.write_behind() == 1
+    assert rec.sent[-1] == ("app-runstate-changelog", b"run-a", None, 3, False)
+    t.load([(3, b"run-a", None)])  # a restore replaying the tombstone leaves it deleted
+    t[b"run-a"] = b"again"  # a key written again after its delete goes where it is written now
+    t.write_behind()
+    assert rec.sent[-1] == ("app-runstate-changelog", b"run-a", b"again", 6, False)
+    assert t.drop({6}) == 1 and b"run-a" not in t

@@ -100,7 +100,8 @@ def test_index_is_keyed_by_uri_and_idempotent() -> None:
 
 @pytest.mark.parametrize("raw", [b"nope", b"[]", b'{"v":2,"run":"r","uri":"u","ref":"u"}',
                                  b'{"v":1,"run":"","uri":"u","ref":"u"}',
-                                 b'{"v":1,"run":"r","ref":"u"}'])
+                                 b'{"v":1,"run":"r","ref":"u"}',
+                                 b'{"v":1,"run":"r","uri":"u","ref":"u","op":"drop"}'])
 def test_bad_manifest_refs_are_dead_lettered(raw: bytes) -> None:
     p = run_events([event(MANIFEST_BY_DATASET, raw)])
     assert len(p.dead) == 1 and p.dead[0].startswith("manifest ref")
@@ -120,7 +121,10 @@ def test_manifest_keys(refs, expected) -> None:
 @pytest.mark.parametrize(("run", "uri", "ref"), list(itertools.product(
     ["r1", "ü"], ["s3://a"], ["s3://a", "s3://a@v"])))
 def test_manifest_ref_round_trip(run: str, uri: str, ref: str) -> None:
-    assert rekey.parse_manifest_ref(rekey.manifest_ref_json(run, uri, ref)) == (run, uri, ref)
+    added = rekey.parse_manifest_ref(rekey.manifest_ref_json(run, uri, ref))
+    assert added == (run, uri, ref, "add")
+    assert rekey.parse_manifest_ref(rekey.manifest_ref_json(run, uri, ref, "remove")) == (
+        run, uri, ref, "remove")
 
 
 @pytest.mark.parametrize(("counts", "ok"), [

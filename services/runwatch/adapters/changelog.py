@@ -145,6 +145,11 @@ class ChangelogTable:
         self.part_of[key] = self.current_partition()
         self.pending[key] = None
 
+    def __delitem__(self, key: bytes) -> None:
+        """Delete a key: a tombstone goes to the changelog partition it was written to."""
+        del self.data[key]
+        self.pending[key] = None
+
     def __contains__(self, key: object) -> bool:
         return key in self.data
 
@@ -164,7 +169,9 @@ class ChangelogTable:
             return 0
         data, part_of, produce = self.data, self.part_of, self.producer.produce
         for key in self.pending:
-            produce(self.topic, key, data[key], part_of[key], mark=self.is_global)
+            value = data.get(key)
+            part = part_of[key] if value is not None else part_of.pop(key)
+            produce(self.topic, key, value, part, mark=self.is_global)
         n = len(self.pending)
         self.pending = {}
         return n
@@ -183,7 +190,8 @@ class ChangelogTable:
         """Forget the keys of partitions this worker no longer holds; return how many."""
         gone = [k for k, p in self.part_of.items() if p in partitions]
         for key in gone:
-            del self.data[key], self.part_of[key]
+            self.data.pop(key, None)
+            del self.part_of[key]
             self.pending.pop(key, None)
         return len(gone)
 

@@ -143,6 +143,8 @@ class Processor:
             schema_fail_share=settings.schema_fail_share,
             window_ms=settings.window_ms, correlation_delay_ms=settings.correlation_delay_ms,
             min_event_ms=settings.min_event_ms, max_ahead_ms=settings.max_ahead_ms,
+            ended_retention_ms=settings.ended_retention_ms,
+            silent_retention_ms=settings.silent_retention_ms,
             policy=AlertPolicy(per_run_cap=settings.per_run_cap,
                                cooldown_ms=settings.cooldown_ms,
                                ownership=load_ownership(settings.ownership_file)),
@@ -201,7 +203,7 @@ class Processor:
 
     @property
     def counters(self) -> dict[str, int]:
-        """The worker's counters (events, alerts, dead, forwarded, unowned)."""
+        """The worker's counters (events, alerts, dead, forwarded, unowned, runs_retired)."""
         return self.out.counters
 
     @staticmethod

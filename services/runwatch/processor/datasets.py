@@ -65,6 +65,8 @@ class DatasetRekeyer:
     async def _manifest_ref(self, event: Any) -> None:
         """Index a run under a dataset and send it the dataset's first and recent reports.
 
+        A ``remove`` record (the runs agent retired the run's state) takes it out again.
+
         They are sent even when the run is indexed already (a repeated manifest,
         or a report that named the run): the run may not have been able to fold
         them then (held while it was unseen, and dead-lettered), and it folds a
@@ -72,11 +74,18 @@ class DatasetRekeyer:
         """
         try:
             value = bytes(event.value) if isinstance(event.value, bytes | bytearray) else b""
-            run_id, uri, ref = rekey.parse_manifest_ref(value)
+            run_id, uri, ref, op = rekey.parse_manifest_ref(value)
         except ValueError as exc:
             await self.out.dead(event.message, str(exc), event.value, event.key)
             return
         index = self._index(uri)
+        if op == "remove":  # the run's state was retired: it gets no more reports
+            if rekey.remove_run(index, ref, run_id):
+                if index:
+                    self.dataset_index[uri.encode()] = json.dumps(index).encode()
+                else:
+                    del self.dataset_index[uri.encode()]
+            return
         if rekey.add_run(index, ref, run_id):
             self.dataset_index[uri.encode()] = json.dumps(index).encode()
         for report in self.recent_reports(STAGE + ref) + self.recent_reports(ref):

@@ -77,7 +77,8 @@ class Outbox:
         self.sections = sections
         self.clock = clock
         self.topics: dict[str, Sender] = {}
-        self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0, "unowned": 0}
+        self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0, "unowned": 0,
+                         "runs_retired": 0}
         self._parts: dict[bytes, int] = {}
 
     def deployed(self, topic: str) -> str:

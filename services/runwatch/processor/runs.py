@@ -282,15 +282,38 @@ class RunFolder:
         horizon = self.horizon.at(now)  # absence rules: event time the input has reached
         keys = list(self.runstate.keys())
         keys += [k for k in self.dirty if k not in self.runstate]  # new runs not saved yet
+        retired = 0
         for key in keys:
             if self.out.partition(key) != partition:
                 continue
             state = self.load(key)
             before = join.tick_fingerprint(state)
             state, outputs = join.tick(state, now, self.cfg, horizon)
-            if outputs or join.tick_fingerprint(state) != before:
+            if join.retire_due(state, self.cfg, horizon):
+                outputs += join.retire(state, self.cfg, now, horizon)
+                await self._retire(key, state)
+                retired += 1
+            elif outputs or join.tick_fingerprint(state) != before:
                 self.save(key, state)
             await self.out.publish(outputs)
+        if retired:
+            logger.info("partition %d: retired %d run states past their retention "
+                        "(%d retired since start)", partition, retired,
+                        self.out.counters["runs_retired"])
+
+    async def _retire(self, key: bytes, state: runstate.RunState) -> None:
+        """Delete a run's state (a changelog tombstone) and drop its dataset subscriptions.
+
+        A later event of the run starts a new state, as for a run never seen.
+        """
+        for uri, ref in state.dataset_keys:
+            await self.out.send(MANIFEST_BY_DATASET, uri.encode(),
+                                rekey.manifest_ref_json(state.run_id, uri, ref, "remove"))
+        if key in self.runstate:
+            del self.runstate[key]
+        self.cache.pop(key, None)
+        self.dirty.pop(key, None)
+        self.out.counters["runs_retired"] += 1
 
     async def _index_job(self, rec: JobEvent, held: dict[str, list[str]]) -> None:
         """Send the run's allocation changes to the workers owning its nodes' samples."""

@@ -49,6 +49,10 @@ class ProcessorSettings(BaseSettings):
         max_ahead_ms: Records stamped this far ahead of the processor's clock are
             dead-lettered (0: off).
         hold_ms: How long events of unseen runs are held.
+        ended_retention_ms: How long (event time past its last event) an ended run's
+            state is kept before it is retired: deleted from the ``runstate`` table,
+            its firing alerts resolved, its dataset subscriptions dropped (0: for ever).
+        silent_retention_ms: The same for a run that never ended and sent nothing.
         timer_interval_s: Period of the time-driven rules.
         stall_k: Stall bound in median step times.
         stall_min_ms: Floor of the stall bound.
@@ -109,6 +113,8 @@ class ProcessorSettings(BaseSettings):
     min_event_ms: int = Field(default=MIN_EVENT_MS, ge=0)
     max_ahead_ms: int = Field(default=MAX_AHEAD_MS, ge=0)
     hold_ms: int = 30_000
+    ended_retention_ms: int = Field(default=21_600_000, ge=0)
+    silent_retention_ms: int = Field(default=604_800_000, ge=0)
     timer_interval_s: float = 1.0
     stall_k: float = 10.0
     stall_min_ms: int = 600_000

@@ -364,6 +364,23 @@ def expire(book: AlertBook, ctx: AlertContext, now_ms: int, policy: AlertPolicy,
     ]
 
 
+def resolve_all(book: AlertBook, ctx: AlertContext, now_ms: int, at_ms: int) -> list[Alert]:
+    """Resolve every firing alert of the run (its state is being retired).
+
+    Args:
+        book: The run's alert book (updated in place).
+        ctx: Run identity and labels.
+        now_ms: Current time (stamps the records sent).
+        at_ms: Event time of the resolution.
+
+    Returns:
+        The resolved alerts.
+
+    """
+    return [_resolve(book, key, entry, ctx, now_ms, at_ms)
+            for key, entry in list(book.entries.items()) if entry["status"] == "firing"]
+
+
 def _resolve(book: AlertBook, key: str, entry: dict[str, Any], ctx: AlertContext,
              now_ms: int, at_ms: int) -> Alert:
     entry["status"] = "resolved"

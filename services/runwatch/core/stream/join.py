@@ -40,7 +40,13 @@ from runwatch.core.stream.join_node import (
     stepped,
     throughput_cause,
 )
-from runwatch.core.stream.rekey import ENDED, covered_refs, manifest_refs, report_ref
+from runwatch.core.stream.rekey import (
+    ENDED,
+    covered_refs,
+    manifest_keys,
+    manifest_refs,
+    report_ref,
+)
 from runwatch.core.stream.runstate import (
     Output,
     RunConfig,
@@ -444,17 +450,59 @@ OFF_GPUS_KEPT = 4
 def _released(s: RunState, state: str, at: int) -> None:
     """Keep the run's stretches off its GPUs (:data:`OFF_GPUS_KEPT` of them).
 
-    Each runs from an end, a preemption or a requeue after the run ran, to its next
-    ``running``; :func:`~runwatch.core.stream.join_node.node_agg` drops the node
-    readings stamped inside one.
+    Each runs from an end, a preemption or a requeue after the run ran (or from the
+    latest event time the run has shown, if later: the scheduler's or the SDK's clock
+    may lag its other producers'), to its next ``running``;
+    :func:`~runwatch.core.stream.join_node.node_agg` drops the node readings stamped
+    inside one.
     """
     open_gap = s.off_gpus[-1] if s.off_gpus and not s.off_gpus[-1][1] else None
     if state in ENDED or (state in NOT_RUNNING and s.started_at_ms is not None):
-        if open_gap is None:
-            s.off_gpus.append([at, 0])
+        if open_gap is None:  # no earlier than the run's own latest event: a producer
+            s.off_gpus.append([max(at, s.watermark_ms), 0])  # clock may lag (a fixed one)
             del s.off_gpus[:-OFF_GPUS_KEPT]
     elif state == "running" and open_gap is not None and at > open_gap[0]:
         open_gap[1] = at
+
+
+def ended_at(s: RunState) -> int:
+    """Return the event time the run ended at (it last stopped running); 0 if it has not."""
+    if s.job_state in ENDED and s.off_gpus and not s.off_gpus[-1][1]:
+        return int(s.off_gpus[-1][0])
+    return 0
+
+
+def _subscribed(s: RunState, uri: str, ref: str) -> None:
+    if [uri, ref] not in s.dataset_keys:
+        s.dataset_keys.append([uri, ref])
+
+
+def retire_due(s: RunState, cfg: RunConfig, horizon_ms: int) -> bool:
+    """Return whether a run's state is to be retired (deleted) now.
+
+    An ended run once the input's event time is ``ended_retention_ms`` past its last
+    event; a run that never ended (a job killed before its end event) once it is
+    ``silent_retention_ms`` past it; a run never seen whose held events were
+    dropped at once (it keeps nothing). Never while events of it are held or an
+    alert waits for its correlation delay.
+    """
+    if s.pending or s.waiting:
+        return False
+    if not s.known:
+        return cfg.ended_retention_ms > 0
+    last = max(s.watermark_ms, s.first_at_ms, s.manifest_at_ms)
+    keep = cfg.ended_retention_ms if ended_at(s) else cfg.silent_retention_ms
+    return keep > 0 and last > 0 and horizon_ms - last > keep
+
+
+def retire(s: RunState, cfg: RunConfig, now_ms: int, horizon_ms: int) -> list[Output]:
+    """Resolve the firing alerts of a run whose state is being retired."""
+    if not s.alerts.get("entries"):
+        return []
+    book = AlertBook.from_state(s.alerts)
+    out: list[Output] = list(alerting.resolve_all(book, context(s, cfg), now_ms, horizon_ms))
+    s.alerts = book.to_state()
+    return out
 
 
 def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) -> list[Output]:
@@ -468,6 +516,8 @@ def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) ->
             s.signals["named_at"] = later
     s.manifest_at_ms = s.manifest_at_ms or at  # event time: judged against the horizon
     s.datasets = refs
+    for uri, ref in manifest_keys(e.datasets):  # the data agent's subscriptions of the run
+        _subscribed(s, uri, ref)
     s.image = e.image_digest or s.image
     s.team = e.team or s.team
     s.family = e.experiment_family or s.family
@@ -483,6 +533,8 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
           bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
     ref = report_ref(e)
+    if e.run_id == s.run_id:  # a report naming its run subscribes the run to its dataset
+        _subscribed(s, e.dataset_uri, ref)
     prev = s.reports.get(ref)
     labels = dict(e.label_distribution)
     ids = [*(prev or {}).get("ids", []), e.event_id][-REPORT_IDS:]

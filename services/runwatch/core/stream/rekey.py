@@ -109,30 +109,34 @@ def manifest_keys(datasets: Iterable[DatasetRef]) -> list[tuple[str, str]]:
     return sorted({(d.uri, dataset_ref(d.uri, d.version)) for d in datasets})
 
 
-def manifest_ref_json(run_id: str, uri: str, ref: str) -> bytes:
+def manifest_ref_json(run_id: str, uri: str, ref: str, op: str = "add") -> bytes:
     """Encode one run's use of one dataset (``rw.internal.manifest-by-dataset``).
 
     Args:
         run_id: The run consuming the dataset.
         uri: The dataset uri (the record's key).
         ref: The dataset reference (:func:`dataset_ref`).
+        op: ``add`` (the run reads it) or ``remove`` (the run's state was retired).
 
     Returns:
-        Compact JSON ``{"v":1,"run":..,"uri":..,"ref":..}``.
+        Compact JSON ``{"v":1,"run":..,"uri":..,"ref":..}`` (``"op":"remove"`` added
+        for a removal).
 
     """
-    return json.dumps({"v": 1, "run": run_id, "uri": uri, "ref": ref},
-                      separators=(",", ":")).encode()
+    doc = {"v": 1, "run": run_id, "uri": uri, "ref": ref}
+    if op != "add":
+        doc["op"] = op
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def parse_manifest_ref(raw: bytes) -> tuple[str, str, str]:
+def parse_manifest_ref(raw: bytes) -> tuple[str, str, str, str]:
     """Decode a record of :func:`manifest_ref_json`.
 
     Args:
         raw: The JSON bytes.
 
     Returns:
-        (run id, dataset uri, dataset reference).
+        (run id, dataset uri, dataset reference, op: ``add`` or ``remove``).
 
     Raises:
         ValueError: Not such a record (the reason says why).
@@ -151,7 +155,27 @@ def parse_manifest_ref(raw: bytes) -> tuple[str, str, str]:
     if len(out) != len(fields):
         msg = "manifest ref: run, uri and ref must be non-empty strings"
         raise ValueError(msg)
-    return out[0], out[1], out[2]
+    op = doc.get("op", "add")
+    if op not in ("add", "remove"):
+        msg = f"manifest ref: op must be add or remove, not {op!r}"
+        raise ValueError(msg)
+    return out[0], out[1], out[2], op
+
+
+def remove_run(index: dict[str, list[str]], ref: str, run_id: str) -> bool:
+    """Forget that a run consumes a dataset reference (a reference left with no run goes).
+
+    Returns:
+        Whether the index changed.
+
+    """
+    runs = index.get(ref)
+    if not runs or run_id not in runs:
+        return False
+    runs.remove(run_id)
+    if not runs:
+        del index[ref]
+    return True
 
 
 def add_run(index: dict[str, list[str]], ref: str, run_id: str) -> bool:

@@ -77,6 +77,11 @@ class RunConfig:
         min_event_ms: Event times before this are dead-lettered (0: no floor).
         max_ahead_ms: Event times this far past ``now_ms`` are dead-lettered (0: no bound);
             see :mod:`runwatch.core.stream.eventtime`.
+        ended_retention_ms: An ended run's state is retired (deleted, its alerts resolved,
+            its dataset subscriptions dropped) once the input's event time is this far
+            past its last event (0: kept for ever).
+        silent_retention_ms: The same for a run that never ended but sent nothing for
+            this long (0: kept for ever).
         policy: Alert lifecycle knobs.
         specs: Indicator → watch spec.
 
@@ -105,6 +110,8 @@ class RunConfig:
     correlation_delay_ms: int = 0
     min_event_ms: int = 0
     max_ahead_ms: int = 0
+    ended_retention_ms: int = 21_600_000
+    silent_retention_ms: int = 604_800_000
     policy: AlertPolicy = field(default_factory=AlertPolicy)
     specs: dict[str, WatchSpec] = field(default_factory=default_specs)
 
@@ -124,6 +131,7 @@ class RunState:
     gpu_count: int = 0
     image: str | None = None
     datasets: list[str] = field(default_factory=list)
+    dataset_keys: list[list[str]] = field(default_factory=list)  # [uri, ref] it subscribes to
     manifest_at_ms: int = 0
     job_state: str = ""
     attempt: int = 0

@@ -1,0 +1,135 @@
+"""Run states are retired once their runs are long over: the runs agent's table stays bounded.
+
+Runs are published the way users publish them (``runwatch.init``/``run.*``,
+``runwatch.client.data.report``) to a capture transport and handed to a real worker
+driven in memory (:class:`~runwatch.processor.memory.MemoryProcessor`). Retention is
+judged on the input's event time (the horizon): the processor's clock only moves on
+far enough for every input to count as idle, so the horizon is the latest event time
+read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+
+import runwatch
+from runwatch.adapters.publisher import CaptureTransport, Publisher
+from runwatch.client import data
+from runwatch.core.records import Alert, DatasetRef
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
+
+HOUR = 3_600_000
+DAY = 24 * HOUR
+DS = ("s3://d", "v1")
+SETTINGS = ProcessorSettings(save_interval_s=0)
+
+
+class Cluster:
+    """Runs published through the SDK into one capture transport, fed to one worker."""
+
+    def __init__(self, t0: int) -> None:
+        self.t = CaptureTransport()
+        self.t0 = t0
+        self.wall = [int(time.time() * 1000)]
+        self.m = MemoryProcessor(SETTINGS, clock=lambda: self.wall[0])
+        self.fed = 0
+
+    def run(self, run_id: str, *, steps: list[int], finish_at: int | None,
+            loss: float = 1.0) -> None:
+        """A run reading ``s3://d@v1`` that steps at the given offsets (ms after t0)."""
+        start = self.t0 + (steps[0] if steps else 0) - 1000
+        run = runwatch.init("fam", run_id=run_id, transport=self.t, install_hooks=False,
+                            capture_lineage=False, clock=lambda: start,
+                            datasets=[DatasetRef(uri=DS[0], version=DS[1])])
+        for i, off in enumerate(steps):
+            run.step(i, loss=loss if i == len(steps) - 1 else 1.0, now_ms=self.t0 + off,
+                     step_ms=1000.0, samples=32)
+        if finish_at is not None:
+            run.finish("succeeded", now_ms=self.t0 + finish_at)
+        else:  # a job killed before its end event: publish what it sent, without an end
+            run.publisher.transport.flush(5)
+            deadline = time.monotonic() + 10
+            while sum(1 for _, k, _ in self.t.messages if k == run_id) < len(steps) + 2:
+                assert time.monotonic() < deadline, "the SDK never published the steps"
+                time.sleep(0.005)
+
+    def report(self, at: int, rows: int, tmp) -> None:
+        data.report(*DS, f"p={at}", {"x": list(range(rows))},
+                    publisher=Publisher(self.t, kind="sdk"), baseline_directory=tmp,
+                    now_ms=self.t0 + at)
+
+    def feed(self, *, later_ms: int = 120_000) -> None:
+        """Feed what was published since the last feed; then tick, every input idle."""
+        self.m.feed(self.t.messages[self.fed:])
+        self.fed = len(self.t.messages)
+        self.wall[0] += later_ms
+        self.m.tick(self.wall[0])
+
+    def states(self) -> set[str]:
+        return {k.decode() for k in self.m.p.runs.runstate}
+
+    def subscribed(self) -> list[str]:
+        raw = self.m.p.datasets.dataset_index.get(DS[0].encode())
+        return sorted(json.loads(raw).get("@".join(DS), [])) if raw else []
+
+    def alerts(self, run_id: str) -> list[tuple[str, str]]:
+        return [(a.detector, a.status) for a in self.m.alerts
+                if isinstance(a, Alert) and a.run_id == run_id]
+
+
+@pytest.mark.parametrize(("hours_after", "retired"), [(5, False), (7, True)])
+def test_an_ended_run_is_retired_once_the_input_is_six_hours_past_it(tmp_path, hours_after,
+                                                                   retired) -> None:
+    c = Cluster(int(time.time() * 1000) - 8 * HOUR)
+    c.run("A", steps=list(range(10_000, 600_000, 10_000)), finish_at=600_000)
+    # B goes on (a step every 10 minutes) up to `hours_after` after A's end
+    c.run("B", steps=list(range(10_000, (hours_after * 60 + 10) * 60_000, 600_000)),
+          finish_at=None)
+    c.feed()
+    assert c.states() == ({"B"} if retired else {"A", "B"})
+    assert c.subscribed() == (["B"] if retired else ["A", "B"])
+    assert c.m.p.out.counters["runs_retired"] == int(retired)
+    # the dataset's next partition is empty: the run still reading it pages, the other not
+    c.report(hours_after * HOUR + 700_000, 0, tmp_path)
+    c.feed()
+    zero = ("rule:zero_rows", "firing")
+    assert zero in c.alerts("B")
+    assert (zero in c.alerts("A")) is not retired
+    assert "A" not in c.states() if retired else "A" in c.states()  # no state for A again
+    assert c.m.dead == []
+
+
+def test_a_run_that_never_ended_is_retired_after_seven_silent_days_its_alerts_resolved(
+        tmp_path) -> None:
+    c = Cluster(int(time.time() * 1000) - 9 * DAY)
+    # K: a NaN loss at its last step, then the job is killed without an end event
+    c.run("K", steps=[10_000, 20_000, 30_000], finish_at=None, loss=math.nan)
+    c.feed()
+    assert ("rule:non_finite", "firing") in c.alerts("K")
+    c.run("L", steps=[6 * DAY], finish_at=6 * DAY + 1000)  # 6 days later: K is kept
+    c.feed()
+    assert "K" in c.states()
+    c.run("M", steps=[8 * DAY], finish_at=8 * DAY + 1000)  # 8 days later: K goes
+    c.feed()
+    assert c.states() == {"M"}  # L ended 2 days before the horizon: retired too
+    assert c.subscribed() == ["M"]
+    firing = {d for d, s in c.alerts("K") if s == "firing"}
+    resolved = {d for d, s in c.alerts("K") if s == "resolved"}
+    assert firing and firing <= resolved  # every alert it fired is resolved with it
+
+
+def test_retention_zero_keeps_every_run(tmp_path) -> None:
+    c = Cluster(int(time.time() * 1000) - 9 * DAY)
+    c.m = MemoryProcessor(SETTINGS.model_copy(update={"ended_retention_ms": 0,
+                                                      "silent_retention_ms": 0}),
+                          clock=lambda: c.wall[0])
+    c.run("A", steps=[10_000], finish_at=20_000)
+    c.run("K", steps=[10_000], finish_at=None)
+    c.run("B", steps=[8 * DAY], finish_at=8 * DAY + 1000)
+    c.feed()
+    assert c.states() == {"A", "B", "K"}
