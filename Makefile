@@ -110,6 +110,7 @@ BENCH_KAFKA ?= 127.0.0.1:9092
 bench-all: deps $(BENCH_VENV)/.installed up
 	$(BIN)/python benchmarks/codec.py
 	$(BIN)/python benchmarks/data_report.py
+	$(BIN)/python benchmarks/retention.py
 	$(BIN)/python benchmarks/store_insert.py
 	$(BIN)/python benchmarks/sdk_overhead.py --bootstrap $(BENCH_KAFKA) --compare-python $(BENCH_VENV)/bin/python
 	$(BIN)/python benchmarks/agent_overhead.py --bootstrap $(BENCH_KAFKA)
