@@ -19,6 +19,7 @@ import pytest
 import runwatch
 from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.client import data
+from runwatch.client.emit import emit_records
 from runwatch.core.records import Alert, DatasetRef
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings
@@ -133,3 +134,23 @@ def test_retention_zero_keeps_every_run(tmp_path) -> None:
     c.run("B", steps=[8 * DAY], finish_at=8 * DAY + 1000)
     c.feed()
     assert c.states() == {"A", "B", "K"}
+
+
+def test_a_run_never_seen_is_retired_once_its_held_events_are_dropped(tmp_path) -> None:
+    """Each time its events are dropped there is a dead letter of its own (the sink keeps
+    both), though the run's state started again in between."""
+    c = Cluster(int(time.time() * 1000) - HOUR)
+    hook = Publisher(c.t, kind="hook")
+    ids = []
+    for k in range(2):
+        res = emit_records(hook, [{"type": "step-timing", "run_id": "U", "step": k,
+                                   "step_ms": 1000.0, "loader_wait_ms": 1.0,
+                                   "compute_ms": 999.0, "emitted_at_ms": c.t0 + k}])
+        assert not res.errors, res.errors
+        c.feed(later_ms=1000)  # held: no manifest or job event of U yet
+        assert "U" in c.states() and not c.m.dead[len(ids):]
+        c.feed(later_ms=SETTINGS.hold_ms + 1000)  # past the hold: dropped, and U retired
+        assert "U" not in c.states()
+        ids += [d.event_id for d in c.m.dead[len(ids):] if d.run_id == "U"]
+        assert len(ids) == k + 1
+    assert len(set(ids)) == 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -306,10 +307,16 @@ def context(state: RunState, cfg: RunConfig, node: str | None = None) -> AlertCo
 
 def dead_letter(state: RunState, cfg: RunConfig, reason: str, original: bytes, topic: str,
                 now_ms: int) -> DeadLetter:
-    """Return a DeadLetter for something this run's join rejected."""
+    """Return a DeadLetter for something this run's join rejected.
+
+    Its id is the same when a replay rejects the same record again (the sink keeps one),
+    and differs for another record with the same reason, also when the run's state was
+    retired and started again (its sequence starts again).
+    """
     state.dead_seq += 1
+    name = f"{state.run_id}:{state.dead_seq}:{reason}:{zlib.crc32(original)}"
     return DeadLetter(
-        event_id=str(uuid.uuid5(_NS, f"{state.run_id}:{state.dead_seq}:{reason}")),
+        event_id=str(uuid.uuid5(_NS, name)),
         run_id=state.run_id, emitted_at_ms=now_ms, source=cfg.source, seq=state.dead_seq,
         topic=topic, reason=reason, original=original, failed_at_ms=now_ms,
     )
