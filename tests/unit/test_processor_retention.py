@@ -17,12 +17,15 @@ import time
 import pytest
 
 import runwatch
+from runwatch.adapters.nvml import Nvml
 from runwatch.adapters.publisher import CaptureTransport, Publisher
+from runwatch.agent.service import NodeAgent
 from runwatch.client import data
 from runwatch.client.emit import emit_records
 from runwatch.core.records import Alert, DatasetRef
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings
+from runwatch.testing.nvml_double import FakeNvml8
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
@@ -154,3 +157,27 @@ def test_a_run_never_seen_is_retired_once_its_held_events_are_dropped(tmp_path) 
         ids += [d.event_id for d in c.m.dead[len(ids):] if d.run_id == "U"]
         assert len(ids) == k + 1
     assert len(set(ids)) == 2
+
+
+def test_a_silent_run_is_taken_off_its_nodes_when_retired(tmp_path) -> None:
+    """A job killed without its end event still holds its node in the nodes agent's index;
+    once retired, the node's next samples start no state of it and no dead letter."""
+    c = Cluster(int(time.time() * 1000) - 9 * DAY)
+    hook = Publisher(c.t, kind="hook")
+    res = emit_records(hook, [{"type": "job-state", "run_id": "K", "state": "running",
+                               "experiment_family": "fam", "emitted_at_ms": c.t0,
+                               "allocation": {"nodes": ["n7"], "gpu_indices": [0, 1]}}])
+    assert not res.errors, res.errors
+    c.run("K", steps=[10_000, 20_000], finish_at=None)
+    c.feed()
+    assert c.m.p.nodes.node_runs.get(b"n7") is not None
+    c.run("M", steps=[8 * DAY], finish_at=8 * DAY + 1000)  # 8 days later: K goes
+    c.feed()  # (its stall page waits for the correlation delay: retired a round later)
+    c.feed()
+    assert "K" not in c.states()
+    assert json.loads(c.m.p.nodes.node_runs[b"n7"]) == {}
+    agent = NodeAgent(Publisher(c.t, kind="agent"), node="n7", nvml=Nvml.open(FakeNvml8(2)))
+    for k in range(3):  # the node's agent goes on sampling its (idle) GPUs
+        agent.tick(c.t0 + 8 * DAY + 2000 + k * 10_000)
+    c.feed(later_ms=SETTINGS.hold_ms + 1000)
+    assert "K" not in c.states() and c.m.dead == []

@@ -23,7 +23,7 @@ from runwatch.core.signals.workload import merge_finished
 from runwatch.core.stream import join, rekey, runstate
 from runwatch.core.stream.eventtime import absurd_event_time
 from runwatch.core.stream.horizon import InputHorizon
-from runwatch.core.stream.join_node import NodeAgg
+from runwatch.core.stream.join_node import AllocChange, NodeAgg
 from runwatch.processor.outbox import DATA_BY_RUN, JOB_BY_NODE, MANIFEST_BY_DATASET, Outbox
 
 logger = logging.getLogger(__name__)
@@ -291,7 +291,7 @@ class RunFolder:
             state, outputs = join.tick(state, now, self.cfg, horizon)
             if join.retire_due(state, self.cfg, horizon):
                 outputs += join.retire(state, self.cfg, now, horizon)
-                await self._retire(key, state)
+                await self._retire(key, state, horizon)
                 retired += 1
             elif outputs or join.tick_fingerprint(state) != before:
                 self.save(key, state)
@@ -301,11 +301,16 @@ class RunFolder:
                         "(%d retired since start)", partition, retired,
                         self.out.counters["runs_retired"])
 
-    async def _retire(self, key: bytes, state: runstate.RunState) -> None:
-        """Delete a run's state (a changelog tombstone) and drop its dataset subscriptions.
+    async def _retire(self, key: bytes, state: runstate.RunState, at_ms: int) -> None:
+        """Delete a run's state (a changelog tombstone); drop its datasets and nodes.
 
+        A run that never ended still holds its nodes in the nodes agent's index: their
+        samples would start a state of it again and again, each dropped after the hold.
         A later event of the run starts a new state, as for a run never seen.
         """
+        for node in state.nodes:
+            change = AllocChange(state.run_id, node, "remove", (), at_ms)
+            await self.out.send(JOB_BY_NODE, node.encode(), change.to_json())
         for uri, ref in state.dataset_keys:
             await self.out.send(MANIFEST_BY_DATASET, uri.encode(),
                                 rekey.manifest_ref_json(state.run_id, uri, ref, "remove"))
