@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runwatch.core.codec import DecodeError
+from runwatch.core.jsontext import parse
 from runwatch.core.records import NodeSample
 from runwatch.core.stream import rekey
 from runwatch.core.stream.eventtime import absurd_event_time
@@ -129,6 +130,7 @@ class NodeRekeyer:
         # node -> its recent samples: (event time ms, runs routed to, encoded sample)
         self.node_recent: dict[str, deque[tuple[int, tuple[str, ...], bytes]]] = {}
         self.procs_seen: set[str] = set()  # nodes whose samples showed GPU processes
+        self.parsed: dict[str, tuple[bytes, NodeIndex]] = {}  # node -> (table bytes, parsed)
 
     async def batch(self, events: list[Any]) -> None:
         """Forward a batch of node samples as per-run aggregates.
@@ -187,10 +189,25 @@ class NodeRekeyer:
         return list(entries.items())
 
     def _index(self, node: str, cache: dict[str, NodeIndex]) -> NodeIndex:
+        """Return the node's index for this batch, parsed once per value the table holds.
+
+        The parsed index is kept with the bytes it came from and reused while the
+        table still holds those very bytes; :meth:`_alloc` changes it only together
+        with a write of new bytes, so a stale copy is never reused.
+        """
         index = cache.get(node)
         if index is None:
             raw = self.node_runs.get(node.encode())
-            index = cache[node] = json.loads(raw) if raw else {}
+            hit = self.parsed.get(node)
+            if not raw:
+                self.parsed.pop(node, None)
+                index = {}
+            elif hit is not None and hit[0] is raw:
+                index = hit[1]
+            else:
+                index = parse(raw)
+                self.parsed[node] = (raw, index)
+            cache[node] = index
         return index
 
     async def _alloc(self, event: Any, cache: dict[str, NodeIndex]) -> list[tuple[str, NodeEntry]]:

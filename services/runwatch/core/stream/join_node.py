@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
+from operator import sub
 from typing import Any, ClassVar, Literal
 
+from runwatch.core.jsontext import compact, parse
 from runwatch.core.signals import rules
 from runwatch.core.signals.indicators import occupancy_or_utilization
 from runwatch.core.signals.indwatch import (
+    ALERTING_WATCHES,
     HST_LEVEL,
     HST_MIN_Z,
     HST_WARMUP,
@@ -55,7 +59,7 @@ STARVING_WATCHES = ("loader_share", "effective_batch_size")
 """Execution indicators that starve the GPUs when they move (see :func:`occupancy_cause`)."""
 NODE_AGG = "runwatch.internal.NodeAgg"
 NODE_AGG_VERSION = 1
-_COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # one encoder for json.dumps(..)
+_COMPACT = compact  # json.dumps(.., separators=(",", ":")), fast (core/jsontext.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +99,11 @@ class NodeAgg:
 
         """
         try:
-            d = json.loads(data)
+            d = parse(data)
             if d.get("v") != NODE_AGG_VERSION:
                 msg = f"node aggregate version {d.get('v')!r} unsupported"
                 raise ValueError(msg)
-            nodes = tuple(NodeEntry(str(node), int(at), tuple(_gpu(g) for g in gpus))
-                          for node, at, gpus in d["n"])
+            nodes = tuple(NodeEntry(str(node), int(at), _gpus(gpus)) for node, at, gpus in d["n"])
             run = d["run"]
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             msg = f"not a node aggregate: {exc}"
@@ -202,6 +205,21 @@ class AllocChange:
             msg = "allocation change: gpus must be GPU indices and at an epoch ms integer"
             raise ValueError(msg)
         return cls(run, node, op, tuple(sorted(set(gpus))), at)
+
+
+def _gpus(gpus: Any) -> tuple[Gpu, ...]:
+    """Return a node entry's GPUs read from JSON, each as :func:`_gpu` makes it.
+
+    One comprehension over the usual ten-field GPUs (no call per GPU); a list
+    that is not all of those (an older worker's six fields) goes GPU by GPU.
+    """
+    try:
+        return tuple([(int(i), float(u), None if sm is None else float(sm), int(th), int(x),
+                       int(e), None if m is None else float(m), None if t is None else float(t),
+                       None if c is None else int(c), None if lk is None else float(lk))
+                      for i, u, sm, th, x, e, m, t, c, lk in gpus])
+    except ValueError:  # not ten fields: unpacking failed before anything was converted
+        return tuple(_gpu(g) for g in gpus)
 
 
 def _gpu(g: Any) -> Gpu:
@@ -360,7 +378,8 @@ def _gpu_reading(s: RunState, r: list[Any], now: int, cfg: RunConfig,
     what = "SM occupancy" if source == "sm_occupancy" else "GPU utilization (no SM occupancy)"
     return out + observe(s, cfg, "gpu_occupancy", occ, at, now, bl,
                          f"node {node}: {what} {occ:.0%}; source={source}",
-                         signal=occupancy_cause(s, at, cfg))
+                         cause=lambda: (occupancy_cause(s, at, cfg),
+                                        "gpu_occupancy" in ALERTING_WATCHES))
 
 
 def stepped(s: RunState, at: int, now: int, cfg: RunConfig,
@@ -404,18 +423,34 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
     times = s.step_at
     if not times:
         return []
-    diffs = sorted(b - a for a, b in zip(times, times[1:], strict=False))
+    diffs = sorted(map(sub, times[1:], times))  # intervals between steps (C-level, no frames)
     gap = STEPPING_K * diffs[len(diffs) // 2] if diffs else math.inf
     out: list[Output] = []
     keep: list[list[Any]] = []
     for r in s.gpu_pending:
         at = r[0]
-        if at < times[0] - gap or any(abs(t - at) <= gap for t in times):
+        if at < times[0] - gap or near_step(times, at, gap):
             out += _gpu_reading(s, r, now, cfg, bl)  # training (or older than what is kept)
         elif times[-1] < at + gap:
             keep.append(r)  # no step near it yet: the steps after it may still come
     s.gpu_pending = keep
     return out
+
+
+def near_step(times: list[int], at: int, gap: float) -> bool:
+    """Return ``any(abs(t - at) <= gap for t in times)``: a step lies within ``gap`` of ``at``.
+
+    Args:
+        times: Step event times, sorted (as :func:`stepped` keeps them).
+        at: A node reading's event time.
+        gap: The distance that counts as near (may be infinite).
+
+    Returns:
+        Whether some step is that near (a binary search, not a scan).
+
+    """
+    i = bisect_left(times, at - gap)  # the first step not before at - gap
+    return i < len(times) and times[i] <= at + gap
 
 
 def training(s: RunState, at: int, util: float) -> bool:

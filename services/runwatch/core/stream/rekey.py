@@ -284,12 +284,19 @@ def assign_gpus(gpus: list[dict[str, Any]], runs_on_node: NodeIndex,
         Run id → sorted GPU indices; empty when no run is known on the node.
 
     """
-    pairs = [(g["index"], p["run_id"]) for g in gpus for p in g["processes"] if p.get("run_id")]
+    pairs: list[tuple[int, str]] = []
+    busy: set[int] = set()
+    indices: set[int] = set()
+    for g in gpus:  # one pass: most GPUs list no process
+        index = g["index"]
+        indices.add(index)
+        procs = g["processes"]
+        if procs:
+            busy.add(index)
+            pairs += [(index, p["run_id"]) for p in procs if p.get("run_id")]
     if not pairs and not runs_on_node:
         return {}
-    busy = {g["index"] for g in gpus if g["processes"]}
-    return _assign(pairs, {g["index"] for g in gpus}, busy, runs_on_node,
-                  procs_visible or bool(busy))
+    return _assign(pairs, indices, busy, runs_on_node, procs_visible or bool(busy))
 
 
 _ENTRY_FIELDS = itemgetter("index", "util_pct", "sm_active_pct", "throttle_reasons", "xid",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from runwatch.core.detect import HalfSpaceTreesDetector
+from runwatch.core.jsontext import compact, parse
 from runwatch.core.paging import lifecycle as alerting
 from runwatch.core.paging.lifecycle import AlertBook, AlertContext, AlertPolicy
 from runwatch.core.records import Alert, DeadLetter, Source
@@ -193,8 +194,8 @@ _FIELDS = tuple(f.name for f in fields(RunState))
 
 
 _SEP = (",", ":")
-_COMPACT = json.JSONEncoder(separators=_SEP).encode
-"""``json.dumps(obj, separators=_SEP)`` without building an encoder per call (same text)."""
+_COMPACT = compact
+"""``json.dumps(obj, separators=_SEP)``, fast (:func:`runwatch.core.jsontext.compact`)."""
 _NO_STATS = [0, 0.0, 0.0]  # RunningStats().to_state(): an indicator not seen yet (never mutated)
 _KEYS: dict[str, str] = {}  # watch name -> its JSON string (a handful of indicator names)
 _HEAVY = ("watches", "hst", "hst_saved")
@@ -244,7 +245,7 @@ def loads(data: bytes) -> RunState:
 
     """
     try:
-        d = json.loads(data)
+        d = parse(data)
         return RunState(**d)
     except (TypeError, json.JSONDecodeError) as exc:
         msg = f"not a run state: {exc}"
@@ -452,8 +453,8 @@ def _update(state: RunState, cfg: RunConfig, f: Finding, now_ms: int) -> list[Ou
 def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms: int,
           subject: str = "", at_ms: int | None = None) -> list[Output]:
     """Record a healthy evaluation (event time ``at_ms``) of an alerting condition (hysteresis)."""
-    if not state.alerts.get("entries"):
-        return []
+    if not _firing(state, detector, indicator, subject):
+        return []  # nothing to count healthy (the common case: no book to rebuild)
     book = AlertBook.from_state(state.alerts)
     out = alerting.healthy(book, state.run_id, detector, indicator, subject,
                            context(state, cfg), now_ms, cfg.policy, at_ms)
@@ -461,9 +462,18 @@ def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms
     return list(out)
 
 
+def _firing(state: RunState, detector: str, indicator: str, subject: str = "") -> bool:
+    """Whether the run's alert book holds this condition firing (all that healthy/hold change)."""
+    entries = state.alerts.get("entries")
+    if not entries:
+        return False
+    entry = entries.get(alerting.dedup_key(state.run_id, detector, indicator, subject))
+    return entry is not None and entry["status"] == "firing"
+
+
 def _hold(state: RunState, detector: str, indicator: str) -> None:
     """Keep a firing alert firing through an out-of-range evaluation that does not fire."""
-    if state.alerts.get("entries"):
+    if _firing(state, detector, indicator):
         book = AlertBook.from_state(state.alerts)
         alerting.hold(book, state.run_id, detector, indicator)
         state.alerts = book.to_state()
