@@ -95,7 +95,6 @@ class Scenario:
         self.topics = {t: harness.topic(t) for t in set(default_topics().values())}
         self.kafka = harness.kafka
         self.harness = harness
-        self.forwarded = 0  # data reports the data agent has sent to the runs so far
         # the pipeline's and the agent's transport; each run has its own (finish closes it)
         self.transport = self._transport("pipeline")
         self.pipeline = Publisher(self.transport, kind="sdk", topics=self.topics)
@@ -117,7 +116,7 @@ class Scenario:
     def run(self, key: str, family: str, start: int, steps: int, *, version: str | None,
             lr: float, node: str, val: list[float], checkpoints: dict[int, bool],
             gate: tuple[str, list[str]] | None = None, agent: bool = False,
-            placed: bool = False, reports: int = 0) -> None:
+            placed: bool = False) -> None:
         lineage = {**LINEAGE, "hardware": {**LINEAGE["hardware"], "nodes": [node]}}
         if placed:  # the scheduler hook's job-state, as `runwatch emit` publishes it
             res = emit_records(self.hook, [{
@@ -135,12 +134,10 @@ class Scenario:
         nodes = NodeAgent(Publisher(self.transport, kind="agent", topics=self.topics,
                                     clock=lambda: start), node=node, nvml=Nvml.open(FakeNvml8())) \
             if agent else None
-        if reports:  # as live: the dataset's stored reports reach the run before its steps
-            # do (a burst of backdated steps would otherwise move the input's event time
-            # past DATA_WAIT_MS while the reports are still on their way through the data
-            # agent, and page rule:missing_data_report: docs/processor.md)
-            self.forwarded += reports
-            self.harness.wait_messages("rw.internal.data-by-run", self.forwarded, 60)
+        # no wait for the dataset's stored reports: the burst of backdated steps below may
+        # move the input's event time past DATA_WAIT_MS while they are still on their way
+        # through the data agent, and rule:missing_data_report waits for the agent's answer
+        # (docs/processor.md, "Data reports in a backfill burst")
         self.ckpts[key] = {}
         for i in range(steps):
             at = start + (i + 1) * STEP_MS
@@ -171,7 +168,7 @@ class Scenario:
         self.report("v1", UNIFORM, b, 1)
         self.run("A", "inv", b, 60, version="v1", lr=0.001, node="inv-node-1",
                  val=[0.50, 0.55, 0.60, 0.64, 0.67, 0.70], checkpoints={10: True, 30: True},
-                 placed=True, reports=1)
+                 placed=True)
         b2 = b + 20 * 60_000
         self.report("v2", UNIFORM, b2, 2)
         self.shift_ms = b2 + 26 * STEP_MS
@@ -179,10 +176,9 @@ class Scenario:
         self.run("B", "inv", b2, 60, version="v2", lr=0.003, node="inv-node-1",
                  val=[0.50, 0.55, 0.60, 0.50, 0.42, 0.34],
                  checkpoints={10: True, 20: True, 30: True, 40: True, 50: True}, agent=True,
-                 placed=True, reports=2)
+                 placed=True)
         self.run("C", "inv-other", b2, 30, version="v2", lr=0.001, node="inv-node-3",
-                 val=[], checkpoints={}, gate=("eval", ["accuracy 0.61 < 0.70 on slice night"]),
-                 reports=2)
+                 val=[], checkpoints={}, gate=("eval", ["accuracy 0.61 < 0.70 on slice night"]))
         self.run("D", "inv-ckpt", b + 40 * 60_000, 40, version=None, lr=0.001,
                  node="inv-node-4", val=[], checkpoints={10: True, 20: False, 30: True})
         assert self.transport.flush(60) == 0

@@ -54,8 +54,8 @@ def publisher(transport: CaptureTransport) -> Publisher:
 
 
 def forwarded(m: MemoryProcessor) -> Counter[str]:
-    return Counter((k or b"").decode() for t, k, _, _ in m.internal
-                   if t == "rw.internal.data-by-run")
+    return Counter((k or b"").decode() for t, k, v, _ in m.internal
+                   if t == "rw.internal.data-by-run" and v[:1] != b"{")  # reports, not acks
 
 
 @pytest.mark.parametrize("own_run", [None, "A", "C"])
@@ -213,3 +213,58 @@ def test_a_dataset_a_resumed_run_names_waits_from_that_manifest(tmp_path) -> Non
         m.tick(m.codec.decode(value).emitted_at_ms)
     assert firing(m) - {("A", "rule:lineage_mutated", "data")} == {
         ("Z", "rule:missing_data_report", "data")}
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_backfill_burst_waits_for_the_data_agents_answer(stored: bool, tmp_path) -> None:
+    """A burst of backdated telemetry (a backfill) moves the input's event time 20 min past
+    A's manifest while the data agent's answer (A's dataset's stored report) is still on its
+    way: A is not paged for a missing report; once the answer comes, it is paged only if the
+    dataset really had none (the control: the rule still judges the dataset)."""
+    t = CaptureTransport()
+    t0 = int(time.time() * 1000) - 3_600_000  # a backfill: an hour ago
+    if stored:
+        data.report("s3://d", "v1", None, {"x": [1, 2, 3]}, publisher=publisher(t),
+                    now_ms=t0 - 60_000, baseline_directory=tmp_path)
+    start(t, "A", ("s3://d", "v1"), clock_ms=t0)
+    m = MemoryProcessor(ProcessorSettings(partitions=1))  # every input on A's partition
+    m.park("rw.internal.data-by-run")  # the answer to A's subscription is slow
+    m.feed(t.messages)
+    burst = CaptureTransport()
+    later = t0 + 2 * DATA_WAIT_MS
+    b = start(burst, "B", clock_ms=later)  # a later run's backdated start and steps
+    for i in range(5):
+        b.step(i, loss=1.0, now_ms=later + i * 1_000, step_ms=100.0, loader_wait_ms=1.0)
+    b.finish(now_ms=later + 5_000)
+    m.feed(burst.messages)
+    m.tick(later + 6_000)
+    assert m.p.runs.horizon.at(int(time.time() * 1000)) > t0 + DATA_WAIT_MS  # past A's wait
+    assert firing(m) == set()  # before: ("A", "rule:missing_data_report", "data")
+    m.release("rw.internal.data-by-run")
+    m.tick(later + 7_000)
+    assert firing(m) == (set() if stored else {("A", "rule:missing_data_report", "data")})
+    assert m.dead == []
+
+
+def test_without_the_data_agents_answer_the_rule_judges_after_a_minute(tmp_path) -> None:
+    """A data agent of an older release sends no answer: a minute of the processor's clock
+    after the subscription, the rule judges the dataset as before."""
+    t = CaptureTransport()
+    t0 = int(time.time() * 1000) - 3_600_000
+    run = start(t, "A", ("s3://d", "v1"), clock_ms=t0)
+    clock = {"now": int(time.time() * 1000)}
+    m = MemoryProcessor(ProcessorSettings(partitions=1), clock=lambda: clock["now"])
+    m.park("rw.internal.data-by-run")  # never released: no answer comes
+    m.feed(t.messages)
+    n = len(t.messages)
+    for i in range(3):  # a backfill of A's steps: event time runs past its wait at once
+        run.step(i, loss=1.0, now_ms=t0 + DATA_WAIT_MS + i * 1_000, step_ms=100.0,
+                 loader_wait_ms=1.0)
+    run.finish(now_ms=t0 + DATA_WAIT_MS + 5_000)  # flushes what the SDK publishes
+    assert len(t.messages) == n + 7  # 3 learning steps, 3 step timings, the end
+    m.feed(t.messages[n:])
+    m.tick(t0 + DATA_WAIT_MS + 6_000)
+    assert firing(m) == set()  # waiting for the answer
+    clock["now"] += 61_000
+    m.tick(t0 + DATA_WAIT_MS + 6_000)
+    assert firing(m) == {("A", "rule:missing_data_report", "data")}

@@ -8,6 +8,7 @@ import pytest
 from runwatch.core.codec import load_codec
 from runwatch.core.records import DataQualityReport, DatasetRef, Source
 from runwatch.core.stream import rekey
+from runwatch.core.stream.rekey import DataAck
 from runwatch.processor.datasets import RECENT_MAX
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.outbox import DATA_BY_RUN, MANIFEST_BY_DATASET
@@ -24,7 +25,9 @@ class Driven:
         self.dataset_index = m.p.datasets.dataset_index
         self.dataset_reports = m.p.datasets.dataset_reports
         self.sent = [(key.decode(), value) for topic, key, value, _part in m.internal
-                     if topic == DATA_BY_RUN]
+                     if topic == DATA_BY_RUN and value[:1] != b"{"]  # reports, not the acks
+        self.acks = [DataAck.from_json(value) for topic, _k, value, _p in m.internal
+                     if topic == DATA_BY_RUN and value[:1] == b"{"]
         self.dead = [d.reason for d in m.dead if d.topic != DATA_BY_RUN]
 
 
@@ -91,6 +94,36 @@ def test_first_and_recent_reports_are_kept() -> None:
     assert got == [reports[0], *reports[-RECENT_MAX:]]
     stored = json.loads(p.dataset_reports[b"s3://d@v1"])  # JSON, never pickle
     assert set(stored) == {"first", "recent"}
+
+
+@pytest.mark.parametrize(("stored", "declared", "answered"), [
+    ([], "v1", 0), ([0], "v1", 1), ([0, 1, 2], "v1", 2), ([0, 1, 2], None, 3)])
+def test_every_subscription_is_answered_after_its_reports(stored, declared, answered) -> None:
+    reports = [report(0, "v1"), report(1, "v2"), report(2, "v1")]
+    m = MemoryProcessor()
+    m.feed([event("rw.data", reports[i]) for i in stored] + [ref_event("R", declared)])
+    to_r = [v for topic, key, v, _p in m.internal if topic == DATA_BY_RUN and key == b"R"]
+    assert DataAck.from_json(to_r[-1]) == DataAck("R", "s3://d", rekey.dataset_ref(
+        "s3://d", declared), answered)  # last: after the reports it counts
+    assert len(to_r) == answered + 1
+    assert [d.reason for d in m.dead if d.topic != DATA_BY_RUN] == []
+
+
+def test_a_removal_is_not_answered() -> None:
+    p = run_events([ref_event("R"), event(MANIFEST_BY_DATASET, rekey.manifest_ref_json(
+        "R", "s3://d", "s3://d@v1", "remove"), b"s3://d")])
+    assert p.acks == [DataAck("R", "s3://d", "s3://d@v1", 0)]
+
+
+@pytest.mark.parametrize("raw", [b"{nope", b'{"v":1,"ack":"other","run":"R","uri":"u","ref":"u"}',
+                                 b'{"v":1,"ack":"subscribed","run":"R","uri":"u"}',
+                                 b'{"v":1,"ack":"subscribed","run":"R","uri":"u","ref":"u",'
+                                 b'"reports":-1}'])
+def test_bad_acks_are_dead_lettered(raw: bytes) -> None:
+    m = MemoryProcessor()
+    m.feed([(DATA_BY_RUN, b"R", raw)])
+    assert len(m.dead) == 1 and m.dead[0].reason.startswith("data ack")
+    assert m.alerts == []
 
 
 def test_index_is_keyed_by_uri_and_idempotent() -> None:

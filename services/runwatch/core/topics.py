@@ -30,7 +30,7 @@ class TopicSpec:
         readers: Components that read it.
         internal: True for processor-internal re-key topics.
         description: What the topic holds.
-        format: Name of the internal JSON format it carries instead of Avro
+        format: Name of the internal JSON format it carries instead of (or beside) Avro
             records (``schemas/internal/<format>.json``), if any.
 
     """

@@ -66,6 +66,8 @@ class DatasetRekeyer:
         """Index a run under a dataset and send it the dataset's first and recent reports.
 
         A ``remove`` record (the runs agent retired the run's state) takes it out again.
+        After the reports, an ``add`` is answered with a
+        :class:`~runwatch.core.stream.rekey.DataAck` (even when there were none to send).
 
         They are sent even when the run is indexed already (a repeated manifest,
         or a report that named the run): the run may not have been able to fold
@@ -88,8 +90,13 @@ class DatasetRekeyer:
             return
         if rekey.add_run(index, ref, run_id):
             self.dataset_index[uri.encode()] = json.dumps(index).encode()
-        for report in self.recent_reports(STAGE + ref) + self.recent_reports(ref):
+        reports = self.recent_reports(STAGE + ref) + self.recent_reports(ref)
+        for report in reports:
             await self.out.send(DATA_BY_RUN, run_id.encode(), report)
+        # then the answer: what this agent had of the dataset has been sent (the run's
+        # missing-report rule waits for it, however far event time ran ahead meanwhile)
+        await self.out.send(DATA_BY_RUN, run_id.encode(),
+                            rekey.DataAck(run_id, uri, ref, len(reports)).to_json())
 
     async def _stage(self, event: Any, rec: StageEvent) -> None:
         """Remember a stage event per output dataset; forward it to the runs reading that."""

@@ -109,6 +109,7 @@ class MemoryProcessor:
         self.internal: list[tuple[str, bytes | None, bytes, int | None]] = []
         self.outputs: list[Alert | DeadLetter] = []  # alerts and dead letters, in order
         self.restore_each_batch = restore_each_batch
+        self.parked: dict[str, list[tuple[str, bytes | None, bytes, int | None]]] = {}
 
     def sent(self, topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
         """Take what an agent sent: outputs are kept, internal topics go back on the queue."""
@@ -120,7 +121,21 @@ class MemoryProcessor:
             self.outputs.append(self.dead[-1])
         else:
             self.internal.append((topic, key, value, partition))
-            self.queue.append((topic, key, value, partition))
+            held = self.parked.get(topic)
+            (self.queue if held is None else held).append((topic, key, value, partition))
+
+    def park(self, topic: str) -> None:
+        """Hold back what the agents send to an internal topic until :meth:`release`.
+
+        A slow round trip through that topic, as live traffic can have one (a busy
+        partition, a worker restarting): everything else goes on being delivered.
+        """
+        self.parked.setdefault(topic, [])
+
+    def release(self, topic: str) -> None:
+        """Deliver, in order, what :meth:`park` held back of ``topic``; then drain."""
+        self.queue.extend(self.parked.pop(topic, []))
+        asyncio.run(self._drain())
 
     def feed(self, messages: Iterable[tuple[str, bytes | str | None, bytes]]) -> None:
         """Hand published ``(topic, key, value)`` messages to the agents, then drain.

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from runwatch.core.codec import Codec, DecodeError
 from runwatch.core.records import Alert, DeadLetter, Source
 from runwatch.core.stream.join_node import NodeAgg
+from runwatch.core.stream.rekey import DataAck
 from runwatch.processor.partitioning import partition_for
 from runwatch.processor.timing import Sections
 
@@ -78,7 +79,7 @@ class Outbox:
         self.clock = clock
         self.topics: dict[str, Sender] = {}
         self.counters = {"events": 0, "alerts": 0, "dead": 0, "forwarded": 0, "unowned": 0,
-                         "runs_retired": 0}
+                         "runs_retired": 0, "data_acks_without_state": 0}
         self._parts: dict[bytes, int] = {}
 
     def deployed(self, topic: str) -> str:
@@ -103,6 +104,11 @@ class Outbox:
         name = self.deployed(topic)
         if value[:1] == b"{" and name == NODE_BY_RUN:
             return NodeAgg.unbundle(bytes(value))  # [(aggregate or reason, its bytes)]
+        if value[:1] == b"{" and name == DATA_BY_RUN:  # the data agent's JSON answer
+            try:
+                return DataAck.from_json(bytes(value))
+            except ValueError as exc:
+                return str(exc)
         try:
             rec = self.codec.decode(bytes(value))
         except DecodeError as exc:

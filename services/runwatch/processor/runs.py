@@ -24,6 +24,7 @@ from runwatch.core.stream import join, rekey, runstate
 from runwatch.core.stream.eventtime import absurd_event_time
 from runwatch.core.stream.horizon import InputHorizon
 from runwatch.core.stream.join_node import AllocChange, NodeAgg
+from runwatch.core.stream.rekey import DataAck
 from runwatch.processor.outbox import DATA_BY_RUN, JOB_BY_NODE, MANIFEST_BY_DATASET, Outbox
 
 logger = logging.getLogger(__name__)
@@ -223,8 +224,14 @@ class RunFolder:
             if isinstance(rec, str):
                 await out.dead(msg, rec, event.value, event.key)
                 continue
-            self.horizon.observe(msg.tp, rec.emitted_at_ms, wall)
-            run = self._run_of(msg.topic, event.key, rec)
+            if isinstance(rec, DataAck):  # no event time: not an input of the horizon
+                run = bytes(event.key or b"")
+                if run not in self.dirty and run not in self.runstate:
+                    out.counters["data_acks_without_state"] += 1  # retired since: nothing waits
+                    continue
+            else:
+                self.horizon.observe(msg.tp, rec.emitted_at_ms, wall)
+                run = self._run_of(msg.topic, event.key, rec)
             if not run:
                 await out.dead(msg, "run-keyed record without run_id", event.value, event.key)
                 continue

@@ -42,6 +42,7 @@ from runwatch.core.stream.join_node import (
 )
 from runwatch.core.stream.rekey import (
     ENDED,
+    DataAck,
     covered_refs,
     manifest_keys,
     manifest_refs,
@@ -90,6 +91,9 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
         The state and the Alert/DeadLetter records to publish.
 
     """
+    if isinstance(event, DataAck):  # the data agent's answer: no event time, no watermark
+        data_answered(state, event)
+        return state, []
     at = int(event.emitted_at_ms)
     absurd = absurd_event_time(at, now_ms, cfg.min_event_ms, cfg.max_ahead_ms)
     if absurd is not None:  # before the watermark: it must not make later records late
@@ -477,6 +481,49 @@ def _subscribed(s: RunState, uri: str, ref: str) -> None:
         s.dataset_keys.append([uri, ref])
 
 
+DATA_ANSWER_WAIT_MS = 60_000
+"""How long (the processor's clock) a dataset the run subscribed to waits for the data
+agent's answer before ``rule:missing_data_report`` judges it without one: the answer comes
+within seconds, unless the data agent is of a release that sends none."""
+
+
+def _asked(s: RunState, ref: str, now: int) -> None:
+    """Count a subscription the runs agent sent the data agent for a manifest dataset.
+
+    ``signals["data_asked"]``: reference → [subscriptions not answered yet, when the
+    latest was sent (processor clock)].
+    """
+    asked: dict[str, list[int]] = s.signals.setdefault("data_asked", {})
+    asked[ref] = [asked.get(ref, [0])[0] + 1, now]
+
+
+def data_answered(s: RunState, ack: DataAck) -> None:
+    """Fold the data agent's answer to a subscription: its kept reports have been sent.
+
+    They were sent before the answer on the same partition, so the run has them
+    (or the dataset had none): from now on a missing report is missing, however far
+    the input's event time ran ahead while the answer was on its way (a backfill).
+    """
+    asked = s.signals.get("data_asked")
+    entry = asked.get(ack.ref) if asked else None
+    if asked is None or entry is None:
+        return  # not asked by this state (an older release's manifest, or asked twice)
+    if entry[0] > 1:
+        entry[0] -= 1
+    else:
+        del asked[ack.ref]
+        if not asked:
+            del s.signals["data_asked"]
+
+
+def awaiting_answer(s: RunState, now_ms: int) -> set[str]:
+    """Return the dataset references still waiting for the data agent's answer."""
+    asked = s.signals.get("data_asked")
+    if not asked:
+        return set()
+    return {ref for ref, (_n, since) in asked.items() if now_ms - since < DATA_ANSWER_WAIT_MS}
+
+
 def retire_due(s: RunState, cfg: RunConfig, horizon_ms: int) -> bool:
     """Return whether a run's state is to be retired (deleted) now.
 
@@ -518,6 +565,7 @@ def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) ->
     s.datasets = refs
     for uri, ref in manifest_keys(e.datasets):  # the data agent's subscriptions of the run
         _subscribed(s, uri, ref)
+        _asked(s, ref, now)
     s.image = e.image_digest or s.image
     s.team = e.team or s.team
     s.family = e.experiment_family or s.family
@@ -615,7 +663,9 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
                 out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.manifest_at_ms:
         reported = covered_refs(s.datasets, s.reports)  # an unversioned ref: any version
-        for f in rules.missing_data_reports(s.datasets, reported, s.manifest_at_ms, hz,
+        waiting = awaiting_answer(s, now_ms)  # the data agent's reports may be on their way
+        judged = [d for d in s.datasets if d not in waiting] if waiting else s.datasets
+        for f in rules.missing_data_reports(judged, reported, s.manifest_at_ms, hz,
                                             cfg.data_wait_ms, s.signals.get("named_at")):
             out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.alerts.get("entries"):

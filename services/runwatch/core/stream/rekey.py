@@ -1,6 +1,7 @@
 """Re-keying to runs: which runs a node sample or a data-quality report concerns.
 
-Size: the pure halves of both re-keyers (node → runs, dataset → runs) and their internal formats.
+Size: the pure halves of both re-keyers (node → runs, dataset → runs) and their internal
+formats (allocation changes, manifest refs, the data agent's acks).
 
 Node samples are keyed by node and data reports by dataset; the run state is
 keyed by run. These pure functions maintain the two indices (node → runs with
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, TypeVar
 
@@ -160,6 +162,53 @@ def parse_manifest_ref(raw: bytes) -> tuple[str, str, str, str]:
         msg = f"manifest ref: op must be add or remove, not {op!r}"
         raise ValueError(msg)
     return out[0], out[1], out[2], op
+
+
+@dataclass(frozen=True, slots=True)
+class DataAck:
+    """The data agent's answer to a run's subscription (``rw.internal.data-by-run``, JSON).
+
+    Sent after the dataset's kept reports, to the run, for every ``add``
+    :func:`manifest_ref_json` record: the run knows that what the data agent
+    had for the dataset has reached it (``reports`` of them, maybe none), so
+    ``rule:missing_data_report`` judges the dataset only from then on
+    (:func:`~runwatch.core.stream.join.data_answered`).
+    """
+
+    run_id: str
+    uri: str
+    ref: str
+    reports: int = 0
+
+    def to_json(self) -> bytes:
+        """Return ``{"v":1,"ack":"subscribed","run":..,"uri":..,"ref":..,"reports":n}``."""
+        return json.dumps({"v": 1, "ack": "subscribed", "run": self.run_id, "uri": self.uri,
+                           "ref": self.ref, "reports": self.reports},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> DataAck:
+        """Parse :meth:`to_json` output.
+
+        Raises:
+            ValueError: Not such a record (the reason says why).
+
+        """
+        try:
+            doc = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            msg = f"data ack is not JSON: {exc}"
+            raise ValueError(msg) from exc
+        if not isinstance(doc, dict) or doc.get("v") != 1 or doc.get("ack") != "subscribed":
+            msg = 'data ack: expected a JSON object with v=1 and ack="subscribed"'
+            raise ValueError(msg)
+        fields = [doc.get(k) for k in ("run", "uri", "ref")]
+        out = [f for f in fields if isinstance(f, str) and f]
+        reports = doc.get("reports", 0)
+        if len(out) != len(fields) or type(reports) is not int or reports < 0:
+            msg = "data ack: run, uri and ref must be non-empty strings, reports a count"
+            raise ValueError(msg)
+        return cls(out[0], out[1], out[2], reports)
 
 
 def remove_run(index: dict[str, list[str]], ref: str, run_id: str) -> bool:
