@@ -144,24 +144,38 @@ def parse_manifest_ref(raw: bytes) -> tuple[str, str, str, str]:
         ValueError: Not such a record (the reason says why).
 
     """
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        msg = f"manifest ref is not JSON: {exc}"
-        raise ValueError(msg) from exc
-    if not isinstance(doc, dict) or doc.get("v") != 1:
-        msg = "manifest ref: expected a JSON object with v=1"
-        raise ValueError(msg)
-    fields = [doc.get(k) for k in ("run", "uri", "ref")]
-    out = [f for f in fields if isinstance(f, str) and f]
-    if len(out) != len(fields):
-        msg = "manifest ref: run, uri and ref must be non-empty strings"
-        raise ValueError(msg)
+    doc, (run, uri, ref) = _dataset_doc(raw, "manifest ref")
     op = doc.get("op", "add")
     if op not in ("add", "remove"):
         msg = f"manifest ref: op must be add or remove, not {op!r}"
         raise ValueError(msg)
-    return out[0], out[1], out[2], op
+    return run, uri, ref, op
+
+
+def _dataset_doc(raw: bytes, what: str, **const: str) -> tuple[dict[str, Any], list[str]]:
+    """Parse a v1 record naming a run and a dataset; return it and its run, uri and ref.
+
+    Raises:
+        ValueError: Not JSON, not an object with ``v`` 1 (and the ``const`` values),
+            or run, uri and ref not all non-empty strings (the reason names ``what``).
+
+    """
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = f"{what} is not JSON: {exc}"
+        raise ValueError(msg) from exc
+    if (not isinstance(doc, dict) or doc.get("v") != 1
+            or any(doc.get(k) != v for k, v in const.items())):
+        wanted = "".join(f' and {k}="{v}"' for k, v in const.items())
+        msg = f"{what}: expected a JSON object with v=1{wanted}"
+        raise ValueError(msg)
+    fields = [doc.get(k) for k in ("run", "uri", "ref")]
+    out = [f for f in fields if isinstance(f, str) and f]
+    if len(out) != len(fields):
+        msg = f"{what}: run, uri and ref must be non-empty strings"
+        raise ValueError(msg)
+    return doc, out
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,21 +208,12 @@ class DataAck:
             ValueError: Not such a record (the reason says why).
 
         """
-        try:
-            doc = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            msg = f"data ack is not JSON: {exc}"
-            raise ValueError(msg) from exc
-        if not isinstance(doc, dict) or doc.get("v") != 1 or doc.get("ack") != "subscribed":
-            msg = 'data ack: expected a JSON object with v=1 and ack="subscribed"'
-            raise ValueError(msg)
-        fields = [doc.get(k) for k in ("run", "uri", "ref")]
-        out = [f for f in fields if isinstance(f, str) and f]
+        doc, (run, uri, ref) = _dataset_doc(raw, "data ack", ack="subscribed")
         reports = doc.get("reports", 0)
-        if len(out) != len(fields) or type(reports) is not int or reports < 0:
-            msg = "data ack: run, uri and ref must be non-empty strings, reports a count"
+        if type(reports) is not int or reports < 0:
+            msg = f"data ack: reports must be a count, not {reports!r}"
             raise ValueError(msg)
-        return cls(out[0], out[1], out[2], reports)
+        return cls(run, uri, ref, reports)
 
 
 def remove_run(index: dict[str, list[str]], ref: str, run_id: str) -> bool:
