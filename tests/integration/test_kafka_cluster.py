@@ -1,8 +1,11 @@
 """`runwatch stack up --brokers 3`, short: three brokers, RF 3 with min.insync.replicas=2, one
 broker killed with SIGKILL, an acks=all producer still succeeds.
 
-Runs its own cluster (own state directory, ports 49092/49192/49292 and controllers
-at +2) and stops it afterwards; about 45 s on a 2-core machine.
+Runs its own cluster (own state directory, ports 29092/29192/29292 and controllers
+at +2) and stops it afterwards; about 45 s on a 2-core machine. The ports lie below
+Linux's ephemeral range (32768-60999): a port in it can be held, for a moment, by any
+client connection the other tests open (a 49092 was, once: "port 49092 is already in
+use by an unknown process").
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ def _described(admin: AdminClient, res: ConfigResource, within_s: float = 30.0) 
 
 
 def test_three_brokers_survive_one_killed(tmp_path: Path) -> None:
-    settings = StackSettings(state_dir=tmp_path / "state", brokers=3, kafka_port=49092,
-                             controller_port=49094, store_port=49123,
-                             alertmanager_port=49093, stop_timeout_s=15)
+    settings = StackSettings(state_dir=tmp_path / "state", brokers=3, kafka_port=29092,
+                             controller_port=29094, store_port=29123,
+                             alertmanager_port=29093, stop_timeout_s=15)
     stack = Stack(settings)
     result = stack.up(services=["kafka"])
     try:
