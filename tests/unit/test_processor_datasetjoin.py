@@ -126,6 +126,15 @@ def test_bad_acks_are_dead_lettered(raw: bytes) -> None:
     assert m.alerts == []
 
 
+def test_an_answer_to_a_run_without_state_is_counted_not_folded() -> None:
+    m = MemoryProcessor()
+    m.feed([(DATA_BY_RUN, b"gone", DataAck("gone", "s3://d", "s3://d@v1", 0).to_json()),
+            (DATA_BY_RUN, b"", DataAck("x", "s3://d", "s3://d@v1", 0).to_json())])
+    assert m.p.out.counters["data_acks_without_state"] == 1
+    assert b"gone" not in m.p.runs.runstate and b"gone" not in m.p.runs.dirty
+    assert [d.reason for d in m.dead] == ["run-keyed record without run_id"]  # the keyless one
+
+
 def test_index_is_keyed_by_uri_and_idempotent() -> None:
     p = run_events([ref_event("R", "v1"), ref_event("R", "v1"), ref_event("S", "v2")])
     assert json.loads(p.dataset_index[b"s3://d"]) == {"s3://d@v1": ["R"], "s3://d@v2": ["S"]}

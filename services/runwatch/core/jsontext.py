@@ -34,9 +34,8 @@ except ImportError:  # pragma: no cover - the processor extra installs it; stdli
 
 _STD_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
 _FAST_REFUSES = (OverflowError, TypeError, ValueError)
-"""What ujson raises for a value it will not write (an int past 64 bits, an unknown
-type, a non-string key it cannot spell): the standard library then writes it, or
-raises its own error for it."""
+"""What ujson raises for a value it will not write (an unknown type, bytes, nesting past
+its depth limit): the standard library then writes it, or raises its own error for it."""
 
 
 def compact(value: Any) -> str:
@@ -60,7 +59,7 @@ def compact(value: Any) -> str:
         TypeError: A value JSON cannot hold (as ``json.dumps``).
 
     """
-    if _ujson is not None and type(value) is not str:
+    if _ujson is not None:
         try:
             return _ujson.dumps(value, ensure_ascii=True, escape_forward_slashes=False,
                                 allow_nan=True)  # type: ignore[no-any-return]

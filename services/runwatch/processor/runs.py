@@ -226,7 +226,7 @@ class RunFolder:
                 continue
             if isinstance(rec, DataAck):  # no event time: not an input of the horizon
                 run = bytes(event.key or b"")
-                if run not in self.dirty and run not in self.runstate:
+                if run and run not in self.dirty and run not in self.runstate:
                     out.counters["data_acks_without_state"] += 1  # retired since: nothing waits
                     continue
             else:

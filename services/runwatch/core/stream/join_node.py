@@ -218,8 +218,8 @@ def _gpus(gpus: Any) -> tuple[Gpu, ...]:
                        int(e), None if m is None else float(m), None if t is None else float(t),
                        None if c is None else int(c), None if lk is None else float(lk))
                       for i, u, sm, th, x, e, m, t, c, lk in gpus])
-    except ValueError:  # not ten fields: unpacking failed before anything was converted
-        return tuple(_gpu(g) for g in gpus)
+    except ValueError:  # a GPU not of ten fields, or a value that is no number: the GPU-by-GPU
+        return tuple(_gpu(g) for g in gpus)  # reader gives the result, or the same error
 
 
 def _gpu(g: Any) -> Gpu:
