@@ -73,8 +73,6 @@ HEAVY_EVERY = 20
 changelog. The level gate and the trend latch are written on every save; a worker that
 recovers a run from the changelog resumes its detectors from a snapshot at most this many
 updates old."""
-_SEP = (",", ":")
-_COMPACT = compact  # json.dumps(.., separators=_SEP), fast (core/jsontext.py)
 
 
 class Reading(NamedTuple):
@@ -238,9 +236,9 @@ class IndicatorWatch:
                 heavy["t"] = self.trend.to_state()
             if self.adwin is not None:
                 heavy["a"] = self.adwin.to_state()
-            self._heavy = _COMPACT(heavy)[1:-1]
+            self._heavy = compact(heavy)[1:-1]
             self._since = 0
-        light = '{"w":' + _COMPACT(self.gate.to_state())
+        light = '{"w":' + compact(self.gate.to_state())
         return light + (',"l":true,' if self.latched else ",") + self._heavy + "}"
 
     @classmethod

@@ -59,7 +59,6 @@ STARVING_WATCHES = ("loader_share", "effective_batch_size")
 """Execution indicators that starve the GPUs when they move (see :func:`occupancy_cause`)."""
 NODE_AGG = "runwatch.internal.NodeAgg"
 NODE_AGG_VERSION = 1
-_COMPACT = compact  # json.dumps(.., separators=(",", ":")), fast (core/jsontext.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +87,7 @@ class NodeAgg:
     def to_json(self) -> bytes:
         """Return the compact JSON payload."""
         n = [[e.node, e.at_ms, e.gpus] for e in self.nodes]  # tuples encode as arrays
-        return _COMPACT({"v": NODE_AGG_VERSION, "run": self.run_id, "n": n}).encode()
+        return compact({"v": NODE_AGG_VERSION, "run": self.run_id, "n": n}).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> NodeAgg:

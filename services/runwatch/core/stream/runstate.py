@@ -193,9 +193,6 @@ def new_state(run_id: str) -> RunState:
 _FIELDS = tuple(f.name for f in fields(RunState))
 
 
-_SEP = (",", ":")
-_COMPACT = compact
-"""``json.dumps(obj, separators=_SEP)``, fast (:func:`runwatch.core.jsontext.compact`)."""
 _NO_STATS = [0, 0.0, 0.0]  # RunningStats().to_state(): an indicator not seen yet (never mutated)
 _KEYS: dict[str, str] = {}  # watch name -> its JSON string (a handful of indicator names)
 _HEAVY = ("watches", "hst", "hst_saved")
@@ -205,7 +202,7 @@ _LIGHT = tuple(n for n in _FIELDS if n not in _HEAVY)
 def _watch_json(w: Any) -> str:
     if isinstance(w, IndicatorWatch):
         return w.to_json()
-    return _COMPACT(w)
+    return compact(w)
 
 
 def _key_json(k: str) -> str:
@@ -227,9 +224,9 @@ def dumps(state: RunState) -> bytes:
     the alert book and the gates are exact.
     """
     d = {name: getattr(state, name) for name in _LIGHT}
-    head = _COMPACT(d)
+    head = compact(d)
     hst = (state.hst_saved or "null" if isinstance(state.hst, HalfSpaceTreesDetector)
-           else _COMPACT(state.hst))
+           else compact(state.hst))
     watches = ",".join(f"{_key_json(k)}:{_watch_json(v)}" for k, v in state.watches.items())
     tail = f',"watches":{{{watches}}},"hst":{hst},"hst_saved":null}}'
     return (head[:-1] + tail).encode()
@@ -271,7 +268,7 @@ def hst_learned(state: RunState) -> None:
     """Count one HST update; refresh the HST snapshot written to the changelog when due."""
     state.hst_n += 1
     if state.hst_saved is None or state.hst_n % HST_SAVE_EVERY == 0:
-        state.hst_saved = _COMPACT(state.hst.to_state())
+        state.hst_saved = compact(state.hst.to_state())
 
 
 def hst_of(state: RunState) -> HalfSpaceTreesDetector:
@@ -283,7 +280,7 @@ def hst_of(state: RunState) -> HalfSpaceTreesDetector:
     h = (HalfSpaceTreesDetector.from_state(h) if h is not None
          else HalfSpaceTreesDetector(n_trees=5, height=4, window_size=50, seed=7))
     state.hst = h
-    state.hst_saved = None if saved is None else _COMPACT(saved)
+    state.hst_saved = None if saved is None else compact(saved)
     return h
 
 
