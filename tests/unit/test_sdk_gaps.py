@@ -222,3 +222,13 @@ def test_a_refused_strict_init_leaves_no_transport_thread(tmp_path: Path) -> Non
                       kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1"),
                       producer=ProducerSettings(spool_dir=tmp_path))
     assert [t.name for t in threading.enumerate() if "run-refused" in t.name] == []
+
+
+def test_dataset_ref_comes_from_the_sdk_package_the_docs_import_it_from() -> None:
+    # docs/sdk.md's examples use DatasetRef; runwatch.client did not export it
+    import runwatch.client as sdk
+    from runwatch.core.records import DatasetRef
+
+    assert sdk.DatasetRef is DatasetRef and "DatasetRef" in sdk.__all__
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = sdk.Nope

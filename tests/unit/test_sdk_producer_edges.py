@@ -391,3 +391,39 @@ def test_a_record_refused_at_every_step_is_not_an_error_line_at_every_step(caplo
     assert len(t.records("StepTiming")) == 20  # the step's timing still goes out
     refused = [r for r in caplog.records if "oversize" in r.getMessage()]
     assert len(refused) == 1 and "LearningStep" in refused[0].getMessage()
+
+
+@pytest.mark.parametrize("run_id", ["team/exp/run-7", "../../escape", "x" * 165, "Zoë run"])
+def test_a_run_id_of_any_shape_spools_in_one_folder_of_the_spool_directory(
+        tmp_path: Path, run_id: str) -> None:
+    """The SDK names its spool after the run id: a ``/`` nested folders (``../`` left the
+    spool directory) and a 165-character id passed the file-name limit (memory spool)."""
+    import runwatch
+    from runwatch.adapters.kafka import ProducerSettings, adopt_orphans, spool_folder_name
+    from runwatch.adapters.settings import KafkaSettings
+
+    spool = tmp_path / "spool"
+    s = ProducerSettings(spool_dir=spool, message_timeout_ms=300)
+    k = KafkaSettings(bootstrap_servers="127.0.0.1:9")  # nothing listens: records spool
+    run = runwatch.init("fam", run_id=run_id, kafka=k, producer=s, install_hooks=False,
+                        capture_lineage=False)
+    run.step(1, loss=0.5)
+    counts = run.finish(timeout=0.5)
+    assert counts.get("transport_failed", 0) == 0, counts  # kept on disk, not lost
+    made = [p for p in tmp_path.rglob("*") if p.is_dir()]
+    assert [p.parent for p in made if p != spool] == [spool]  # one folder, inside the spool
+    (folder,) = [p for p in made if p != spool]
+    assert folder.name == spool_folder_name(f"sdk-{run_id}-r0") and len(folder.name) <= 100
+    assert any(folder.glob("*.seg"))
+    again = adopt_orphans(k, s, prefix="sdk-", exclude="sdk-other-r0")  # the next job sends it
+    assert [t._spool.directory.name for t in again] == [folder.name]
+    for t in again:
+        t.close(0)
+
+
+def test_spool_folder_names_stay_plain_and_distinct() -> None:
+    from runwatch.adapters.kafka import spool_folder_name
+
+    assert spool_folder_name("sdk-run-1-r0") == "sdk-run-1-r0"  # plain names are kept
+    names = {spool_folder_name(n) for n in ("sdk-a/b-r0", "sdk-a_b-r0", "sdk-a?b-r0", "..")}
+    assert len(names) == 4 and ".." not in names and not any("/" in n for n in names)

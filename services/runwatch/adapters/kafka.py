@@ -47,8 +47,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
 import os
+import re
 import threading
 import time
 import weakref
@@ -143,6 +145,32 @@ class TransportCounters:
 ProducerFactory = Callable[[dict[str, Any]], Any]
 
 
+_FOLDER_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def spool_folder_name(name: str) -> str:
+    """Return a transport name as one safe folder name under the spool directory.
+
+    A name is made of what producers were given (an SDK run id): a ``/`` would
+    nest folders (``../`` leave the spool directory), and a 165-character id
+    passes the file-name limit. A name that is already one short plain folder
+    name is kept; any other is cleaned and given a hash of itself (distinct
+    names stay distinct).
+
+    Args:
+        name: The transport's name.
+
+    Returns:
+        A folder name of letters, digits, ``.``, ``_`` and ``-`` (at most 100).
+
+    """
+    if _FOLDER_SAFE.fullmatch(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip("._-")[:80]
+    return f"{clean}-{digest}" if clean else digest
+
+
 class KafkaTransport:
     """Non-blocking, spool-backed Kafka producer shared by every producer."""
 
@@ -171,11 +199,12 @@ class KafkaTransport:
         self._factory: ProducerFactory = producer_factory or Producer
         self._lock = threading.RLock()
         s = self.settings
-        spool_dir = s.spool_dir / name if s.spool_dir is not None else None
+        folder = spool_folder_name(name)
+        spool_dir = s.spool_dir / folder if s.spool_dir is not None else None
         if spool_dir is not None and in_use(spool_dir):
             # another process of this name (a concurrent emit, a job restarted on the node):
             # a spool of its own, which a later producer of the kind replays (adopt_orphans)
-            busy, spool_dir = spool_dir, spool_dir.with_name(f"{name}-{os.getpid()}")
+            busy, spool_dir = spool_dir, spool_dir.with_name(f"{folder}-{os.getpid()}")
             logger.info("spool %s is in use by another process: spooling to %s", busy, spool_dir)
         self._spool = Spool(
             spool_dir,
@@ -608,7 +637,7 @@ def adopt_orphans(kafka: KafkaSettings, settings: ProducerSettings, *, prefix: s
     """
     if settings.spool_dir is None:
         return []
-    dirs, removed = orphaned(settings.spool_dir, prefix, exclude)
+    dirs, removed = orphaned(settings.spool_dir, prefix, spool_folder_name(exclude))
     if removed:
         logger.info("removed %d empty spool directories of exited producers", removed)
     out = []

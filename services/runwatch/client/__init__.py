@@ -17,7 +17,17 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NullRun", "init", "new_run_id"]
+__all__ = ["DatasetRef", "NullRun", "init", "new_run_id"]
+
+
+def __getattr__(name: str) -> object:
+    """Load ``DatasetRef`` (a dataset version for ``init`` and ``run.evaluation``) lazily."""
+    if name == "DatasetRef":
+        from runwatch.core.records import DatasetRef
+
+        return DatasetRef
+    msg = f"module 'runwatch.client' has no attribute {name!r}"
+    raise AttributeError(msg)
 
 
 def new_run_id() -> str:
