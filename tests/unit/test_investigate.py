@@ -239,6 +239,19 @@ def test_hurting_lists_runs_with_firing_alerts_worst_first() -> None:
         ("r2", "platform-engineering"), ("r1", "data-engineering")]
 
 
+def test_alerts_of_no_run_are_counted_apart_not_listed_as_a_run() -> None:
+    # an SLO alert (run_id empty) used to be merged into one "run" with an empty id
+    rows = [dict(_alert("a1", T0), run_id="r1", state="running"),
+            dict(_alert("slo1", T0), run_id="", detector="slo:window"),
+            dict(_alert("slo2", T0 + MIN), run_id=None, detector="slo:registry")]
+    got = answers.hurting(rows, T0 - MIN, T0 + 2 * MIN, None, OWN, "db")
+    assert [r["run_id"] for r in got["runs"]] == ["r1"]
+    assert got["alerts_without_run"] == 2 and got["missing"] == []
+    only = answers.hurting(rows[1:], T0 - MIN, T0 + 2 * MIN, None, OWN, "db")
+    assert only["runs"] == [] and only["alerts_without_run"] == 2
+    assert only["missing"] == ["no firing alert of a run in the window"]
+
+
 def test_resume_point_loss_counts_running_time_on_each_attempts_gpus() -> None:
     # 8 GPUs from T0, checkpoint at 20 min, preempted at 30, queued, resumed at 40 on 4 GPUs,
     # failed at 100: lost = 10 min x 8 + 60 min x 4 = 5.333 GPU-h (not 80 min x 8 = 10.667)

@@ -66,7 +66,8 @@ def connect(settings: ClickHouseSettings) -> Client:
     try:
         return make_client(settings, readonly=True, database="")
     except (ClickHouseUnavailable, ClickHouseError) as exc:
-        msg = f"ClickHouse at {settings.url}: {exc}"
+        text = str(exc)  # the client's message may name the server already
+        msg = text if settings.url in text else f"ClickHouse at {settings.url}: {text}"
         raise EvidenceError(msg) from exc
 
 

@@ -36,12 +36,12 @@ def _ownership(path: Path | None) -> Any:
 
 def _router(path: Path | None) -> Any:
     from runwatch.core.paging.routes import RulesError, parse_rules, receivers_for
-    from runwatch.resources import pager_routes_file
+    from runwatch.resources import pager_routes_file, read_config
 
     env = os.environ.get("RUNWATCH_PAGER_RULES_FILE")
     chosen = path or (Path(env) if env else pager_routes_file())
     try:
-        rules = parse_rules(chosen.read_text(encoding="utf-8"), str(chosen))
+        rules = parse_rules(read_config(chosen), str(chosen))
     except (RulesError, OSError) as exc:
         msg = f"pager rules: {exc}"
         raise FatalError(msg) from exc
@@ -68,11 +68,12 @@ def _run(args: argparse.Namespace) -> int:
     from runwatch.core.investigate import answers
     from runwatch.core.paging.routes import parse_duration_ms
 
-    if bool(args.run_id) == bool(args.since):
-        msg = "give a RUN_ID or --since DURATION (e.g. --since 6h), not both"
-        raise FatalError(msg)
     if args.family and not args.since:
-        msg = "--family goes with --since"
+        msg = "--family goes with --since (e.g. --since 6h --family F)"
+        raise FatalError(msg)
+    if bool(args.run_id) == bool(args.since):
+        msg = ("give a RUN_ID or --since DURATION (e.g. --since 6h), not both" if args.run_id
+               else "give a RUN_ID or --since DURATION (e.g. --since 6h)")
         raise FatalError(msg)
     ownership = _ownership(args.ownership)
     client, database = _client(args.database)
@@ -84,6 +85,9 @@ def _run(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 msg = f"--since: {exc}"
                 raise FatalError(msg) from exc
+            if window <= 0:
+                msg = f"--since {args.since!r}: the window must be longer than 0 (e.g. 6h)"
+                raise FatalError(msg)
             reader = EvidenceReader(client, database)
             result = answers.hurting(reader.hurting(now_ms - window, args.family), now_ms - window,
                                      now_ms, args.family, ownership, database)
@@ -136,8 +140,13 @@ def _show(result: Mapping[str, Any]) -> None:
         con.print(f"[bold]Runs with firing alerts since {_when(result['since_ms'])} UTC"
                   + (f" (family {esc(result['experiment_family'])})"
                      if result.get("experiment_family") else "") + "[/bold]")
+        other = result.get("alerts_without_run") or 0
+        note = (f"  {other} firing alert(s) of no single run (SLOs, the fleet): runwatch slo "
+                "status" if other else "")
         if not runs:
-            con.print("  none: no firing alert in the window")
+            con.print("  none: no firing alert of a run in the window")
+            if note:
+                con.print(note)
             return
         table = Table("run", "family", "team", "state", "alerts", "critical", "causes", "owner",
                       "first onset (UTC)")
@@ -147,6 +156,8 @@ def _show(result: Mapping[str, Any]) -> None:
                           esc(", ".join(r["causes"])), esc(r["owner"]),
                           _when(r["first_onset_ms"]))
         con.print(table)
+        if note:
+            con.print(note)
         return
     run = result["run"]
     con.print(f"[bold]Run {esc(result['run_id'])}[/bold]  family {esc(run['experiment_family'])}"

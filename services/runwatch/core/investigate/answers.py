@@ -649,10 +649,14 @@ def hurting(rows: Sequence[Row], since_ms: int, now_ms: int, family: str | None,
         The JSON shape ``version 1``, kind ``since`` (docs/investigation.md).
     """
     runs: dict[str, dict[str, Any]] = {}
+    without_run = 0
     for a in sorted(rows, key=lambda r: int(r.get("first_seen_ms") or 0)):
         if a.get("status") != "firing":
             continue
         rid = str(a.get("run_id") or "")
+        if not rid:  # an SLO's or the fleet's alert: about no single run
+            without_run += 1
+            continue
         r = runs.setdefault(rid, {
             "run_id": rid, "experiment_family": str(a.get("experiment_family") or ""),
             "team": str(a.get("team") or ""), "state": str(a.get("state") or ""),
@@ -680,4 +684,5 @@ def hurting(rows: Sequence[Row], since_ms: int, now_ms: int, family: str | None,
                                                    r["first_onset_ms"]))
     return {"version": VERSION, "kind": "since", "database": database, "since_ms": since_ms,
             "generated_at_ms": now_ms, "experiment_family": family, "runs": ordered,
-            "missing": [] if ordered else ["no firing alert in the window"]}
+            "alerts_without_run": without_run,
+            "missing": [] if ordered else ["no firing alert of a run in the window"]}
