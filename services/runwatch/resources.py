@@ -21,6 +21,7 @@ Overrides, for deployments that keep their own copies:
 
 from __future__ import annotations
 
+import errno
 import os
 from importlib import resources
 from pathlib import Path
@@ -32,6 +33,36 @@ COSTS_FILE_ENV = "RUNWATCH_COSTS_FILE"
 
 class ResourceError(RuntimeError):
     """A packaged data file is missing (a broken install) or unreadable."""
+
+
+class NotText(OSError):
+    """A config file that is not UTF-8 text (an ``OSError``, caught with unreadable ones)."""
+
+
+def read_config(path: Path) -> str:
+    """Return a config file's text (UTF-8).
+
+    Every config loader reads through this, so a file in another encoding (a
+    Latin-1 ``Zoë``, a binary file passed by mistake) is refused like an
+    unreadable one, with the file and the byte, instead of a traceback.
+
+    Args:
+        path: The file.
+
+    Returns:
+        Its text.
+
+    Raises:
+        OSError: It cannot be read (:class:`NotText`: it is not UTF-8 text; its
+            ``strerror`` says where, ``filename`` is the file, as for a missing one).
+
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        why = (f"not UTF-8 text (byte {exc.start}: 0x{exc.object[exc.start]:02x}); save the "
+               "file as UTF-8")
+        raise NotText(errno.EILSEQ, why, str(path)) from None
 
 
 def data_root() -> Path:

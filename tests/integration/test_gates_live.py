@@ -303,3 +303,53 @@ def test_registry_control_and_seed_variance_on_rw_alerts(
                 and a.detector == "rule:registry_without_gate")
     assert page.severity == "critical"
     assert "s3://models/nogate" in page.title
+
+
+def test_a_decision_kafka_did_not_store_exits_3_not_pass(world: World, capsys,
+                                                          monkeypatch) -> None:
+    """A spooled decision used to exit 0 (pass): CI promoted the model while the decision
+    waited in the spool of a runner that was about to be thrown away."""
+    base = ["gate", "check", world.rid("good"), "--policy", POLICY, "--database", world.db,
+            "--json"]
+    capsys.readouterr()
+    code = cli.main([*base, "--topic-prefix", f"nosuch-{world.h.prefix}", "--timeout", "20"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert (f"was not delivered: topic 'nosuch-{world.h.prefix}rw.artifact' does not exist "
+            "(check --topic-prefix)") in err
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")  # nothing listens
+    code = cli.main([*base, "--topic-prefix", world.h.prefix, "--timeout", "2"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "was not delivered: Kafka did not store it within --timeout 2 s" in err
+
+
+def test_a_run_nothing_is_stored_for_exits_3_even_with_a_named_policy(world: World,
+                                                                     capsys) -> None:
+    code, err = world.cli(capsys, "check", world.rid("typo"), "--policy", POLICY,
+                          "--name", "credit-risk-release")
+    assert code == 3
+    assert f"nothing is stored for run {world.rid('typo')}: no manifest and no evaluation" in err
+
+
+def test_an_approval_stamped_before_its_review_is_refused(world: World, capsys) -> None:
+    """The latest decision by time counts: an approval stamped before the review (an old
+    --at-ms, a reviewer's clock behind the CI runner's) said "release allowed" and was not."""
+    rid = world.rid("noslice")
+    before = len(world.gate_rows(rid, 0))
+    code, out = world.check(capsys, "noslice")
+    assert (code, out["decision"]) == (2, "review")
+    world.gate_rows(rid, before + 1)
+    review_ms = int(world.client.query(
+        f"SELECT toUnixTimestamp64Milli(ts) FROM {world.db}.gate_decisions FINAL "  # noqa: S608
+        f"WHERE event_id = '{out['event_id']}'").result_rows[0][0])
+    code, err = world.cli(capsys, "approve", rid, "--by", "ana", "--reason", "ok",
+                          "--at-ms", str(review_ms - 3_600_000))
+    assert code == 3 and "is not after the review it approves" in err
+    code, ok = world.cli(capsys, "approve", rid, "--by", "ana", "--reason", "ok")
+    assert code == 0 and ok["approves"] == out["event_id"]
+    world.gate_rows(rid, before + 2)
+    stamped = int(world.client.query(
+        f"SELECT toUnixTimestamp64Milli(ts) FROM {world.db}.gate_decisions FINAL "  # noqa: S608
+        f"WHERE event_id = '{ok['event_id']}'").result_rows[0][0])
+    assert stamped > review_ms

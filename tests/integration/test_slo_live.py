@@ -31,6 +31,7 @@ from sinkkit import ROOT, SinkProc, Store, delete_topics, make_topics, migrate
 import runwatch
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 from runwatch.adapters.settings import KafkaSettings
+from runwatch.client import DatasetRef
 from runwatch.core.codec import load_codec
 
 pytestmark = pytest.mark.integration
@@ -261,6 +262,73 @@ def test_the_shipped_example_evaluates_on_the_real_store(live) -> None:
     # none of the example's other families ran here: no data, not 0 % or 100 %
     assert {s["state"] for s in kinds.values()} == {"no_data"}
     assert all(s["sli"] is None for s in kinds.values())
+
+
+def _slo(live: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runwatch", "slo", *args], env=live["env"],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+def test_an_alert_kafka_refused_is_an_error_and_goes_out_with_the_next_round(
+        live, tmp_path: Path) -> None:
+    """A mistyped --topic printed "1 alert(s) published" and booked the page as sent: the
+    next round with the right topic sent nothing, and no page ever went out. A backfill
+    (--at earlier than the last round) then resolved the live page."""
+    fam, topic = live["fam"], live["topics"]["rw.alerts"]
+    f = tmp_path / "lost.yaml"
+    f.write_text(SLOS.format(fam=fam).split("---")[0].replace(f"window-{fam}", f"lost-{fam}"))
+    lost = _slo(live, "evaluate", "--file", str(f), "--topic", f"nosuch-{topic}")
+    assert lost.returncode == 2, lost.stdout + lost.stderr
+    assert (f"1 of 1 alert(s) not delivered: topic 'nosuch-{topic}' does not exist"
+            in lost.stderr), lost.stderr
+    assert "the next round sends them again" in lost.stderr
+    sent = _slo(live, "evaluate", "--file", str(f), "--topic", topic)
+    assert sent.returncode == 0 and "1 alert(s) published" in sent.stdout, sent.stderr
+    past = _slo(live, "evaluate", "--file", str(f), "--topic", topic,
+                "--at", str(int(time.time() * 1000) - 2 * H))
+    assert past.returncode == 0, past.stderr
+    assert f"lost-{fam}: a later round already decided" in past.stdout
+    assert "0 alert(s) published" in past.stdout
+    mine = [(a.status, a.severity) for a in _alerts(live["env"]["KAFKA_BOOTSTRAP_SERVERS"],
+                                                   topic, len(live["alerts"]) + 1)
+            if a.detector == f"slo:lost-{fam}"]
+    assert mine == [("firing", "critical")]
+
+
+def test_reproducibility_compares_whole_set_metrics_not_a_slice(live, tmp_path: Path) -> None:
+    """Two seeds of one lineage, the same whole-set auc; one also evaluated a slice a moment
+    later. The slice's auc was read as the run's (the latest row of any slice)."""
+    fam, topics, shared, now = f"{live['fam']}-rep", live["topics"], live["shared"], live["now"]
+    for seed, slices in ((1, {"age_65_plus": 0.60}), (2, {})):
+        run = runwatch.init(fam, team="ml", run_id=f"{fam}-s{seed}", strict=True,
+                            transport=shared, topics=topics, install_hooks=False,
+                            capture_lineage=False, clock=lambda: now - H,
+                            config={"lr": 0.01}, seed_policy=f"fixed:{seed}",
+                            lineage={"code_revision": "c0ffee"})
+        ev = DatasetRef(uri="s3://eval/rep", version="v1")
+        run.evaluation({"auc": 0.80}, dataset=ev, samples=500, now_ms=now - H + 1000)
+        for name, auc in slices.items():
+            run.evaluation({"auc": auc}, dataset=ev, slice=name, samples=80,
+                           now_ms=now - H + 2000)
+        run.finish("succeeded", now_ms=now - H + 3000)
+    assert shared.flush(60) == 0
+    db, client = live["db"], live["client"]
+    _wait("the evaluations in ClickHouse", lambda: _count(
+        client, f"SELECT count() FROM {db}.validation_results FINAL "
+                f"WHERE run_id LIKE '{fam}-s%'") == 3)
+    f = tmp_path / "rep.yaml"
+    f.write_text(f"""apiVersion: openslo/v1
+kind: SLO
+metadata: {{name: rep-{fam}}}
+spec:
+  indicator: {{spec: {{kind: reproducibility, family: {fam}, metric: auc, tolerance: 0.01}}}}
+  timeWindow: [{{duration: 7d, isRolling: true}}]
+  objectives: [{{target: 0.9}}]
+""")
+    out = _slo(live, "status", "--json", "--file", str(f))
+    assert out.returncode == 0, out.stderr
+    (st,) = json.loads(out.stdout)
+    assert (st["good"], st["valid"], st["bad_events"]) == (2, 2, [])
 
 
 def test_a_queued_run_is_timed_from_its_first_running_event_after_its_events_expire(

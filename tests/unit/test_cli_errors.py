@@ -141,3 +141,50 @@ def test_a_silence_for_no_time_is_refused(duration: str, tmp_path, capsys) -> No
     assert code == 2 and "must be longer than 0" in err and duration in err
     assert cli.main(["silence", "--state-dir", str(state), "list", "--all"]) == 0
     assert capsys.readouterr().out.strip() == ""
+
+
+@pytest.mark.parametrize(("argv", "code", "line"), [
+    # gate: exit 1 means "fail" to a CI pipeline, so a config it cannot read exits 3
+    (["gate", "check", "r1", "--policy", "{bad}"], 3,
+     "error: [Errno 84] not UTF-8 text (byte 28: 0xeb); save the file as UTF-8: '{bad}'"),
+    (["slo", "status", "--file", "{bad}"], 2,
+     "error: cannot read {bad}: not UTF-8 text (byte 28: 0xeb); save the file as UTF-8"),
+    (["cost", "--prices", "{bad}"], 2,
+     "error: cannot read prices file {bad}: not UTF-8 text (byte 28: 0xeb); save the file as "
+     "UTF-8"),
+    (["capacity", "--prices", "{bad}"], 2,
+     "error: cannot read prices file {bad}: not UTF-8 text (byte 28: 0xeb); save the file as "
+     "UTF-8"),
+    (["db", "retention", "--rules", "{bad}"], 2,
+     "error: cannot read retention rules {bad}: not UTF-8 text (byte 28: 0xeb); save the file "
+     "as UTF-8"),
+])
+def test_a_config_file_that_is_not_utf8_is_one_error_line(
+        argv: list[str], code: int, line: str, tmp_path, capsys, monkeypatch) -> None:
+    """A Latin-1 ``Zoë`` (or a binary file) used to end in a UnicodeDecodeError traceback."""
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # never reached
+    bad = tmp_path / "conf.yaml"
+    bad.write_bytes(b"# owner\nmetadata: {owner: Zo\xeb}\n")
+    assert cli.main([a.replace("{bad}", str(bad)) for a in argv]) == code
+    assert capsys.readouterr().err.strip() == line.replace("{bad}", str(bad))
+
+
+@pytest.mark.parametrize(("argv", "code", "line"), [
+    (["gate", "check", " ", "--no-publish"], 3, "error: the run id must not be empty"),
+    (["gate", "approve", "", "--by", "ana", "--reason", "ok"], 3,
+     "error: the run id must not be empty"),
+    (["investigate", "--family", "f"], 2,
+     "error: --family goes with --since (e.g. --since 6h --family F)"),
+    (["investigate"], 2, "error: give a RUN_ID or --since DURATION (e.g. --since 6h)"),
+    (["investigate", "r1", "--since", "6h"], 2,
+     "error: give a RUN_ID or --since DURATION (e.g. --since 6h), not both"),
+])
+def test_arguments_that_name_nothing_are_refused_before_any_store(
+        argv: list[str], code: int, line: str, capsys, monkeypatch) -> None:
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # never reached
+    assert cli.main(argv) == code
+    assert capsys.readouterr().err.strip() == line

@@ -87,6 +87,9 @@ def test_the_shipped_example_covers_every_kind() -> None:
         (doc("{kind: teleport}"), "spec.indicator.spec.kind: unknown indicator kind 'teleport'"),
         (doc("{kind: fairness, team: t, quota: 1.5}"),
          "spec.indicator.spec.quota: must be between 0 and 1"),
+        # a negative tolerance made every repeat group's spread a bad event
+        (doc("{kind: reproducibility, family: f, metric: auc, tolerance: -1}"),
+         "slos.yaml:7: spec.indicator.spec.tolerance: must be a finite number >= 0, got '-1'"),
         (doc("{kind: resumability, maxLoss: 30m}", target="99.9"),
          "slos.yaml:9: spec.objectives[0].target: 99.9: a target is a ratio in (0, 1]"),
         (doc("{kind: resumability, maxLoss: 30m}", window="forever"),

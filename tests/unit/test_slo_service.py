@@ -17,7 +17,7 @@ import pytest
 from runwatch.adapters.clickhouse import ClickHouseRejected, ClickHouseUnavailable
 from runwatch.core.records import Alert, Source
 from runwatch.core.slo.spec import parse_slos
-from runwatch.slo.service import Evaluator
+from runwatch.slo.service import Evaluator, PublishFailed
 
 H = 3_600_000
 NOW = 1_796_000_000_000
@@ -51,7 +51,7 @@ class StoreDouble:
             for name, at, book in self.inserted.get("db.slo_state", []):
                 if name not in latest or at >= latest[name][0]:
                     latest[name] = (at, book)
-            return [(n, b) for n, (_at, b) in latest.items()]
+            return [(n, b, at) for n, (at, b) in latest.items()]
         if "FROM db.alerts" in sql:
             assert NOW - 31 * 24 * H < params["since"] < NOW - 29 * 24 * H  # the window
             return [("r0", "data"), ("elsewhere", "learning")]
@@ -112,6 +112,58 @@ def test_a_restarted_evaluator_resumes_from_the_stored_book() -> None:
     again: list[Alert] = []
     _evaluator(store, again).evaluate(NOW + 60_000)  # a new process: no second page
     assert again == []
+
+
+def test_alerts_kafka_refused_are_not_booked_and_go_out_next_round() -> None:
+    # a mistyped alerts topic: the round must not book the alert as sent (no page, ever)
+    store = StoreDouble(_runs(3))
+    sent: list[Alert] = []
+    refuse = [True]
+
+    def publish(alerts: list[Alert]) -> None:
+        if refuse[0]:
+            msg = "1 of 1 alert(s) not delivered: topic 'x' does not exist"
+            raise PublishFailed(msg)
+        sent.extend(alerts)
+
+    ev = Evaluator(parse_slos(SLO, "slos.yaml"), store, "db", source=SRC, publish=publish)
+    lost = ev.evaluate(NOW)
+    assert lost.alerts == [] and len(lost.undelivered) == 1 and "does not exist" in lost.error
+    assert "db.slo_state" not in store.inserted  # no book says it fired
+    assert [p[1] for p in store.inserted["db.slo_points"]] == [NOW]  # the SLI point is kept
+    refuse[0] = False
+    again = ev.evaluate(NOW + 60_000)  # the same process: its books were put back
+    assert len(again.alerts) == 1 and len(sent) == 1
+    fresh: list[Alert] = []
+    _evaluator(store, fresh).evaluate(NOW + 120_000)  # a new process reads the booked page
+    assert fresh == []
+
+
+def test_a_restarted_evaluator_after_a_refused_round_sends_the_alert() -> None:
+    store = StoreDouble(_runs(3))
+
+    def refuse(alerts: list[Alert]) -> None:
+        raise PublishFailed("refused")
+
+    Evaluator(parse_slos(SLO, "slos.yaml"), store, "db", source=SRC,
+              publish=refuse).evaluate(NOW)
+    sent: list[Alert] = []
+    assert len(_evaluator(store, sent).evaluate(NOW + 60_000).alerts) == 1 and len(sent) == 1
+
+
+def test_a_backfill_round_writes_points_but_never_decides_a_page_of_the_present() -> None:
+    store = StoreDouble(_runs(3))
+    sent: list[Alert] = []
+    assert len(_evaluator(store, sent).evaluate(NOW).alerts) == 1  # firing now
+    store.runs = _runs(0)  # the past: every run in its window (no run overran yet)
+    past: list[Alert] = []
+    r = _evaluator(store, past).evaluate(NOW - 20 * H)  # `slo evaluate --at <earlier>`
+    assert r.past == ["window"] and r.alerts == [] and past == []  # no resolve of today's page
+    assert [p[1] for p in store.inserted["db.slo_points"]] == [NOW, NOW - 20 * H]
+    assert [s[1] for s in store.inserted["db.slo_state"]] == [NOW]  # the book is today's
+    store.runs = _runs(3)
+    later: list[Alert] = []
+    assert _evaluator(store, later).evaluate(NOW + 60_000).alerts == [] and later == []
 
 
 def test_a_store_that_is_down_at_start_raises_no_alert() -> None:
@@ -201,7 +253,8 @@ def test_status_table_prints_run_ids_as_written(capsys) -> None:
 
 @pytest.mark.parametrize(("argv", "env", "shown"), [
     (["--interval", "0"], {}, "0"), (["--interval", "-5"], {}, "-5"),
-    ([], {"RUNWATCH_SLO_INTERVAL_S": "0"}, "0"), (["--interval", "nan"], {}, "nan")])
+    ([], {"RUNWATCH_SLO_INTERVAL_S": "0"}, "0"), (["--interval", "nan"], {}, "nan"),
+    (["--interval", "inf"], {}, "inf"), ([], {"RUNWATCH_SLO_INTERVAL_S": "1e300"}, "1e+300")])
 def test_serve_refuses_an_interval_that_is_not_positive(argv: list[str], env: dict[str, str],
                                                        shown: str, capsys, monkeypatch) -> None:
     # --interval 0 evaluated round after round without a pause, hammering the shared store
@@ -214,3 +267,26 @@ def test_serve_refuses_an_interval_that_is_not_positive(argv: list[str], env: di
     assert capsys.readouterr().err.strip() == (
         f"error: slo serve: the interval must be a positive number of seconds, got {shown} "
         "(--interval or RUNWATCH_SLO_INTERVAL_S)")
+
+
+@pytest.mark.parametrize("action", ["status", "evaluate"])
+def test_a_database_name_that_is_no_identifier_is_refused_before_the_store(
+        action: str, capsys, monkeypatch) -> None:
+    # the name is written into the queries: a quote used to reach the store as broken SQL
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # not reached
+    assert cli.main(["slo", action, "--database", "x'; DROP"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: database name \"x'; DROP\" is not a plain identifier (letters, digits and _)")
+
+
+def test_an_slo_file_that_is_not_utf8_is_one_error_line(tmp_path, capsys, monkeypatch) -> None:
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # not reached
+    bad = tmp_path / "slos.yaml"
+    bad.write_bytes(b"metadata: {displayName: Zo\xeb}\n")  # Latin-1
+    assert cli.main(["slo", "status", "--file", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: cannot read {bad}: not UTF-8 text (byte 26: 0xeb); save the file as UTF-8")

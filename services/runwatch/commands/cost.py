@@ -57,11 +57,11 @@ def load_prices(path: Path | None) -> Prices:
         FatalError: The file is missing or invalid (the message names file, line and key).
 
     """
-    from runwatch.resources import costs_file
+    from runwatch.resources import costs_file, read_config
 
     file = path or costs_file()
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_config(file)
     except OSError as exc:
         msg = f"cannot read prices file {file}: {exc.strerror or exc}"
         raise FatalError(msg) from None

@@ -8,10 +8,16 @@ from pathlib import Path
 
 def _rules(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from runwatch.core.storage.retention import parse_rules
-    from runwatch.resources import retention_file
+    from runwatch.errors import FatalError
+    from runwatch.resources import read_config, retention_file
 
     path = Path(args.rules) if args.rules else retention_file()
-    return parse_rules(path.read_text(encoding="utf-8"))
+    try:
+        text = read_config(path)
+    except OSError as exc:
+        msg = f"cannot read retention rules {path}: {exc.strerror or exc}"
+        raise FatalError(msg) from None
+    return parse_rules(text)
 
 
 def _schema_dir(args: argparse.Namespace) -> Path:

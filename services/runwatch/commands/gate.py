@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from runwatch.core.jsontext import json_text
+from runwatch.resources import read_config
 
 EXIT = {"pass": 0, "fail": 1, "review": 2}
 EXIT_ERROR = 3
@@ -62,24 +63,45 @@ def _store(args: argparse.Namespace) -> Any:
     return GateStore(client, settings.database)
 
 
-def _publish(args: argparse.Namespace, fields: dict[str, Any]) -> str:
-    from runwatch.adapters.kafka import KafkaTransport
+def _publish(args: argparse.Namespace, fields: dict[str, Any], at_ms: int | None = None) -> str:
+    """Publish a GateDecision and wait for Kafka to store it; refuse (exit 3) when it did not.
+
+    No disk spool: the exit code must say whether the decision reached Kafka. A
+    spooled decision would wait for the next ``runwatch gate`` on the same
+    machine (a CI runner's spool is gone with the runner) while the pipeline
+    promotes the model on exit 0.
+    """
+    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
     from runwatch.adapters.publisher import Publisher, default_topics
     from runwatch.core.records import GateDecision
 
     topics = ({t: args.topic_prefix + t for t in set(default_topics().values())}
               if args.topic_prefix else None)
-    pub = Publisher(KafkaTransport(name="gate"), kind="cli", topics=topics)
-    rec = GateDecision(**pub.meta(args.at_ms), run_id=args.run, **fields)
-    pub.publish([rec])
-    c = pub.transport.close(args.timeout)
-    if c.failed:
-        msg = f"the gate decision for {args.run} was not delivered to Kafka"
+    transport = KafkaTransport(settings=ProducerSettings(spool_dir=None), name="gate")
+    pub = Publisher(transport, kind="cli", topics=topics)
+    rec = GateDecision(**pub.meta(at_ms), run_id=args.run, **fields)
+    topic = pub.topic_for(rec)
+    handed = pub.publish([rec])
+    c = transport.close(args.timeout)
+    if not handed:
+        msg = f"the gate decision for {args.run} could not be encoded (see the log above)"
         raise _Refused(msg)
-    if c.in_spool:
-        print("the gate decision is spooled locally; it is sent on the next runwatch publish",
-              file=sys.stderr)
+    if c.failed or c.in_spool or c.sent + c.replayed < 1:
+        why = (f"topic {topic!r} does not exist (check --topic-prefix)" if c.missing_topic
+               else f"Kafka did not store it within --timeout {args.timeout:g} s")
+        msg = (f"the gate decision for {args.run} was not delivered: {why}; nothing was "
+               "recorded, run the command again")
+        raise _Refused(msg)
     return str(rec.event_id)
+
+
+def _crashed(exc: BaseException) -> int:
+    """Print an unexpected error with its traceback and exit 3 (could not decide)."""
+    import traceback
+
+    traceback.print_exception(exc, file=sys.stderr)
+    print(f"error: gate could not decide: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return EXIT_ERROR
 
 
 def _guard(fn: Any) -> Any:
@@ -100,10 +122,12 @@ def _guard(fn: Any) -> Any:
 
             extra = extra_for("gate", exc.name)
             if extra is None:
-                raise
+                return _crashed(exc)
             print(f"{install_hint(extra, 'runwatch gate')} (missing: {exc.name})",
                   file=sys.stderr)
             return EXIT_ERROR
+        except Exception as exc:  # noqa: BLE001 - a traceback exits 1, which CI reads as fail
+            return _crashed(exc)
 
     return run
 
@@ -120,6 +144,31 @@ def _check_at(args: argparse.Namespace) -> None:
         raise _Refused(msg)
 
 
+def _check_run(args: argparse.Namespace) -> None:
+    if not args.run.strip():
+        msg = "the run id must not be empty"
+        raise _Refused(msg)
+
+
+def _approval_at(args: argparse.Namespace, review_ms: int) -> int:
+    """Return the approval's event time: after the review it approves.
+
+    A run's gates count their latest decision by event time, so an approval
+    stamped at or before its review (an ``--at-ms`` in the past, a reviewer's
+    clock behind the CI runner's) would be stored and never release the run.
+    """
+    import time
+
+    if args.at_ms is not None:
+        if args.at_ms <= review_ms:
+            msg = (f"--at-ms {args.at_ms} is not after the review it approves (at "
+                   f"{review_ms}): a gate counts its latest decision by time, so this "
+                   "approval would not release the run")
+            raise _Refused(msg)
+        return int(args.at_ms)
+    return max(int(time.time() * 1000), review_ms + 1)
+
+
 def check(args: argparse.Namespace) -> int:
     """Decide a run's gate, print it, publish it; exit 0 pass, 1 fail, 2 review, 3 error."""
     from runwatch.core.gates.evaluate import decide
@@ -127,8 +176,9 @@ def check(args: argparse.Namespace) -> int:
     from runwatch.core.records import SliceResult
 
     _check_at(args)
+    _check_run(args)
     path = _policy_file(args.policy)
-    policies = parse_policies(path.read_text(encoding="utf-8"), str(path))
+    policies = parse_policies(read_config(path), str(path))
     store = _store(args)
     manifest = store.manifest(args.run)
     if args.name:
@@ -147,7 +197,12 @@ def check(args: argparse.Namespace) -> int:
                    f"{manifest['family'] or '(none)'!r}, model label "
                    f"{dict(manifest['labels']).get('model', '(none)')!r})")
             raise _Refused(msg)
-    d = decide(policy, store.evidence(args.run, policy.incumbent_run))
+    evidence = store.evidence(args.run, policy.incumbent_run)
+    if manifest is None and not evidence.candidate.evaluations:
+        msg = (f"nothing is stored for run {args.run}: no manifest and no evaluation (a "
+               "mistyped run id, or the sink has not written its records yet)")
+        raise _Refused(msg)
+    d = decide(policy, evidence)
     fields = dict(gate=policy.name, decision=d.decision, thresholds=d.thresholds,
                   measured=d.measured, reasons=tuple(d.reasons), evaluator="runwatch gate check",
                   policy=policy.source,
@@ -180,6 +235,7 @@ def check(args: argparse.Namespace) -> int:
 def approve(args: argparse.Namespace) -> int:
     """Record a human approval of a run's ``review`` as a new GateDecision."""
     _check_at(args)
+    _check_run(args)
     by, reason = args.by.strip(), args.reason.strip()
     if not by or not reason:
         msg = "--by and --reason must not be empty"
@@ -207,7 +263,7 @@ def approve(args: argparse.Namespace) -> int:
     event_id = _publish(args, dict(
         gate=latest["gate"], decision="pass", evaluator=f"human:{by}",
         reasons=(f"approved by {by}: {reason}",), policy=latest["policy"] or None,
-        approves=latest["event_id"]))
+        approves=latest["event_id"]), _approval_at(args, int(latest["ts_ms"])))
     out = {"run_id": args.run, "gate": latest["gate"], "approves": latest["event_id"],
            "by": by, "reason": reason, "event_id": event_id}
     if args.json:

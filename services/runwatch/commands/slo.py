@@ -13,6 +13,10 @@ from typing import Any
 from runwatch.core.jsontext import json_text
 from runwatch.errors import FatalError
 
+#: How long a round waits for its alerts' delivery reports: past the producer's message
+#: timeout (10 s), after which a missing topic is told from a broker that does not answer.
+DELIVERY_WAIT_S = 30.0
+
 
 def _at(text: str | None) -> int:
     now = int(time.time() * 1000)
@@ -46,6 +50,7 @@ def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
     from runwatch.slo.service import (
         ClickHouseStore,
         Evaluator,
+        PublishFailed,
         SloSettings,
         load_objectives,
     )
@@ -57,9 +62,15 @@ def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
     except SloConfigError as exc:
         raise FatalError(str(exc)) from None
     except OSError as exc:
-        msg = f"cannot read {path}: {exc}"
+        msg = f"cannot read {path}: {exc.strerror or exc}"
         raise FatalError(msg) from None
+    from runwatch.core.storage.ddl import DdlError, check_identifier
+
     chs = ClickHouseSettings(**({"database": args.database} if args.database else {}))
+    try:
+        check_identifier(chs.database, "database name")  # it is written into the queries
+    except DdlError as exc:
+        raise FatalError(str(exc)) from None
     try:
         client = ch.make_client(chs, database="")
     except ch.ClickHouseUnavailable as exc:
@@ -79,9 +90,25 @@ def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
         topic = args.topic or settings.alerts_topic
 
         def sender(alerts: list[Any]) -> None:
+            """Hand the alerts over and wait for their delivery reports.
+
+            Refused records (a missing topic, a record the broker rejects) raise
+            :class:`PublishFailed`, so the round keeps its books as they were and
+            the alerts go out again. Records that wait in the spool for a broker
+            that does not answer count as sent: the spool delivers them in order.
+            """
+            failed = transport.counters().failed
             for alert in alerts:
                 rec, value = publisher.encode_one(alert)
                 transport.produce(topic, rec.dedup_key, value)
+            transport.flush(max(DELIVERY_WAIT_S, 3 * transport.settings.message_timeout_ms / 1000))
+            c = transport.counters()
+            if c.failed > failed:
+                why = (f"topic {topic!r} does not exist (--topic or "
+                       "RUNWATCH_SLO_ALERTS_TOPIC)" if c.missing_topic
+                       else "Kafka refused them (see the log)")
+                msg = f"{c.failed - failed} of {len(alerts)} alert(s) not delivered: {why}"
+                raise PublishFailed(msg)
 
     from runwatch.core.paging.ownership import RulesError, load_ownership
     from runwatch.core.storage.retention import parse_rules
@@ -108,17 +135,28 @@ def _line(st: Any) -> str:
 def _evaluate(args: argparse.Namespace) -> int:
     at = _at(args.at)  # a bad --at is refused before the store and the broker are reached
     ev, transport = _evaluator(args, publish=True)
+    spooled = 0
     try:
         r = ev.evaluate(at)
     finally:
         if transport is not None:
-            transport.close(30.0)
+            spooled = transport.close(30.0).in_spool
     if r.paused:
         msg = f"nothing evaluated: {r.error}"
         raise FatalError(msg)
     for st in r.statuses:
         print(_line(st))
+    if r.past:
+        print(f"{', '.join(r.past)}: a later round already decided (--at is before it): SLI "
+              "points written, no alert decided")
+    if r.undelivered:
+        msg = (f"{r.error}; their objectives' alert state was not saved, so the next round "
+               "sends them again")
+        raise FatalError(msg)
     print(f"{len(r.alerts)} alert(s) published")
+    if spooled:
+        print(f"{spooled} record(s) spooled locally (Kafka did not answer); the next "
+              "`runwatch slo evaluate` or `slo serve` sends them", file=sys.stderr)
     return 0
 
 
@@ -126,7 +164,8 @@ def _serve(args: argparse.Namespace) -> int:
     from runwatch.slo.service import SloSettings
 
     interval = args.interval if args.interval is not None else SloSettings().interval_s
-    if not interval > 0:  # 0 (or NaN) evaluated in a loop without pause, on the shared store
+    # 0 (or NaN) evaluated in a loop without pause, on the shared store; inf overflows the wait
+    if not 0 < interval <= threading.TIMEOUT_MAX:
         msg = (f"slo serve: the interval must be a positive number of seconds, got {interval:g} "
                "(--interval or RUNWATCH_SLO_INTERVAL_S)")
         raise FatalError(msg)

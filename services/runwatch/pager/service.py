@@ -42,7 +42,7 @@ from runwatch.core.paging.delivery import (
 from runwatch.core.paging.routes import Rules, alert_attributes, parse_rules, receivers_for
 from runwatch.pager.deliver import Deliverer, Interrupted
 from runwatch.pager.state import HELD_FILE, NotificationLog, SilenceStore, default_state_dir
-from runwatch.resources import pager_routes_file
+from runwatch.resources import pager_routes_file, read_config
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def load_rules(path: Path) -> Rules:
         OSError: When the file cannot be read.
 
     """
-    return parse_rules(path.read_text(encoding="utf-8"), str(path))
+    return parse_rules(read_config(path), str(path))
 
 
 def _now_ms() -> int:

@@ -126,7 +126,7 @@ SELECT v.rid, concat(m.fam, '|', m.grp), v.at, v.val, m.fam
 FROM (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(max(ts)) AS at,
              argMax(metrics[%(metric)s], ts) AS val
       FROM ${{db}}.validation_results
-      WHERE mapContains(metrics, %(metric)s) AND ts > {_SINCE} AND ts <= {_NOW}
+      WHERE mapContains(metrics, %(metric)s) AND slice = '' AND ts > {_SINCE} AND ts <= {_NOW}
       GROUP BY rid) AS v
 JOIN m ON m.rid = v.rid""",
     "fairness": f"""

@@ -36,7 +36,7 @@ from runwatch.core.records import Alert, Source
 from runwatch.core.slo.evaluate import Status, decide, probable_cause, status
 from runwatch.core.slo.indicators import COMPUTE
 from runwatch.core.slo.spec import Objective, parse_slos
-from runwatch.resources import ownership_file, resource
+from runwatch.resources import ownership_file, read_config, resource
 from runwatch.slo.queries import batch_key, causes_sql, mine, query_for, to_rows
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def load_objectives(path: Path) -> list[Objective]:
         OSError: The file cannot be read.
 
     """
-    return parse_slos(path.read_text(encoding="utf-8"), str(path))
+    return parse_slos(read_config(path), str(path))
 
 
 class Store(Protocol):
@@ -122,7 +122,11 @@ class Round:
         statuses: Each objective's status (empty when paused).
         alerts: Alert records published.
         paused: The store did not answer; nothing was evaluated.
-        error: Why it paused.
+        error: Why it paused, or why its alerts were not delivered.
+        undelivered: Alerts the publisher could not deliver (their objectives'
+            books were left as they were, so the next round decides them again).
+        past: Objectives a later round had already decided: this round (a
+            backfill with an earlier ``now``) wrote their SLI points only.
 
     """
 
@@ -131,6 +135,12 @@ class Round:
     alerts: list[Alert] = field(default_factory=list)
     paused: bool = False
     error: str = ""
+    undelivered: list[Alert] = field(default_factory=list)
+    past: list[str] = field(default_factory=list)
+
+
+class PublishFailed(Exception):
+    """The publisher could not deliver a round's alerts (the message says why)."""
 
 
 class Evaluator:
@@ -164,6 +174,7 @@ class Evaluator:
         self.source = source
         self.publish = publish
         self.books: dict[str, dict[str, Any]] | None = None
+        self.book_at: dict[str, int] = {}  # objective -> time of the round its book is from
         self._pending_points: list[tuple[Any, ...]] = []
         self._pending_state: dict[str, tuple[Any, ...]] = {}
 
@@ -199,9 +210,11 @@ class Evaluator:
 
     def _load_books(self) -> dict[str, dict[str, Any]]:
         rows = self.store.query(
-            f"SELECT objective, argMax(book, updated_at) FROM {self.db}.slo_state "  # noqa: S608
+            f"SELECT objective, argMax(book, updated_at), "  # noqa: S608
+            f"toUnixTimestamp64Milli(max(updated_at)) FROM {self.db}.slo_state "
             "GROUP BY objective", {})
-        return {str(name): json.loads(book) for name, book in rows}
+        self.book_at = {str(name): int(at) for name, _book, at in rows}
+        return {str(name): json.loads(book) for name, book, _at in rows}
 
     def _causes(self, statuses: Sequence[Status]) -> dict[str, list[str]]:
         """Return objective -> the probable causes of its bad runs' own alerts (one query)."""
@@ -221,6 +234,13 @@ class Evaluator:
 
     def evaluate(self, now_ms: int) -> Round:
         """Run one round: read, decide, publish, store.
+
+        An objective whose book a later round wrote (``now_ms`` before it: a
+        backfill of past points) gets its SLI point only: deciding it against the
+        later book would resolve, or raise again, a page of the present. When
+        the publisher raises :class:`PublishFailed`, the books of the
+        objectives that alerted stay as they were (in memory and in the store),
+        so the next round decides and sends those alerts again.
 
         Args:
             now_ms: Evaluation time (UTC epoch ms).
@@ -242,19 +262,39 @@ class Evaluator:
             return Round(now_ms, paused=True, error=f"the store refused a query: {exc}")
         self.books = books
         alerts: list[Alert] = []
+        past: list[str] = []
+        undo: dict[str, tuple[Any, Any, Any]] = {}  # objective -> (book, its time, pending)
         for obj, st in zip(self.objectives, statuses, strict=True):
+            self._pending_points.append(_point(st))
+            if now_ms < self.book_at.get(obj.name, now_ms):
+                past.append(obj.name)
+                continue
             cause = probable_cause(obj.kind, causes.get(obj.name, []))
-            book, out = decide(obj, st, books.get(obj.name), cause, self.source, now_ms,
-                               self.ownership)
-            if out or book != books.get(obj.name):
+            prev = books.get(obj.name)
+            book, out = decide(obj, st, prev, cause, self.source, now_ms, self.ownership)
+            if out:
+                undo[obj.name] = (prev, self.book_at.get(obj.name),
+                                  self._pending_state.get(obj.name))
+            if out or book != prev:
                 self._pending_state[obj.name] = (obj.name, now_ms, json.dumps(book))
+                self.book_at[obj.name] = now_ms
             books[obj.name] = book
             alerts.extend(out)
-            self._pending_points.append(_point(st))
         if alerts and self.publish is not None:
-            self.publish(alerts)
+            try:
+                self.publish(alerts)
+            except PublishFailed as exc:
+                logger.error("%d SLO alert(s) not delivered, sent again next round: %s",
+                             len(alerts), exc)
+                for name, (book, at, pending) in undo.items():
+                    _restore(books, name, book)
+                    _restore(self.book_at, name, at)
+                    _restore(self._pending_state, name, pending)
+                self._flush_writes()
+                return Round(now_ms, statuses, [], error=str(exc), undelivered=alerts,
+                             past=past)
         self._flush_writes()
-        return Round(now_ms, statuses, alerts)
+        return Round(now_ms, statuses, alerts, past=past)
 
     def _flush_writes(self) -> None:
         try:
@@ -286,6 +326,14 @@ class Evaluator:
             if not r.paused:
                 logger.info("evaluated %d objectives, %d alerts", len(r.statuses), len(r.alerts))
             stop.wait(interval_s)
+
+
+def _restore(d: dict[str, Any], key: str, value: Any) -> None:
+    """Put back a dict entry as it was before a round (None: it was not there)."""
+    if value is None:
+        d.pop(key, None)
+    else:
+        d[key] = value
 
 
 def _point(st: Status) -> tuple[Any, ...]:

@@ -31,6 +31,7 @@ import yaml
 
 from runwatch.core.paging.routes import RulesError
 from runwatch.core.yamlconf import Reader, compose
+from runwatch.resources import read_config
 
 #: The alert attributes a rule may match, and the Alert field each reads.
 MATCH_KEYS: tuple[str, ...] = ("probable_cause", "experiment_family", "team", "dataset")
@@ -121,8 +122,8 @@ def load_ownership(path: Path) -> Ownership:
         RulesError: With the file, line and key of the problem (also when unreadable).
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_config(path)
+    except OSError as exc:
         msg = f"{path}: cannot read the ownership file: {exc}"
         raise RulesError(msg) from exc
     return parse_ownership(text, str(path))

@@ -102,11 +102,14 @@ Parser = Callable[[_Reader, yaml.Node, str], Any]
 
 _str: Parser = Reader.string
 _duration: Parser = Reader.duration
-_number: Parser = Reader.number
 _share: Parser = Reader.share
 _bool: Parser = Reader.boolean
 _positive_int: Parser = Reader.positive_int
 _tz: Parser = Reader.timezone
+
+
+def _non_negative(r: _Reader, node: yaml.Node, key: str) -> float:
+    return r.number(node, key, minimum=0.0)
 
 
 def _lower_strings(r: _Reader, node: yaml.Node, key: str) -> tuple[str, ...]:
@@ -150,7 +153,7 @@ KINDS: dict[str, dict[str, tuple[str, Parser, Any]]] = {
     "reproducibility": {
         "family": ("family", _str, REQUIRED),
         "metric": ("metric", _str, REQUIRED),
-        "tolerance": ("tolerance", _number, REQUIRED),
+        "tolerance": ("tolerance", _non_negative, REQUIRED),
         "relative": ("relative", _bool, False),
         "minRepeats": ("min_repeats", _positive_int, 2),
     },
