@@ -56,6 +56,26 @@ def test_all_evidence_in_order_passes_with_every_measurement() -> None:
     assert [(s.name, s.passed) for s in d.slices] == [("age_65_plus", True), ("income_low", True)]
 
 
+def test_every_bound_the_policy_sets_is_printed_beside_its_measurement() -> None:
+    # the text output matched identical keys only: auc.min, margin.auc, seeds.min, ... were
+    # never shown although the docs promise every measurement with its bound
+    from runwatch.commands.gate import bound_names, bounds_of
+
+    cand = run("cand", 0.81, ci=(0.80, 0.82))
+    d = decide(POLICY, good(candidate=cand))
+    paired = {k: bounds_of(k, d.thresholds) for k in d.measured if bounds_of(k, d.thresholds)}
+    assert paired["seeds"] == [("at least", d.thresholds["seeds.min"])]
+    assert paired["rerun_diff.auc"] == [("at most", d.thresholds["rerun_tolerance.auc"])]
+    assert paired["slice.age_65_plus.deterioration"] == [
+        ("at most", d.thresholds["slice.age_65_plus.max_deterioration"])]
+    assert paired["ci_width.all"] == [("at most", d.thresholds["ci_width"])]
+    assert paired["eval_age_ms"] == [("bound", d.thresholds["eval_age_ms"])]
+    # every threshold that limits a measurement of this decision is printed with one
+    limits_nothing = {"slice.min_samples"}  # a count the decision reads, not a measurement
+    printed = {name for k in d.measured for name, _w in bound_names(k)}
+    assert set(d.thresholds) - limits_nothing <= printed, set(d.thresholds) - printed
+
+
 def test_a_protected_slice_deteriorating_fails_naming_the_slice_and_numbers() -> None:
     cand = run("cand", 0.815, slices={"age_65_plus": 0.76, "income_low": 0.78})  # aggregate up
     d = decide(POLICY, good(candidate=cand))

@@ -324,3 +324,24 @@ def test_the_demo_investigates_a_data_caused_alert_first() -> None:
     assert pick_faulty_run(alerts) == "r2"
     assert pick_faulty_run(alerts[:1]) == "r1"
     assert pick_faulty_run(alerts[2:]) is None
+
+
+def test_the_text_answer_of_a_run_that_succeeded_cleanly(capsys) -> None:
+    """Printed for a clean run: "What changed" said nothing at all, a succeeded run was told
+    what resuming it would lose, and a release not blocked listed none of its gates."""
+    from runwatch.commands.investigate import _show
+
+    jobs = [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": ["n1"], "gpu_count": 8,
+             "team": "vision", "experiment_family": "fam"},
+            {"ts_ms": T0 + 60 * MIN, "state": "succeeded", "attempt": 0, "nodes": ["n1"],
+             "gpu_count": 8}]
+    gates = [{"ts_ms": T0 + 61 * MIN, "run_id": "b", "gate": "eval", "decision": "pass",
+              "reasons": []}]
+    ev = _evidence(jobs=jobs, gates=gates, alerts=[], quality=[],
+                   manifests=[manifest("b", T0)])  # the reference run's lineage: no change
+    _show(investigate(ev, OWN))
+    out = capsys.readouterr().out
+    assert "nothing: no lineage change, input quality problem or GPU fault found" in out
+    assert "none needed (the run succeeded); its last trustworthy checkpoint is step 400" in out
+    assert "loses" not in out
+    assert "gate eval: pass (" in out

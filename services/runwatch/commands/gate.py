@@ -144,6 +144,35 @@ def _check_at(args: argparse.Namespace) -> None:
         raise _Refused(msg)
 
 
+def bounds_of(key: str, thresholds: dict[str, float]) -> list[tuple[str, float]]:
+    """Return the bounds a policy set on one measurement: (word, value) pairs.
+
+    The decision names a bound after what it limits (``auc.min``, ``margin.auc``,
+    ``seeds.min``), not always after the measurement (``auc``, ``delta.auc``,
+    ``seeds``): :func:`bound_names` pairs them, so every measurement is printed
+    with its bound.
+    """
+    return [(word, thresholds[name]) for name, word in bound_names(key) if name in thresholds]
+
+
+def bound_names(key: str) -> list[tuple[str, str]]:
+    """Return the threshold names that may bound a measurement, each with its word."""
+    head, _, rest = key.partition(".")
+    if key == "seeds":
+        names = [("seeds.min", "at least")]
+    elif head == "delta":
+        names = [(f"margin.{rest}", "at least")]
+    elif head == "rerun_diff":
+        names = [(f"rerun_tolerance.{rest}", "at most")]
+    elif head == "ci_width":
+        names = [("ci_width", "at most")]
+    elif head == "slice" and key.endswith(".deterioration"):
+        names = [(key.removesuffix("deterioration") + "max_deterioration", "at most")]
+    else:
+        names = [(key, "bound"), (f"{key}.min", "min"), (f"{key}.max", "max")]
+    return names
+
+
 def _check_run(args: argparse.Namespace) -> None:
     if not args.run.strip():
         msg = "the run id must not be empty"
@@ -221,9 +250,8 @@ def check(args: argparse.Namespace) -> int:
     for r in d.reasons:
         print(f"  {r}")
     for k in sorted(d.measured):
-        bound = d.thresholds.get(k)
-        print(f"  measured {k} = {d.measured[k]:.6g}" + (f" (bound {bound:.6g})"
-                                                         if bound is not None else ""))
+        bounds = ", ".join(f"{word} {value:.6g}" for word, value in bounds_of(k, d.thresholds))
+        print(f"  measured {k} = {d.measured[k]:.6g}" + (f" ({bounds})" if bounds else ""))
     for s in d.slices:
         print(f"  slice {s.name}: {'ok' if s.passed else 'FAILED'} "
               + ", ".join(f"{k}={v:.6g}" for k, v in sorted(s.measured.items())))

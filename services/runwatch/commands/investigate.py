@@ -186,6 +186,8 @@ def _show(result: Mapping[str, Any]) -> None:
     for g in changed["infrastructure"]:
         con.print(f"  [red]GPU fault[/red] {esc(g['node'])}/{g['gpu_index']} xid {g['xid']} "
                   f"from {_when(g['first_ms'])}")
+    if not (changed["changes"] or changed["input_quality"] or changed["infrastructure"]):
+        con.print("  nothing: no lineage change, input quality problem or GPU fault found")
     aff = result["affected_runs"]
     con.print("\n[bold]Affected runs[/bold]" + ("" if aff["runs"] else
                                                f"  {esc(aff['note'] or 'none')}"))
@@ -205,14 +207,24 @@ def _show(result: Mapping[str, Any]) -> None:
         con.print(f"  {mark} {esc(a['kind'])} {esc(a['uri'])}"
                   + (f"  ({esc('; '.join(a['reasons']))})" if a["reasons"] else ""))
     res = result["resume_point"]
-    con.print("\n[bold]Resume point[/bold]  " + (
-        f"step {res['step']} ({esc(res['uri'])}), loses {res['gpu_hours_lost']} GPU-hours"
-        if res["step"] is not None else esc(res["reason"])))
+    done = run["state"] == "succeeded"  # nothing to resume: the loss would be no loss
+    if res["step"] is None:
+        resume = esc(res["reason"])
+    elif done:
+        resume = (f"none needed (the run succeeded); its last trustworthy checkpoint is step "
+                  f"{res['step']} ({esc(res['uri'])})")
+    else:
+        resume = (f"step {res['step']} ({esc(res['uri'])}), loses {res['gpu_hours_lost']} "
+                  "GPU-hours")
+    con.print("\n[bold]Resume point[/bold]  " + resume)
     rel = result["release"]
     con.print("\n[bold]Release[/bold]  " + ("[red]blocked[/red]: " + esc("; ".join(rel["reasons"]))
                                            if rel["blocked"] else "not blocked "
                                            + esc(rel["note"])))
-    _show_cost(con, result["cost"])
+    for g in rel["gates"]:
+        con.print(f"  gate {esc(g['gate'])}: {esc(g['decision'])} ({_when(g['ts_ms'])} UTC)"
+                  + (f": {esc('; '.join(g['reasons']))}" if g["reasons"] else ""))
+    _show_cost(con, result["cost"], resume=not done)
     own = result["owner"]
     con.print(f"\n[bold]Owner[/bold]  {esc(own['team'] or 'nobody')} (receiver "
               f"{esc(own['receiver'] or '?')}): {esc(own['why'])}")
@@ -221,8 +233,12 @@ def _show(result: Mapping[str, Any]) -> None:
                   f"{esc(', '.join(p['receivers']) or p['receiver'])}")
 
 
-def _show_cost(con: Any, cost: Mapping[str, Any]) -> None:
-    """Print the cost answer: the run's GPU-hours and cost, waste by cause, its peers."""
+def _show_cost(con: Any, cost: Mapping[str, Any], *, resume: bool = True) -> None:
+    """Print the cost answer: the run's GPU-hours and cost, waste by cause, its peers.
+
+    ``resume``: print what resuming from the resume point loses (not for a run that
+    succeeded).
+    """
     from rich.markup import escape as esc
 
     from runwatch.core.investigate.cost import money
@@ -249,7 +265,7 @@ def _show_cost(con: Any, cost: Mapping[str, Any]) -> None:
     elif cost["note"]:
         con.print(f"  {esc(cost['note'])}")
     lost = cost["resume_lost"]
-    if lost is not None:
+    if lost is not None and resume:
         con.print(f"  resuming from step {lost['step']} loses {lost['gpu_hours']:g} GPU-h = "
                   f"{esc(money(lost['cost'], cur, lost['unpriced_reason']))}")
     bad = cost["bad_input"]
