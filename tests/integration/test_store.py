@@ -431,3 +431,20 @@ def test_the_pagers_investigation_link_opens_a_play_page(store: StoreProcess) ->
     assert status == 200, body
     doc = json.loads(body)
     assert [m["name"] for m in doc["meta"]] == ["x", "s"] and doc["data"] == [[1, "a<b>"]]
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["cost", "--database", "rw_no_such_db"], 2),
+    (["capacity", "--database", "rw_no_such_db"], 2),
+    (["gate", "check", "r1", "--no-publish", "--database", "rw_no_such_db"], 3),
+])
+def test_a_database_that_does_not_exist_is_named_not_a_refused_connection(
+        stack, argv: list[str], code: int, capsys, monkeypatch) -> None:
+    # cost and capacity said "the store refused the connection", gate "cannot reach ClickHouse"
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", stack.clickhouse_url)
+    assert cli.main(argv) == code
+    err = capsys.readouterr().err
+    want = f"error: database 'rw_no_such_db' does not exist on ClickHouse at {stack.clickhouse_url}"
+    assert want in err and "runwatch db migrate --database rw_no_such_db" in err, err

@@ -92,6 +92,7 @@ def make_client(
 
     Raises:
         ClickHouseUnavailable: The server does not answer.
+        ClickHouseRejected: The database does not exist (the message says how to create it).
     """
     url = urlparse(settings.url)
     secure = url.scheme == "https"
@@ -110,6 +111,13 @@ def make_client(
     except OperationalError as exc:
         msg = f"ClickHouse at {settings.url} does not answer: {exc}"
         raise ClickHouseUnavailable(msg) from exc
+    except DatabaseError as exc:
+        db = settings.database if database is None else database
+        if "UNKNOWN_DATABASE" not in str(exc):
+            raise
+        msg = (f"database {db!r} does not exist on ClickHouse at {settings.url} (create it "
+               f"with `runwatch db migrate --database {db}`, or pass --database)")
+        raise ClickHouseRejected(msg) from exc
 
 
 def _classify(exc: Exception) -> Exception:

@@ -20,7 +20,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from runwatch.adapters.clickhouse import ClickHouseUnavailable, make_client
+from runwatch.adapters.clickhouse import ClickHouseRejected, ClickHouseUnavailable, make_client
 from runwatch.adapters.settings import ClickHouseSettings
 from runwatch.core.cost.prices import Prices
 from runwatch.core.cost.waste import HISTORY_S, RUN_COST_COLUMNS, run_cost_from_row
@@ -65,7 +65,7 @@ def connect(settings: ClickHouseSettings) -> Client:
     """
     try:
         return make_client(settings, readonly=True, database="")
-    except (ClickHouseUnavailable, ClickHouseError) as exc:
+    except (ClickHouseUnavailable, ClickHouseRejected, ClickHouseError) as exc:
         text = str(exc)  # the client's message may name the server already
         msg = text if settings.url in text else f"ClickHouse at {settings.url}: {text}"
         raise EvidenceError(msg) from exc

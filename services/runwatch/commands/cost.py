@@ -78,7 +78,7 @@ def _client(database: str | None) -> Any:
     settings = ClickHouseSettings(database=database) if database else ClickHouseSettings()
     try:
         return ch.make_client(settings, readonly=True)
-    except ch.ClickHouseUnavailable as exc:
+    except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
         raise FatalError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - the client's first query: show ClickHouse's words
         msg = f"the store refused the connection: {exc}"

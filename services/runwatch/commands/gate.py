@@ -57,6 +57,8 @@ def _store(args: argparse.Namespace) -> Any:
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
     try:
         client = ch.make_client(settings, readonly=True)
+    except ch.ClickHouseRejected as exc:  # no such database: say so, not "cannot reach"
+        raise _Refused(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - unreachable or refused: one line
         msg = f"cannot reach ClickHouse at {settings.url}: {exc}"
         raise _Refused(msg) from exc
