@@ -91,8 +91,9 @@ def test_a_protected_slice_deteriorating_fails_naming_the_slice_and_numbers() ->
      "fail: evaluation dataset s3://eval/credit@v3 overlaps the training data"),
     ({"candidate": run("cand", 0.81, training=("s3://eval/credit",))},  # unversioned: any version
      "fail: evaluation dataset s3://eval/credit@v3 overlaps the training data"),
-    ({"eval_data_as_of_ms": T - 120 * DAY},
-     "fail: evaluation dataset s3://eval/credit@v3 is 120.0 days old"),
+    ({"eval_data_as_of_ms": T - 120 * DAY},  # T - 120 d: the time, not its epoch ms
+     "fail: evaluation dataset s3://eval/credit@v3 is 120.0 days old (data up to "
+     "2026-09-17T08:00:00Z), over the 90 days allowed"),
     ({"incumbent": run("inc", 0.80, lineage="I", dataset="s3://eval/credit@v2")},
      "fail: protocol violated: the candidate was evaluated on s3://eval/credit@v3, the incumbent "
      "inc on s3://eval/credit@v2"),

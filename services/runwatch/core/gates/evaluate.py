@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
 from runwatch.core.gates import sketch
@@ -348,8 +349,13 @@ def _eval_data(d: Decision, p: Policy, c: RunEvidence, whole: Evaluation,
         d.measured["eval_age_ms"] = float(age)
         if age > p.max_eval_age_ms:
             d.failures.append(f"evaluation dataset {whole.dataset} is {age / 86_400_000:.1f} "
-                              f"days old (data up to {as_of_ms}), over the "
+                              f"days old (data up to {_utc(as_of_ms)}), over the "
                               f"{p.max_eval_age_ms / 86_400_000:g} days allowed")
+
+
+def _utc(ms: int) -> str:
+    """Return epoch milliseconds as an ISO 8601 UTC time (``2026-12-01T06:00:00Z``)."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _row_keys(d: Decision, c: RunEvidence, eval_ref: str,
