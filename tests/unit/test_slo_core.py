@@ -122,6 +122,10 @@ def test_alert_policy_tiers_and_calendar_window() -> None:
     now = ms("2026-12-10T00:00:00")
     assert obj.window.start(now) + 1 == ms("2026-11-30T15:00:00")
     assert obj.window.length_ms(now) == 31 * D
+    # shown as the window's first instant (its exclusive start is a millisecond earlier,
+    # which showed as 14:59:59Z)
+    st = status(obj, [], now, obj.window.start(now))
+    assert st.to_json()["window_start"] == "2026-11-30T15:00:00Z"
 
 
 # ------------------------------------------------------------------ time

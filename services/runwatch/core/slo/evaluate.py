@@ -100,7 +100,7 @@ class Status:
         """
         return {
             "objective": self.name, "kind": self.kind, "target": self.target,
-            "evaluated_at": iso(self.now_ms), "window_start": iso(self.window_start_ms),
+            "evaluated_at": iso(self.now_ms), "window_start": iso(self.window_start_ms + 1),
             "good": self.good, "valid": self.valid, "sli": self.sli, "state": self.state,
             "budget_consumed": _finite(self.budget_consumed),
             "budget_left": _finite(self.budget_left),
