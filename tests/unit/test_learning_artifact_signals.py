@@ -168,6 +168,29 @@ def test_noisy_validation_pages_only_on_a_real_decline(seed, drop_at, want) -> N
     assert firing(t) == want
 
 
+@pytest.mark.parametrize(("calls", "want"), [
+    # a camelCase loss was read as higher-is-better from its second evaluation on
+    ([lambda i: {"valLoss": 3.6 - 0.05 * i}], []),
+    ([lambda i: {"VAL_LOSS": 3.6 - 0.05 * i}], []),
+    # val_loss every evaluation, val_accuracy in a call of its own every third: the loss
+    # was compared with the accuracy's best (a decline from 0.62 to 2.86)
+    ([lambda i: {"val_loss": 3.0 - 0.02 * i},
+      lambda i: {"val_accuracy": 0.5 + 0.005 * i} if i % 3 == 0 else None], []),
+    ([lambda i: {"valLoss": 1.0 + (0.5 if i >= 30 else 0.0)}],  # a real rise of the loss
+     [("rule:validation_decline", "learning")]),
+])
+def test_validation_metrics_are_judged_by_their_own_name_and_direction(calls, want) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    for i in range(40):
+        for call in calls:
+            metrics = call(i)
+            if metrics is not None:
+                run.validation(100 * (i + 1), metrics, now_ms=T0 + i * 60_000)
+    run.finish(now_ms=T0 + 10**8)
+    assert firing(t) == want
+
+
 @pytest.mark.parametrize(("case", "want"), [
     # one large norm (a hard batch) is evidence, not a page (it paged: it stayed in the
     # 10-norm variance window for 10 steps, twice the watch's persistence)

@@ -321,8 +321,15 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
 
 
 def _primary(metrics: dict[str, float], current: str) -> tuple[str, bool] | None:
-    if current and current in metrics:
-        return current, not current.endswith("loss")
+    """Return the validation metric the decline rule follows, and whether higher is better.
+
+    Once a run has one (``current``), it keeps it: an evaluation without it (a
+    separate call with other metrics) is not judged (None), since a best of one
+    metric compared with a value of another is no decline. Names are matched
+    without case (``valLoss`` is a loss).
+    """
+    if current:
+        return (current, not current.lower().endswith("loss")) if current in metrics else None
     for name in sorted(metrics):
         if any(name.lower().endswith(h) for h in HIGHER_BETTER):
             return name, True
