@@ -22,7 +22,7 @@ from runwatch.client.publisher import CaptureTransport
 from runwatch.core import jsontext
 from runwatch.core.jsontext import compact, parse
 from runwatch.core.stream import runstate
-from runwatch.core.stream.join_node import NodeAgg, _gpu, _gpus, near_step
+from runwatch.core.stream.join_node import NodeAgg, _gpu, _gpus, stepping
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.sim import scenarios as sc
 from runwatch.sim.replay import replay_worker
@@ -163,6 +163,9 @@ def test_bad_gpus_fail_as_the_per_gpu_reader_fails(gpus) -> None:
 @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=64),
        st.integers(-1_000, 11_000),
        st.one_of(st.integers(0, 3_000), st.floats(0, 3_000), st.just(math.inf)))
-def test_near_step_is_the_scan_it_replaces(times, at, gap) -> None:
+def test_stepping_is_the_scan_it_stands_for(times, at, gap) -> None:
     times = sorted(times)
-    assert near_step(times, at, gap) == any(abs(t - at) <= gap for t in times)
+    after = [t for t in times if t >= at]
+    before = [t for t in times if t < at]
+    want = bool(after) and after[0] - (before[-1] if before else at) <= gap
+    assert stepping(times, at, gap) == want

@@ -243,3 +243,31 @@ def test_a_power_cap_held_from_the_start_explains_no_occupancy_fall(capped: str,
         c.second(T0 + k * 1000, step_ms=2000.0 if late else 1000.0,
                  loader_ms=1100.0 if late else 50.0)
     assert c.alerts() == want
+
+
+@pytest.mark.parametrize(("case", "want"), [
+    # 40 s optimizer steps (gradient accumulation), a 7-minute evaluation pass every 30
+    # minutes at a lower SM occupancy: the first two minutes of every pass (three step
+    # intervals after the step before it) were read as training, a fall paged each time
+    ("eval_passes", []),
+    # the same run whose occupancy falls while it keeps stepping: a starved GPU is paged
+    ("starved", [("watch:gpu_occupancy", "infrastructure")]),
+])
+def test_evaluation_passes_between_long_steps_are_no_occupancy_fall(
+        case: str, want: list, tmp_path: Path) -> None:
+    c = Cluster(tmp_path)
+    c.steps = False  # steps are published below, every 40 s
+    step = 0
+    for s in range(0, 150 * 60, 10):  # 2.5 hours, an agent sample every 10 s
+        at = T0 + s * 1000
+        in_eval = case == "eval_passes" and s >= 1800 and s % 1800 < 420
+        starved = case == "starved" and s >= 100 * 60
+        for g in GPUS:
+            c.fake.set_occupancy(g, 25.0 if in_eval or starved else 65.0)
+        c.agent.tick(now_ms=at)
+        if s % 40 == 0 and not in_eval:
+            step += 1
+            c.run.step(step, loss=1.0, samples=256, now_ms=at, step_ms=40_000.0,
+                       loader_wait_ms=50.0)
+    got = [a for a in c.alerts() if a[0].startswith("watch:gpu_")]
+    assert got == want

@@ -360,12 +360,14 @@ def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
 
 
 STEPPING_K = 3.0
-"""A node reading belongs to training when one of the run's steps ended within this many
-typical step intervals of it (median of the intervals between its recent steps). Evaluation
-passes, checkpoint writes and other pauses between steps run the GPUs at another level and
-are not the level the GPU watches learn or judge; a slower step (a starved GPU) is still a
-step. Three intervals: a reading a step or two from the last one is training, one in a gap
-of several step times is a pause."""
+"""A node reading belongs to training when it lies between two consecutive steps of the run
+at most this many typical step intervals apart (median of the intervals between its recent
+steps): the run was stepping around it. Evaluation passes, checkpoint writes and other
+pauses between steps run the GPUs at another level and are not the level the GPU watches
+learn or judge; a slower step (a starved GPU) is still a step, and an interval up to three
+typical ones is still stepping. The whole interval decides, not the nearest step: a window
+of three intervals around each step read the first and last two minutes of every evaluation
+pass between 40-second steps as training, and paged a fall of occupancy at each one."""
 PENDING_MAX = 64
 """Node readings of a run kept waiting for its steps (a long pause drops the oldest)."""
 
@@ -401,55 +403,96 @@ def stepped(s: RunState, at: int, now: int, cfg: RunConfig,
         times.append(at)
         if len(times) > 1 and times[-2] > at:
             times.sort()
+        _note_gap(s, times, at)
         del times[:-STEP_TIMES]
     return settle(s, now, cfg, bl) if s.gpu_pending else []
 
 
 STEP_TIMES = 64
 """Recent step event times a run keeps (to tell its pauses from its training)."""
+STEP_GAPS = 64
+"""Pauses between steps a run keeps beyond its recent steps (``RunState.step_gaps``)."""
+
+
+def _note_gap(s: RunState, times: list[int], at: int) -> None:
+    """Keep the pauses next to a new step, for node readings older than the kept steps.
+
+    A step arriving inside a kept pause (out of order) splits it: the pause is
+    dropped and the intervals on either side of the step are judged anew.
+    """
+    gaps = s.step_gaps
+    if gaps and any(a < at < b for a, b in gaps):
+        gaps[:] = [g for g in gaps if not g[0] < at < g[1]]
+    i = times.index(at)
+    sides = [(times[i - 1], at)] if i else []
+    if i + 1 < len(times):
+        sides.append((at, times[i + 1]))
+    limit = _stepping_gap(times)
+    for lo, hi in sides:
+        if hi - lo > limit and [lo, hi] not in gaps:
+            gaps.append([lo, hi])
+            if len(gaps) > 1 and gaps[-2][0] > lo:
+                gaps.sort()
+    del gaps[:-STEP_GAPS]
+
+
+def _stepping_gap(times: list[int]) -> float:
+    """Return the longest interval between two steps that is still stepping (``STEPPING_K``)."""
+    diffs = sorted(map(sub, times[1:], times))  # intervals between steps (C-level, no frames)
+    return STEPPING_K * diffs[len(diffs) // 2] if diffs else math.inf
 
 
 def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[Output]:
     """Fold waiting node readings that a step falls near; drop those inside a pause.
 
-    A reading with a step within :data:`STEPPING_K` typical step intervals of it
-    is training and goes to the GPU watches, in event-time order. One the run
-    stepped past by more than that without a step near it sat in a pause
-    (evaluation, checkpoint) and is dropped; the rest wait for more steps.
+    A reading inside an interval between two consecutive steps at most
+    :data:`STEPPING_K` typical step intervals long is training and goes to the GPU
+    watches, in event-time order. One inside a longer interval sat in a pause
+    (evaluation, checkpoint) and is dropped; one after the latest step waits for
+    the next. A reading older than the steps kept (:data:`STEP_TIMES`) is judged
+    by the pauses kept (``RunState.step_gaps``, :data:`STEP_GAPS`).
     Pure event time: the outcome does not depend on whether the node path or
     the step path is read first.
     """
     times = s.step_at
     if not times:
         return []
-    diffs = sorted(map(sub, times[1:], times))  # intervals between steps (C-level, no frames)
-    gap = STEPPING_K * diffs[len(diffs) // 2] if diffs else math.inf
+    gap = _stepping_gap(times)
     out: list[Output] = []
     keep: list[list[Any]] = []
     for r in s.gpu_pending:
         at = r[0]
-        if at < times[0] - gap or near_step(times, at, gap):
-            out += _gpu_reading(s, r, now, cfg, bl)  # training (or older than what is kept)
-        elif times[-1] < at + gap:
-            keep.append(r)  # no step near it yet: the steps after it may still come
+        if times[-1] < at:
+            keep.append(r)  # no step after it yet: the steps after it may still come
+        elif (stepping(times, at, gap) if at > times[0]
+              else not any(a < at < b for a, b in s.step_gaps)):
+            # training; a reading older than the kept steps (a backfill's node samples
+            # folded after its steps) is unless it lies in a pause the run kept
+            out += _gpu_reading(s, r, now, cfg, bl)
     s.gpu_pending = keep
     return out
 
 
-def near_step(times: list[int], at: int, gap: float) -> bool:
-    """Return ``any(abs(t - at) <= gap for t in times)``: a step lies within ``gap`` of ``at``.
+def stepping(times: list[int], at: int, gap: float) -> bool:
+    """Return whether the run was stepping at ``at``: the steps around it are ``gap`` apart at most.
 
     Args:
-        times: Step event times, sorted (as :func:`stepped` keeps them).
+        times: Step event times (their ends), sorted (as :func:`stepped` keeps them); one
+            at or after ``at``.
         at: A node reading's event time.
-        gap: The distance that counts as near (may be infinite).
+        gap: The longest interval between two steps that is still stepping (may be
+            infinite).
 
     Returns:
-        Whether some step is that near (a binary search, not a scan).
+        Whether the interval from the step before ``at`` to the first step at or after it
+        is at most ``gap``; before the first step kept, whether that step ends within
+        ``gap`` of the reading (the one before it is not known). A binary search.
 
     """
-    i = bisect_left(times, at - gap)  # the first step not before at - gap
-    return i < len(times) and times[i] <= at + gap
+    i = bisect_left(times, at)  # the first step ending at or after the reading
+    if i == len(times):
+        return False
+    return times[i] - (times[i - 1] if i else at) <= gap
 
 
 def training(s: RunState, at: int, util: float) -> bool:

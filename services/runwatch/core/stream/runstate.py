@@ -153,6 +153,10 @@ class RunState:
     first_step_at_ms: int = 0
     gpu_busy: bool = False
     step_at: list[int] = field(default_factory=list)
+    #: Pauses between steps (intervals over ``STEPPING_K`` typical ones), [last step before,
+    #: first after], the latest ``STEP_GAPS``: node readings older than ``step_at`` (a
+    #: backfill's steps folded before its node samples) are told from training by them.
+    step_gaps: list[list[int]] = field(default_factory=list)
     gpu_pending: list[list[Any]] = field(default_factory=list)
     worker_restarts: int = 0
     first_at_ms: int = 0
