@@ -36,6 +36,36 @@ def test_psi_and_ks_detect_shift(shift, drifted) -> None:
     assert (st.max_psi > dq.PSI_THRESHOLD) is drifted
 
 
+@pytest.mark.parametrize(("rows", "ref_rows"), [(200, 200), (200, 5000), (300, 300), (50, 1000)])
+def test_small_samples_of_an_unchanged_distribution_are_not_drifted(rows, ref_rows) -> None:
+    """A report of a 200-row sample (the docs suggest sampling big batches) was marked
+    drifted in 70 of 100 draws of the reference's own distribution (KS > 0.1 by chance),
+    and the drift then explained a NaN-loss page as a data problem."""
+    rng = np.random.default_rng(rows + ref_rows)
+    base = dq.make_baseline({"x": rng.normal(size=ref_rows).tolist(),
+                             "y": rng.exponential(size=ref_rows).tolist()})
+    drifted = sum(bool(dq.compute({"x": rng.normal(size=rows).tolist(),
+                                   "y": rng.exponential(size=rows).tolist()},
+                                  now_ms=0, baseline=base).drifted) for _ in range(100))
+    assert drifted <= 2  # two features at α = 0.001 each: about 0.2 in 100 expected
+
+
+@pytest.mark.parametrize(("rows", "shift"), [(200, 0.6), (50, 1.5), (5000, 0.3)])
+def test_a_real_shift_is_still_drifted_in_a_small_sample(rows, shift) -> None:
+    rng = np.random.default_rng(rows)
+    base = dq.make_baseline({"x": rng.normal(size=2000).tolist()})
+    drifted = sum(dq.compute({"x": rng.normal(loc=shift, size=rows).tolist()}, now_ms=0,
+                             baseline=base).drifted == ("x",) for _ in range(50))
+    assert drifted >= 48
+
+
+def test_drift_bounds_are_the_fixed_ones_for_large_samples() -> None:
+    assert dq.drift_bounds(5000, 5000, 10) == (dq.PSI_THRESHOLD, dq.KS_THRESHOLD)
+    psi_b, ks_b = dq.drift_bounds(200, 200, 10)
+    assert ks_b == pytest.approx(1.949 * math.sqrt(2 / 200)) and psi_b > dq.PSI_THRESHOLD
+    assert dq.drift_bounds(0, 100, 10) == (math.inf, math.inf)
+
+
 @pytest.mark.parametrize("n", [50, 500])
 def test_ks_matches_definition(n) -> None:
     a = np.sort(RNG.normal(size=n))
