@@ -145,6 +145,34 @@ def test_stored_reports_of_two_datasets_replay_in_either_order(older_first: bool
     assert firing(m) == {("Z", "rule:missing_data_report", "data")}
 
 
+@pytest.mark.parametrize(("late_rows", "want"), [
+    (0, {("A", "rule:zero_rows", "data")}),  # an empty partition paged however late it came
+    (10, set()),
+])
+def test_an_empty_partition_reported_late_still_pages(late_rows: int, want: set,
+                                                      tmp_path) -> None:
+    """Two pipeline workers report partitions of one dataset; worker B's report of an
+    empty partition reaches Kafka 7.5 minutes late (spooled): past the dataset's
+    lateness, so it is dead-lettered for the history watches, and the zero-row page was
+    lost with it."""
+    t = CaptureTransport()
+    wall = int(time.time() * 1000)
+    run = start(t, "A", ("s3://d", "v1"), clock_ms=wall - 3_600_000)
+    pub = publisher(t)
+    for i in range(20):  # worker A: a partition a minute
+        data.report("s3://d", "v1", f"a-{i}", {"x": list(range(50))}, publisher=pub,
+                    baseline_directory=tmp_path, now_ms=wall - 1_800_000 + i * 60_000)
+    data.report("s3://d", "v1", "b-7", {"x": list(range(late_rows))}, publisher=pub,
+                baseline_directory=tmp_path, now_ms=wall - 1_800_000 + 7 * 60_000 - 450_000)
+    run.step(1, loss=1.0, now_ms=wall - 60_000, step_ms=100.0, loader_wait_ms=1.0)
+    run.finish(now_ms=wall)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    m.tick(wall + 60_000)
+    assert [d.reason.split(":")[0] for d in m.dead] == ["late event"]  # still dead-lettered
+    assert firing(m) == want
+
+
 def test_reports_of_unseen_runs_are_held_then_dead_lettered_with_a_summary(tmp_path) -> None:
     t = CaptureTransport()
     data.report("s3://d", "v1", None, {"x": [1]}, run_id="ghost", publisher=publisher(t),

@@ -320,3 +320,44 @@ def test_an_occupancy_fall_while_stepping_is_detected_between_evaluation_passes(
     fired = [a for a in replay(gpu_job(util, paused=evaluating))
              if a.detector == "watch:gpu_occupancy" and a.status == "firing"]
     assert len(fired) == 1 and fired[0].first_seen_ms >= T0 + 2_400_000
+
+
+@pytest.mark.parametrize(("end", "silent_min", "want"), [
+    ("cancelled", 73, [("rule:stalled", "execution")]),  # hung at 12 min, cancelled at 85
+    ("failed", 40, [("rule:stalled", "execution")]),  # hung until the watchdog failed it
+    ("failed", 2, []),  # a crash: it failed right after its last step, no hang
+    ("succeeded", 30, []),  # a long final evaluation and save: it was not hung
+])
+def test_a_hang_ended_by_the_scheduler_pages_in_a_replay_as_live(end: str, silent_min: int,
+                                                                 want: list) -> None:
+    """Read in one burst (a replay, a backfill after an outage), the hung run's partition
+    held the horizon back (it had delivered within the idle minute) and its end came
+    first: the hang was never paged, though live it paged ten minutes in."""
+    import time
+
+    from runwatch.client.emit import emit_records
+    from runwatch.processor.memory import MemoryProcessor
+
+    t = CaptureTransport()
+    run = runwatch.init("fam", run_id="hung", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: T0)
+    for i in range(72):  # 12 minutes of 10 s steps
+        run.step(i, loss=1.0, samples=256, now_ms=T0 + i * 10_000, step_ms=10_000.0,
+                 loader_wait_ms=50.0)
+    end_ms = T0 + 71 * 10_000 + silent_min * 60_000
+    if end == "succeeded":
+        run.finish(now_ms=end_ms)
+    else:  # the scheduler's hook (the job never ended itself)
+        deadline = time.monotonic() + 10
+        while sum(1 for _, k, _ in t.messages if k == "hung") < 73:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert emit_records(Publisher(t, kind="hook"), [
+            {"type": "JobEvent", "run_id": "hung", "state": end, "attempt": 0,
+             "emitted_at_ms": end_ms}]).errors == []
+    m = MemoryProcessor()
+    m.feed(t.messages)  # one burst, long after
+    m.tick(end_ms + 3_600_000)
+    assert [d.reason for d in m.dead] == []
+    assert sorted({(a.detector, a.probable_cause) for a in m.alerts
+                   if isinstance(a, Alert) and a.status == "firing"}) == want

@@ -108,9 +108,12 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
     mark = state.watermarks.get(stream, 0)
     if mark and at < mark - cfg.lateness_ms:
         state.late_count += 1
-        return state, [dead_letter(state, cfg, f"late event: {mark - at} ms behind the run's "
-                                   f"{stream} watermark (lateness {cfg.lateness_ms} ms)", raw,
-                                   topic, now_ms)]
+        why = (f"late event: {mark - at} ms behind the run's {stream} watermark (lateness "
+               f"{cfg.lateness_ms} ms)")
+        late: list[Output] = [dead_letter(state, cfg, why, raw, topic, now_ms)]
+        if isinstance(event, DataQualityReport) and state.known:
+            late += _report_hard_rules(state, event, at, now_ms, cfg)
+        return state, late
     if not state.known and not isinstance(event, RunManifest | JobEvent):
         return state, hold(state, cfg, event, now_ms)
     if baseline is not None and PAUSE_STAT in baseline:  # the workload's usual pause
@@ -428,6 +431,8 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # a resumed attempt (after preemption, a retry, a requeue) loads again before it
         # steps, as at the start: the stall clock waits for its first step
         s.last_step_at_ms = 0
+    if e.state in KILLED and s.job_state not in NOT_RUNNING | ENDED:
+        out += _stalled_until_killed(s, at, now, cfg)
     s.job_state = e.state
     _released(s, e.state, at)
     s.attempt = max(s.attempt, e.attempt)
@@ -453,6 +458,29 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         s.restarts = restarts
         out += _restart_evidence(s, cfg, float(restarts), at, now, "restart_count")
     return out
+
+
+KILLED = frozenset({"failed", "cancelled"})
+"""End states a hung job is ended with (by its watchdog, the scheduler or a person)."""
+
+
+def _stalled_until_killed(s: RunState, at: int, now: int, cfg: RunConfig) -> list[Output]:
+    """Page a stall that lasted until the job was failed or cancelled, by event time alone.
+
+    The timer pages a hang once the processor's horizon passes the stall bound.
+    A replay or a backfill reads the run's last step and its end together: the
+    run's partition holds the horizon back (it delivered within a minute of wall
+    time), the end comes first, and the hang went unpaged. The end event's own
+    time says how long the run was silent before it was ended: the same rule, on
+    the same bound, judged at the end. Live, the timer paged it already (the
+    alert is one-shot); a run that succeeded after a long final phase is not
+    judged (it was not hung).
+    """
+    floor = stall_floor(s, cfg)
+    if not s.last_step_at_ms or at - s.last_step_at_ms <= floor:
+        return []
+    f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), at, cfg.stall_k, floor)
+    return emit(s, cfg, f, now, one_shot=True) if f else []
 
 
 OFF_GPUS_KEPT = 4
@@ -597,12 +625,7 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     s.reports[ref] = {"rows": e.row_count, "at_ms": at,
                       "labels0": prev["labels0"] if prev else labels, "labels": labels,
                       "ids": ids, "hist": hist}
-    f = rules.zero_rows(ref, e.row_count, at)
-    if f:
-        out += emit(s, cfg, f, now, one_shot=True)
-    f = rules.schema_failures(ref, e.schema_failures, e.row_count, cfg.schema_fail_share, at)
-    if f:
-        out += emit(s, cfg, f, now, one_shot=True)
+    out += _report_hard_rules(s, e, at, now, cfg)
     for f in found:  # freshness, volume, duplicates, nulls, ranges against the dataset's history
         out += emit(s, cfg, f, now, one_shot=True)
     shift = ind.label_balance_shift(labels, s.reports[ref]["labels0"])
@@ -621,6 +644,26 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     total = e.row_count + e.rejected_samples
     out += observe(s, cfg, "rejected_sample_rate",
                    ind.rejected_sample_rate(e.rejected_samples, total), at, now, bl)
+    return out
+
+
+def _report_hard_rules(s: RunState, e: DataQualityReport, at: int, now: int,
+                       cfg: RunConfig) -> list[Output]:
+    """Judge a report by itself: an empty partition, rows failing the schema.
+
+    Also for a report too late for the dataset's history (its watermark moved on:
+    another pipeline worker's reports, a spooled partition delivered late); it is
+    dead-lettered for the history watches, but an empty partition is a fault
+    whenever it is told.
+    """
+    out: list[Output] = []
+    ref = report_ref(e)
+    f = rules.zero_rows(ref, e.row_count, at)
+    if f:
+        out += emit(s, cfg, f, now, one_shot=True)
+    f = rules.schema_failures(ref, e.schema_failures, e.row_count, cfg.schema_fail_share, at)
+    if f:
+        out += emit(s, cfg, f, now, one_shot=True)
     return out
 
 
