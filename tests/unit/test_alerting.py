@@ -77,12 +77,33 @@ def test_one_shot_expires_only_after_quiet_time() -> None:
     assert len(alerting.expire(book, CTX, 1000, POLICY)) == 1
 
 
+def warning(indicator: str, at: int = 0) -> Finding:
+    return Finding("rule:x", indicator, "data", "warning", 1.0, 0.0, 1.0, at, "title")
+
+
 def test_per_run_cap_mutes_and_announces_once() -> None:
     book = AlertBook()
-    outs = [fire(book, finding(indicator=f"i{n}"), n) for n in range(6)]
+    outs = [fire(book, warning(f"i{n}"), n) for n in range(6)]
     fired = [a for o in outs for a in o]
     assert [a.indicator for a in fired] == ["i0", "i1", "i2", "alert_cap"]
     assert book.fired == 3
+    # a critical condition is never muted by a storm of warnings (a NaN loss, a stall)
+    late = fire(book, finding(indicator="loss", at=10), 10)
+    assert [(a.indicator, a.severity, a.status) for a in late] == [("loss", "critical", "firing")]
+
+
+def test_the_cap_counts_conditions_not_their_repeats() -> None:
+    # a report-driven condition resolving and firing again every hour muted the run
+    book = AlertBook()
+    sent = []
+    for hour in range(10):
+        at = hour * 3_600_000
+        sent += fire(book, warning("schema", at), at)
+        sent += alerting.expire(book, CTX, at + 2_000, POLICY)  # quiet: resolves
+    assert [a.status for a in sent] == ["firing", "resolved"] * 10
+    assert book.fired == 1 and not book.capped
+    assert [a.indicator for o in (fire(book, warning(f"i{n}", 10**8), 10**8) for n in range(3))
+            for a in o] == ["i0", "i1", "alert_cap"]
 
 
 def test_book_round_trips() -> None:

@@ -61,7 +61,7 @@ class ProcessorSettings(BaseSettings):
             dataset's schema before ``rule:schema_failures`` fires.
         window_ms: Evidence correlation window.
         correlation_delay_ms: How long a learning symptom waits for causal evidence.
-        per_run_cap: Most alerts one run may fire.
+        per_run_cap: Most distinct alert conditions one run may fire (critical ones fire past it).
         ownership_file: Who owns an alert by probable cause (and family, team,
             dataset); fills ``Alert.owner`` (default: the packaged
             ``infra/pager/ownership.yaml``).

@@ -14,8 +14,10 @@ record goes out:
   to fire still keeps a firing alert firing (:func:`hold`). A one-shot rule
   alert resolves after ``quiet_ms`` without a repeat;
 * after resolving, the same key stays quiet for ``cooldown_ms``;
-* one run fires at most ``per_run_cap`` alerts; the cap itself is announced
-  once as an alert of its own;
+* one run fires at most ``per_run_cap`` distinct alert conditions (dedup keys;
+  one that resolves and fires again is not a new one), critical ones excepted:
+  a storm of warnings must not mute a run's non-finite loss or stall; the cap
+  itself is announced once as an alert of its own;
 * the owner (``Alert.owner``) is looked up in the policy's ownership
   (:mod:`runwatch.core.paging.ownership`) when the alert fires or its cause
   changes, and kept in the entry, so its resolve names the same owner.
@@ -55,7 +57,8 @@ class AlertPolicy:
         quiet_ms: Event time without a repeat after which a one-shot (rule) alert resolves.
         cooldown_ms: After resolving, the same key stays quiet this long (event time).
         renotify_ms: Re-send a still-firing alert after this long (0 = never).
-        per_run_cap: Most alerts one run may fire.
+        per_run_cap: Most distinct alert conditions (dedup keys) one run may fire;
+            critical ones fire past it.
         evidence_max: Most evidence items carried by one alert.
         ownership: Who owns an alert, by cause, family, team and dataset (None: no owner).
 
@@ -77,7 +80,7 @@ class AlertBook:
 
     Attributes:
         entries: Dedup key → entry dict (status, times, the last alert's fields).
-        fired: Alerts fired by this run so far (the cap counts these).
+        fired: Distinct conditions this run has fired so far (the cap counts these).
         capped: Whether the cap alert has been sent.
         seq: Sequence number for emitted alerts.
 
@@ -207,9 +210,10 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
         return []
     if entry is not None and finding.at_ms - resolved_at(entry) < policy.cooldown_ms:
         return []
-    if book.fired >= policy.per_run_cap:
-        return _cap(book, ctx, now_ms, policy)
-    book.fired += 1
+    if entry is None:  # the cap counts conditions: one that fires again is not a new one
+        if book.fired >= policy.per_run_cap and finding.severity != "critical":
+            return _cap(book, ctx, now_ms, policy)
+        book.fired += 1
     entry = {
         "status": "firing", "severity": finding.severity, "detector": finding.detector,
         "indicator": finding.indicator, "observed": finding.observed,
