@@ -111,3 +111,34 @@ def test_a_gate_measuring_too_much_spread_across_seeds_raises_a_learning_signal(
     m.tick(T0 + 10_000 + 2 * WAIT)
     assert sorted({(a.detector, a.probable_cause) for a in m.alerts
                    if isinstance(a, Alert) and a.status == "firing"}) == want
+
+
+@pytest.mark.parametrize(("gate_after_ms", "want"), [
+    (20 * 60_000, [("rule:registry_without_gate", "artifact")]),  # passed 20 minutes later
+    (30_000, []),  # within the clocks' allowance (GATE_WAIT_MS): made in time
+])
+@pytest.mark.parametrize("order", ["pass_read_first", "registration_read_first"])
+def test_a_pass_made_after_the_registration_does_not_settle_it_in_a_replay(
+        gate_after_ms: int, want: list, order: str) -> None:
+    """Registered at T+600 s, its gate passed at T+1,800 s. Live it paged (the wait ran
+    out first); read in one burst (a replay, a backfill) the pass settled it whatever
+    its time, and no page went out."""
+    t = CaptureTransport()
+    run = runwatch.init("fam", run_id="run-reg", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: T0)
+    reg_at = T0 + 600_000
+    run.artifact("s3://models/m1", "model", sha256="ab" * 32, registry_status="registered",
+                 now_ms=reg_at)
+    run.gate("release", "pass", now_ms=reg_at + gate_after_ms)
+    run.finish(now_ms=reg_at + gate_after_ms + 1_000)
+    msgs = list(t.messages)
+    if order == "pass_read_first":  # the gate's producer's records reached Kafka first
+        art = [m for m in msgs if m[0] == "rw.artifact"]
+        msgs = [m for m in msgs if m[0] != "rw.artifact"] + art[::-1]
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0, gate_wait_ms=WAIT),
+                        clock=lambda: T0 + 10**7)
+    m.feed(msgs)
+    m.tick(T0 + 10**7 + 2 * WAIT)
+    assert [d.reason for d in m.dead] == []
+    assert sorted({(a.detector, a.probable_cause) for a in m.alerts
+                   if isinstance(a, Alert) and a.status == "firing"}) == want

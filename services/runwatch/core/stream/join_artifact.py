@@ -13,7 +13,9 @@ be processed first: a registration without a gate waits
 (``signals["registry_wait"]``) for ``cfg.gate_wait_ms`` of the processor's own
 time; a passing or approved decision processed within the wait settles it
 without an alert, and :func:`registry_due` (the timer) fires what is still
-unsettled.
+unsettled. Only a decision stamped by the registration's event time (give or
+take ``gate_wait_ms`` of clock skew) settles it: a pass made twenty minutes
+after the model was registered does not, whichever is read first.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
     status = e.registry_status or ""
-    if cfg.registry_control and registry.violation(status, s.signals.get("gates", {})):
+    if cfg.registry_control and registry.violation(status, _gates_by(s, at, cfg)):
         waiting = s.signals.setdefault("registry_wait", {})
         waiting.setdefault(e.uri, {"since_ms": now, "at_ms": at, "status": status})
         out += registry_due(s, now, cfg)
@@ -77,6 +79,20 @@ def seed_variance(s: RunState, e: GateDecision, at: int, now: int,
     return out
 
 
+def _gates_by(s: RunState, at: int, cfg: RunConfig) -> dict[str, str]:
+    """Return the run's gate decisions made by a registration's event time.
+
+    Gate -> its latest decision, leaving out decisions stamped more than
+    ``gate_wait_ms`` after ``at`` (the producers' clocks may differ by that
+    much): a model registered before its gate passed broke registry control,
+    also when a replay reads the pass first. Decisions of states written
+    before decision times were kept count as made in time.
+    """
+    gates: dict[str, str] = s.signals.get("gates", {})
+    times: dict[str, int] = s.signals.get("gate_at", {})
+    return {g: d for g, d in gates.items() if times.get(g, 0) <= at + cfg.gate_wait_ms}
+
+
 def registry_due(s: RunState, now: int, cfg: RunConfig) -> list[Output]:
     """Fire registry control for registrations whose wait for a gate decision is over.
 
@@ -95,10 +111,10 @@ def registry_due(s: RunState, now: int, cfg: RunConfig) -> list[Output]:
         if now - int(w["since_ms"]) < cfg.gate_wait_ms:  # type: ignore[call-overload]
             continue
         del waiting[uri]
-        why = registry.violation(str(w["status"]), s.signals.get("gates", {}))
+        at = int(w["at_ms"])  # type: ignore[call-overload]
+        why = registry.violation(str(w["status"]), _gates_by(s, at, cfg))
         if why is None:
             continue
-        at = int(w["at_ms"])  # type: ignore[call-overload]
         f = Finding(detector="rule:registry_without_gate", indicator="registry_status",
                     signal="artifact", severity="critical", observed=0.0, expected=1.0,
                     score=1.0, at_ms=at,
@@ -115,6 +131,7 @@ def gate(s: RunState, e: GateDecision, at: int, now: int, cfg: RunConfig) -> lis
     """Fold one gate decision: remember it, and alert when it failed (with what failed)."""
     gates: dict[str, str] = s.signals.setdefault("gates", {})
     gates[e.gate] = e.decision
+    s.signals.setdefault("gate_at", {})[e.gate] = at
     reasons = list(e.reasons)
     failed_slices = [sl.name for sl in e.slices if not sl.passed]
     if failed_slices:
@@ -124,7 +141,8 @@ def gate(s: RunState, e: GateDecision, at: int, now: int, cfg: RunConfig) -> lis
     out += seed_variance(s, e, at, now, cfg)
     waiting = s.signals.get("registry_wait") or {}
     for uri, w in list(waiting.items()):  # a decision processed after the registration
-        if registry.violation(str(w["status"]), gates) is None:
+        reg_at = int(w["at_ms"])  # type: ignore[call-overload]
+        if registry.violation(str(w["status"]), _gates_by(s, reg_at, cfg)) is None:
             del waiting[uri]
     if not waiting:
         s.signals.pop("registry_wait", None)
