@@ -198,13 +198,22 @@ def test_validation_metrics_are_judged_by_their_own_name_and_direction(calls, wa
     ("two_spikes_apart", []),
     ("exploding", [("watch:grad_norm_variance", "learning")]),  # growing, no NaN
     ("unstable", [("watch:grad_norm_variance", "learning")]),  # norms swing step to step
+    # an intentional warm restart of the learning rate (1e-5 -> 1e-3): the norms jump 8x
+    # and settle over 15 steps, by design (it paged; loss divergence already waits for it)
+    ("lr_restart", []),
+    ("unstable_long_after_restart", [("watch:grad_norm_variance", "learning")]),
 ])
 def test_gradient_norm_variance_pages_on_instability_not_on_one_large_norm(case, want) -> None:
     t = CaptureTransport()
     run = start(t)
     rng = random.Random(12)
     for i in range(1, 1_200):
+        lr = 1e-3 if "restart" in case and i >= 700 else 1e-5
         g = 1.0 + 0.1 * rng.random()
+        if "restart" in case and 700 <= i < 715:
+            g *= 8.0 * (715 - i) / 15 + 1.0
+        if case == "unstable_long_after_restart" and i >= 900:
+            g = rng.choice([0.2, 1.0, 6.0])
         if case == "one_spike" and i == 700:
             g = 25.0
         if case == "two_spikes_apart" and i in (600, 900):
@@ -214,6 +223,6 @@ def test_gradient_norm_variance_pages_on_instability_not_on_one_large_norm(case,
         if case == "unstable" and i >= 700:
             g = rng.choice([0.2, 1.0, 6.0])
         run.step(i, loss=1.0, grad_norm=g, samples=32, now_ms=T0 + i * 1_000, step_ms=1_000.0,
-                 loader_wait_ms=10.0)
+                 loader_wait_ms=10.0, lr=lr)
     run.finish(now_ms=T0 + 1_300_000)
     assert firing(t) == want

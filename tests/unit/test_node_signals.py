@@ -271,3 +271,32 @@ def test_evaluation_passes_between_long_steps_are_no_occupancy_fall(
                        loader_wait_ms=50.0)
     got = [a for a in c.alerts() if a[0].startswith("watch:gpu_")]
     assert got == want
+
+
+def test_a_node_that_died_with_an_xid_explains_the_stall_also_in_a_replay(
+        tmp_path: Path) -> None:
+    """XID 79 (fallen off the bus), then the node and the run fall silent; the watchdog
+    fails the job 45 minutes later. Read in one burst, the stall was judged at the end
+    event's time, past the correlation window of the XID: cause execution, where live
+    it is infrastructure."""
+    from runwatch.client.emit import emit_records
+
+    c = Cluster(tmp_path)
+    for s in range(600):
+        c.second(T0 + s * 1000)
+    c.fake.inject_xid(0, 79)
+    c.agent.tick(now_ms=T0 + 600_000)  # its last sample reports the XID
+    end = T0 + 600_000 + 45 * 60_000  # past the 30-minute correlation window of the XID
+    time.sleep(0.2)  # the SDK publishes from its thread
+    assert emit_records(Publisher(c.t, kind="hook"), [
+        {"type": "JobEvent", "run_id": RUN, "state": "failed", "attempt": 0,
+         "reason": "NCCL watchdog timeout", "emitted_at_ms": end}]).errors == []
+    m = MemoryProcessor()
+    m.feed(c.t.messages)
+    m.tick(int(time.time() * 1000) + 60_000)
+    assert [d.reason for d in m.dead] == []
+    # the latest word on each alert (a replay folds the run's records before its node
+    # samples: the stall may go out first as execution and is updated when the XID is read)
+    latest = {a.detector: a.probable_cause for a in m.alerts
+              if isinstance(a, Alert) and a.status == "firing"}
+    assert latest == {"rule:gpu_xid": "infrastructure", "rule:stalled": "infrastructure"}

@@ -296,3 +296,39 @@ def test_without_the_data_agents_answer_the_rule_judges_after_a_minute(tmp_path)
     clock["now"] += 61_000
     m.tick(t0 + DATA_WAIT_MS + 6_000)
     assert firing(m) == {("A", "rule:missing_data_report", "data")}
+
+
+def test_schema_failures_that_persist_page_once_and_resolve_after_healthy_reports(
+        tmp_path) -> None:
+    """Hourly reports, 2 % of rows failing their schema from the 10th report on, healthy
+    again from the 30th, while the run trains (live: records arrive as they are made, the
+    timer ticks): it fired and resolved every hour (15 minutes without a repeat), and
+    after twenty alerts the run's cap muted everything else it might raise."""
+    import time as _time
+
+    t0 = int(_time.time() * 1000) - 48 * 3_600_000
+    clock = {"t": t0}
+    m = MemoryProcessor(clock=lambda: clock["t"])
+    t = CaptureTransport()
+    run = start(t, "A", ("s3://d", "v1"), clock_ms=t0)
+    pub = publisher(t)
+    seen = 0
+    for slot in range(40 * 12):  # five-minute slots
+        at = t0 + (slot + 1) * 300_000
+        run.step(slot, loss=1.0, now_ms=at, step_ms=1000.0, loader_wait_ms=10.0)
+        if slot % 12 == 11:  # the pipeline's hourly report
+            h = slot // 12
+            rows: list = list(range(1000))
+            if 10 <= h < 30:  # 20 of 1,000 rows are not integers
+                rows[:20] = ["n/a"] * 20
+            data.report("s3://d", "v1", f"h{h}", {"x": rows}, publisher=pub,
+                        baseline_directory=tmp_path, now_ms=at, schema={"x": "int"})
+        deadline = _time.monotonic() + 5
+        while len(t.messages) == seen and _time.monotonic() < deadline:
+            _time.sleep(0.001)  # the SDK publishes from its thread
+        m.feed(t.messages[seen:])
+        seen = len(t.messages)
+        clock["t"] = at + 1_000
+        m.tick(clock["t"])
+    got = [(a.detector, a.status) for a in m.alerts if a.detector == "rule:schema_failures"]
+    assert got == [("rule:schema_failures", "firing"), ("rule:schema_failures", "resolved")]

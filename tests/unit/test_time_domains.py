@@ -361,3 +361,49 @@ def test_a_hang_ended_by_the_scheduler_pages_in_a_replay_as_live(end: str, silen
     assert [d.reason for d in m.dead] == []
     assert sorted({(a.detector, a.probable_cause) for a in m.alerts
                    if isinstance(a, Alert) and a.status == "firing"}) == want
+
+
+def test_a_run_id_started_again_after_it_failed_is_not_stalled_while_it_loads() -> None:
+    """Attempt 0 failed; the scheduler started the same run id again 30 minutes later and
+    it loaded for 3 minutes: the stall clock kept the failed attempt's last step and
+    paged a critical stall at the first tick (live: the processor's clock a second behind
+    the events, its timer ticking)."""
+    from runwatch.client.emit import emit_records
+    from runwatch.processor.memory import MemoryProcessor
+
+    clock = {"t": T0}
+    m = MemoryProcessor(clock=lambda: clock["t"])
+    t = CaptureTransport()
+    hook = Publisher(t, kind="hook")
+
+    def live(until: int) -> None:  # the records so far arrive; the timer ticks to `until`
+        import time as _time
+
+        _time.sleep(0.2)  # the SDK publishes from its thread
+        m.feed(t.messages[live.seen:])
+        live.seen = len(t.messages)
+        while clock["t"] < until:
+            clock["t"] += 10_000
+            m.tick(clock["t"])
+
+    live.seen = 0  # type: ignore[attr-defined]
+    run = runwatch.init("fam", run_id="again", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: T0)
+    for i in range(60):
+        run.step(i, loss=1.0, samples=256, now_ms=T0 + i * 10_000, step_ms=10_000.0,
+                 loader_wait_ms=50.0)
+    fail_at = T0 + 600_000
+    run.finish("failed", now_ms=fail_at)
+    live(fail_at + 1_000)
+    back = fail_at + 30 * 60_000
+    assert emit_records(hook, [{"type": "JobEvent", "run_id": "again", "state": "running",
+                                "attempt": 1, "emitted_at_ms": back}]).errors == []
+    live(back + 180_000)  # 3 minutes of loading
+    again = runwatch.init("fam", run_id="again", transport=t, install_hooks=False,
+                          capture_lineage=False, clock=lambda: back + 180_000, attempt=1)
+    for i in range(30):
+        again.step(i, loss=1.0, samples=256, now_ms=back + 180_000 + i * 10_000,
+                   step_ms=10_000.0, loader_wait_ms=50.0)
+    again.finish(now_ms=back + 500_000)
+    live(back + 900_000)
+    assert [(a.detector, a.status) for a in m.alerts if isinstance(a, Alert)] == []

@@ -58,6 +58,7 @@ from runwatch.core.stream.runstate import (
     flush_waiting,
     observe,
 )
+from runwatch.core.stream.runstate import clear as clear_healthy
 
 Baseline = dict[str, list[float]]
 HIGHER_BETTER = ("accuracy", "acc", "top1", "f1", "auc", "map", "bleu", "rouge")
@@ -318,8 +319,15 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
         out += observe(s, cfg, "grad_norm", e.grad_norm, at, now, bl)
         _push(s.grads, e.grad_norm, GRAD_WINDOW)
         if len(s.grads) >= GRAD_WINDOW:
+            # a learning-rate increase (a warm restart, warm-up) swings the gradient norms
+            # by design: while it is in the loss window (as for loss divergence), their
+            # variance is evidence, not a page
+            raised = s.signals.get("lr_up")
+            restarted = (raised is not None and bool(s.losses)
+                         and raised >= s.losses[0][0])
             out += observe(s, cfg, "grad_norm_variance", ind.grad_norm_variance(s.grads), at,
-                           now, bl, f"variance of the last {GRAD_WINDOW} gradient norms")
+                           now, bl, f"variance of the last {GRAD_WINDOW} gradient norms",
+                           cause=(lambda: ("learning", False)) if restarted else None)
     return out
 
 
@@ -427,9 +435,10 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
     s.known = True
     out: list[Output] = []
     _push(s.states, e.state, 50)
-    if e.state == "running" and s.job_state in NOT_RUNNING:
-        # a resumed attempt (after preemption, a retry, a requeue) loads again before it
-        # steps, as at the start: the stall clock waits for its first step
+    if e.state == "running" and (s.job_state in NOT_RUNNING or s.job_state in ENDED):
+        # a resumed attempt (after preemption, a retry, a requeue, or the run id started
+        # again after it failed) loads again before it steps, as at the start: the stall
+        # clock waits for its first step
         s.last_step_at_ms = 0
     if e.state in KILLED and s.job_state not in NOT_RUNNING | ENDED:
         out += _stalled_until_killed(s, at, now, cfg)
@@ -477,9 +486,15 @@ def _stalled_until_killed(s: RunState, at: int, now: int, cfg: RunConfig) -> lis
     judged (it was not hung).
     """
     floor = stall_floor(s, cfg)
-    if not s.last_step_at_ms or at - s.last_step_at_ms <= floor:
+    median = ind.median(s.step_ms)
+    if not s.last_step_at_ms or not math.isfinite(median) or median <= 0:
         return []
-    f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), at, cfg.stall_k, floor)
+    # judged when the timer would have paged it live (just past the bound), so that the
+    # finding correlates with the same evidence (an XID just before the hang, not the end)
+    due = s.last_step_at_ms + int(max(cfg.stall_k * median, float(floor))) + 1
+    if at < due:
+        return []
+    f = rules.stalled(s.last_step_at_ms, median, due, cfg.stall_k, floor)
     return emit(s, cfg, f, now, one_shot=True) if f else []
 
 
@@ -658,12 +673,19 @@ def _report_hard_rules(s: RunState, e: DataQualityReport, at: int, now: int,
     """
     out: list[Output] = []
     ref = report_ref(e)
-    f = rules.zero_rows(ref, e.row_count, at)
-    if f:
-        out += emit(s, cfg, f, now, one_shot=True)
-    f = rules.schema_failures(ref, e.schema_failures, e.row_count, cfg.schema_fail_share, at)
-    if f:
-        out += emit(s, cfg, f, now, one_shot=True)
+    # judged per report: the alert stays firing while the dataset's reports keep failing
+    # and resolves after healthy reports (the watches' hysteresis), not after 15 minutes
+    # without a repeat (reports an hour apart fired and resolved every hour, then the
+    # run's alert cap muted it)
+    judged = ((rules.zero_rows(ref, e.row_count, at), "rule:zero_rows", "rows"),
+              (rules.schema_failures(ref, e.schema_failures, e.row_count,
+                                     cfg.schema_fail_share, at),
+               "rule:schema_failures", "schema_failure_share"))
+    for f, detector, indicator in judged:
+        if f:
+            out += emit(s, cfg, f, now, one_shot=False)
+        else:
+            out += clear_healthy(s, cfg, detector, indicator, now, subject=ref, at_ms=at)
     return out
 
 
