@@ -332,3 +332,73 @@ def test_schema_failures_that_persist_page_once_and_resolve_after_healthy_report
         m.tick(clock["t"])
     got = [(a.detector, a.status) for a in m.alerts if a.detector == "rule:schema_failures"]
     assert got == [("rule:schema_failures", "firing"), ("rule:schema_failures", "resolved")]
+
+
+def _hourly(tmp_path, rows_at, hours: int = 7 * 24) -> list[tuple[str, str]]:
+    """A run stepping while its dataset is reported every hour, live (records as they are
+    made, the timer ticking); ``rows_at(h, at)`` gives the hour's columns. Its steps an hour
+    apart page stalls: only the data watches' alerts are returned."""
+    import time as _time
+
+    t0 = int(_time.time() * 1000) - (hours + 2) * 3_600_000
+    clock = {"t": t0}
+    m = MemoryProcessor(clock=lambda: clock["t"])
+    t = CaptureTransport()
+    run = start(t, "A", ("s3://d", "v1"), clock_ms=t0)
+    pub = publisher(t)
+    seen = 0
+    for h in range(hours):
+        at = t0 + (h + 1) * 3_600_000
+        run.step(h, loss=1.0, now_ms=at, step_ms=1000.0, loader_wait_ms=10.0)
+        data.report("s3://d", "v1", f"h{h}", rows_at(h, at), publisher=pub,
+                    baseline_directory=tmp_path, now_ms=at, timestamp="event_ms")
+        deadline = _time.monotonic() + 5
+        while len(t.messages) == seen and _time.monotonic() < deadline:
+            _time.sleep(0.001)  # the SDK publishes from its thread
+        m.feed(t.messages[seen:])
+        seen = len(t.messages)
+        clock["t"] = at + 1_000
+        m.tick(clock["t"])
+        clock["t"] = at + 1_800_000  # and half an hour later (quiet-time resolution)
+        m.tick(clock["t"])
+    assert [d.reason for d in m.dead] == []
+    return [(a.detector, a.status) for a in m.alerts if a.detector.startswith("watch:")]
+
+
+DAY = 86_400_000
+
+
+@pytest.mark.parametrize(("case", "want"), [
+    # a daily partition, reported every hour: the lag climbs from 1 to 24 hours every day
+    ("daily", []),
+    # the same ETL stops after day 6: the lag climbs on past a day, hour after hour (the lag
+    # band followed the climb, as it does every day)
+    ("daily_stops", [("watch:freshness_lag", "firing")]),
+    ("stream", []),  # rows of the last minutes in every report
+])
+def test_a_pipeline_that_stops_refreshing_is_paged_once(case: str, want: list,
+                                                        tmp_path) -> None:
+    def cols(h: int, at: int) -> dict:
+        if case == "stream":
+            newest = at - 120_000
+        else:  # the partition of a day lands as the next day begins
+            t0 = at - (h + 1) * 3_600_000
+            day = min(h // 24, 6) if case == "daily_stops" else h // 24
+            newest = t0 + day * DAY - 60_000
+        return {"x": list(range(100)), "event_ms": [newest - i * 1000 for i in range(100)]}
+
+    assert _hourly(tmp_path, cols, hours=10 * 24) == want
+
+
+def test_a_null_share_that_jumps_and_stays_pages_once(tmp_path) -> None:
+    """2 % nulls, then 30 % from the third day on: one page, resolved once the dataset's
+    history has learnt the new level (healthy reports), not paged again."""
+    def cols(h: int, at: int) -> dict:
+        share = 0.30 if h >= 48 else 0.02
+        n = 1000
+        nulls = int(share * n)
+        return {"x": [None] * nulls + list(range(n - nulls)),
+                "event_ms": [at - 60_000 - i for i in range(n)]}
+
+    got = _hourly(tmp_path, cols, hours=96)
+    assert got == [("watch:null_share", "firing"), ("watch:null_share", "resolved")]

@@ -12,7 +12,8 @@ against an absolute bound:
 ========================  =========================================  =========
 signal                    judged as                                  direction
 ========================  =========================================  =========
-``freshness_lag``         lag (ms) against its history band          up
+``freshness_lag``         lag (ms) against its history band, and     up
+                          against twice its usual refresh interval
 ``row_count``             log rows against its history band          both
 ``duplicate_share``       duplicate rows / rows against its band     up
 ``null_share``            per feature, null share against its band   up
@@ -64,6 +65,9 @@ RANGE_REL = 0.5
 """Least widening of a feature's range, relative to its magnitude (for a constant feature)."""
 MAX_FEATURES = 32
 """Features followed per dataset (the first ones reported); bounds the run state."""
+
+SIGNALS = ("freshness_lag", "row_count", "duplicate_share", "null_share", "feature_range")
+"""The signals :func:`check` judges (``watch:<signal>``, one alert per dataset each)."""
 
 Direction = Literal["up", "both"]
 
@@ -160,6 +164,47 @@ def range_learn(state: list[float] | None, lo: float, hi: float) -> list[float]:
     return [n + 1, min(rlo, lo), max(rhi, hi)]
 
 
+REFRESH_K = 2.0
+"""A dataset whose newest row is older than this many of its usual refresh intervals has
+missed its refreshes (a daily partition two days old): the lag band alone follows the lag's
+climb between refreshes, so reports much more frequent than the refreshes (hourly reports
+of a daily ETL) hid a pipeline that stopped."""
+REFRESH_KEPT = 8
+"""Intervals between refreshes a dataset keeps (their median is its usual interval)."""
+
+
+def refresh_overdue(h: dict[str, Any], at_ms: int, lag_ms: float) -> float | None:
+    """Follow when a dataset's newest row advances; return the bound its lag is past, if so.
+
+    The newest row's time is the report's time less its freshness lag. Each time it
+    advances, the interval since the previous advance (the dataset's refresh cadence:
+    a day for a daily partition, minutes for a stream) is kept (``h["refresh"]``:
+    ``[newest row ms, [intervals]]``, the latest :data:`REFRESH_KEPT`).
+
+    Args:
+        h: The dataset's history (updated in place).
+        at_ms: The report's event time.
+        lag_ms: Its freshness lag.
+
+    Returns:
+        ``REFRESH_K`` × the median interval when the lag is past it (and
+        :data:`MIN_HISTORY` intervals are known), else None.
+
+    """
+    newest = int(at_ms - lag_ms)
+    last, gaps = h.get("refresh") or [newest, []]
+    gaps = list(gaps)
+    if newest > last + MIN_LAG_MS:  # a refresh: rows newer than the dataset had
+        gaps = [*gaps, newest - last][-REFRESH_KEPT:]
+        last = newest
+    h["refresh"] = [max(last, newest), gaps]
+    if len(gaps) < MIN_HISTORY:
+        return None
+    usual = sorted(gaps)[len(gaps) // 2]
+    bound = REFRESH_K * usual
+    return bound if lag_ms > max(bound, MIN_LAG_MS) else None
+
+
 def _share_floor(mean: float, rows: int) -> float:
     p = min(max(mean, 1.0 / rows), 1.0)
     return max(MIN_SHARE, K * math.sqrt(p * (1 - p) / rows))  # at least the sampling noise
@@ -193,6 +238,14 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
         band = Band.from_state(h.get("lag"))
         floor = max(REL_FLOOR * abs(band.mean), MIN_LAG_MS)
         excess = band.score_one(lag, floor)
+        stale = refresh_overdue(h, at_ms, lag)
+        if stale is not None and excess <= 1:
+            out.append(_finding("freshness_lag", ref, lag, stale, lag / stale, at_ms,
+                                f"Data of {ref} is not being refreshed: newest row "
+                                f"{lag / 3_600_000:.3g} h old (it is usually refreshed every "
+                                f"{stale / REFRESH_K / 3_600_000:.3g} h)",
+                                f"freshness_lag_ms={lag:.0f}; bound {stale:.0f} ms "
+                                f"({REFRESH_K:g} refresh intervals)"))
         if excess > 1:
             hours, usual = lag / 3_600_000, band.mean / 3_600_000
             out.append(_finding("freshness_lag", ref, lag, band.mean, excess, at_ms,

@@ -641,8 +641,15 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                       "labels0": prev["labels0"] if prev else labels, "labels": labels,
                       "ids": ids, "hist": hist}
     out += _report_hard_rules(s, e, at, now, cfg)
-    for f in found:  # freshness, volume, duplicates, nulls, ranges against the dataset's history
-        out += emit(s, cfg, f, now, one_shot=True)
+    # freshness, volume, duplicates, nulls, ranges against the dataset's history: judged on
+    # each report, they resolve after healthy reports of the dataset (as the hard report
+    # rules), not by quiet time, which fired and resolved them again on every report
+    for f in found:
+        out += emit(s, cfg, f, now, one_shot=False)
+    fired = {f.indicator for f in found}
+    for name in datachecks.SIGNALS:
+        if name not in fired:
+            out += clear_healthy(s, cfg, f"watch:{name}", name, now, subject=ref, at_ms=at)
     shift = ind.label_balance_shift(labels, s.reports[ref]["labels0"])
     if math.isfinite(shift) and shift > cfg.label_shift:
         out += emit(s, cfg, Finding("indicator:label_balance", "label_balance", "data", "warning",
