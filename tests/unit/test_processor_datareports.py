@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -298,71 +299,54 @@ def test_without_the_data_agents_answer_the_rule_judges_after_a_minute(tmp_path)
     assert firing(m) == {("A", "rule:missing_data_report", "data")}
 
 
+def _hourly(tmp_path, rows_at, hours: int = 7 * 24, *, steps: int = 1,
+            detectors: str = "watch:", **report: Any) -> list[tuple[str, str]]:
+    """A run stepping while its dataset is reported every hour, live (records as they are
+    made, the timer ticking); ``rows_at(h, at)`` gives the hour's columns, ``steps`` the
+    run's steps an hour (they move the processor's horizon between reports). Steps an hour
+    apart page stalls: only alerts of ``detectors`` (a prefix) are returned."""
+    t0 = int(time.time() * 1000) - (hours + 2) * 3_600_000
+    clock = {"t": t0}
+    m = MemoryProcessor(clock=lambda: clock["t"])
+    t = CaptureTransport()
+    run = start(t, "A", ("s3://d", "v1"), clock_ms=t0)
+    pub = publisher(t)
+    seen = 0
+    for slot in range(hours * steps):
+        at = t0 + (slot + 1) * 3_600_000 // steps
+        run.step(slot, loss=1.0, now_ms=at, step_ms=1000.0, loader_wait_ms=10.0)
+        if slot % steps == steps - 1:
+            h = slot // steps
+            data.report("s3://d", "v1", f"h{h}", rows_at(h, at), publisher=pub,
+                        baseline_directory=tmp_path, now_ms=at, **report)
+        deadline = time.monotonic() + 5
+        while len(t.messages) == seen and time.monotonic() < deadline:
+            time.sleep(0.001)  # the SDK publishes from its thread
+        m.feed(t.messages[seen:])
+        seen = len(t.messages)
+        clock["t"] = at + 1_000
+        m.tick(clock["t"])
+        clock["t"] = at + 1_800_000 // steps  # and later (quiet-time resolution)
+        m.tick(clock["t"])
+    assert [d.reason for d in m.dead] == []
+    return [(a.detector, a.status) for a in m.alerts if a.detector.startswith(detectors)]
+
+
 def test_schema_failures_that_persist_page_once_and_resolve_after_healthy_reports(
         tmp_path) -> None:
     """Hourly reports, 2 % of rows failing their schema from the 10th report on, healthy
-    again from the 30th, while the run trains (live: records arrive as they are made, the
-    timer ticks): it fired and resolved every hour (15 minutes without a repeat), and
-    after twenty alerts the run's cap muted everything else it might raise."""
-    import time as _time
+    again from the 30th, while the run trains: it fired and resolved every hour (15
+    minutes without a repeat), and after twenty alerts the run's cap muted everything else
+    it might raise."""
+    def cols(h: int, _at: int) -> dict:
+        rows: list = list(range(1000))
+        if 10 <= h < 30:  # 20 of 1,000 rows are not integers
+            rows[:20] = ["n/a"] * 20
+        return {"x": rows}
 
-    t0 = int(_time.time() * 1000) - 48 * 3_600_000
-    clock = {"t": t0}
-    m = MemoryProcessor(clock=lambda: clock["t"])
-    t = CaptureTransport()
-    run = start(t, "A", ("s3://d", "v1"), clock_ms=t0)
-    pub = publisher(t)
-    seen = 0
-    for slot in range(40 * 12):  # five-minute slots
-        at = t0 + (slot + 1) * 300_000
-        run.step(slot, loss=1.0, now_ms=at, step_ms=1000.0, loader_wait_ms=10.0)
-        if slot % 12 == 11:  # the pipeline's hourly report
-            h = slot // 12
-            rows: list = list(range(1000))
-            if 10 <= h < 30:  # 20 of 1,000 rows are not integers
-                rows[:20] = ["n/a"] * 20
-            data.report("s3://d", "v1", f"h{h}", {"x": rows}, publisher=pub,
-                        baseline_directory=tmp_path, now_ms=at, schema={"x": "int"})
-        deadline = _time.monotonic() + 5
-        while len(t.messages) == seen and _time.monotonic() < deadline:
-            _time.sleep(0.001)  # the SDK publishes from its thread
-        m.feed(t.messages[seen:])
-        seen = len(t.messages)
-        clock["t"] = at + 1_000
-        m.tick(clock["t"])
-    got = [(a.detector, a.status) for a in m.alerts if a.detector == "rule:schema_failures"]
+    got = _hourly(tmp_path, cols, 40, steps=12, detectors="rule:schema_failures",
+                  schema={"x": "int"})
     assert got == [("rule:schema_failures", "firing"), ("rule:schema_failures", "resolved")]
-
-
-def _hourly(tmp_path, rows_at, hours: int = 7 * 24) -> list[tuple[str, str]]:
-    """A run stepping while its dataset is reported every hour, live (records as they are
-    made, the timer ticking); ``rows_at(h, at)`` gives the hour's columns. Its steps an hour
-    apart page stalls: only the data watches' alerts are returned."""
-    import time as _time
-
-    t0 = int(_time.time() * 1000) - (hours + 2) * 3_600_000
-    clock = {"t": t0}
-    m = MemoryProcessor(clock=lambda: clock["t"])
-    t = CaptureTransport()
-    run = start(t, "A", ("s3://d", "v1"), clock_ms=t0)
-    pub = publisher(t)
-    seen = 0
-    for h in range(hours):
-        at = t0 + (h + 1) * 3_600_000
-        run.step(h, loss=1.0, now_ms=at, step_ms=1000.0, loader_wait_ms=10.0)
-        data.report("s3://d", "v1", f"h{h}", rows_at(h, at), publisher=pub,
-                    baseline_directory=tmp_path, now_ms=at, timestamp="event_ms")
-        deadline = _time.monotonic() + 5
-        while len(t.messages) == seen and _time.monotonic() < deadline:
-            _time.sleep(0.001)  # the SDK publishes from its thread
-        m.feed(t.messages[seen:])
-        seen = len(t.messages)
-        clock["t"] = at + 1_000
-        m.tick(clock["t"])
-        clock["t"] = at + 1_800_000  # and half an hour later (quiet-time resolution)
-        m.tick(clock["t"])
-    assert [d.reason for d in m.dead] == []
-    return [(a.detector, a.status) for a in m.alerts if a.detector.startswith("watch:")]
 
 
 DAY = 86_400_000
@@ -387,7 +371,7 @@ def test_a_pipeline_that_stops_refreshing_is_paged_once(case: str, want: list,
             newest = t0 + day * DAY - 60_000
         return {"x": list(range(100)), "event_ms": [newest - i * 1000 for i in range(100)]}
 
-    assert _hourly(tmp_path, cols, hours=10 * 24) == want
+    assert _hourly(tmp_path, cols, 10 * 24, timestamp="event_ms") == want
 
 
 def test_a_null_share_that_jumps_and_stays_pages_once(tmp_path) -> None:
@@ -400,5 +384,5 @@ def test_a_null_share_that_jumps_and_stays_pages_once(tmp_path) -> None:
         return {"x": [None] * nulls + list(range(n - nulls)),
                 "event_ms": [at - 60_000 - i for i in range(n)]}
 
-    got = _hourly(tmp_path, cols, hours=96)
+    got = _hourly(tmp_path, cols, 96, timestamp="event_ms")
     assert got == [("watch:null_share", "firing"), ("watch:null_share", "resolved")]
