@@ -285,9 +285,12 @@ def test_registry_control_and_seed_variance_on_rw_alerts(
         r = runwatch.init("credit-risk", run_id=world.rid(case), transport=transport,
                           topics=topics, install_hooks=False, capture_lineage=False,
                           clock=lambda: T0)
+        # registered now, after `gate check` decided it (a decision counts only when it was
+        # made by the registration's time: one stamped later did not let the model in)
+        now = int(time.time() * 1000)
         r.artifact(f"s3://models/{case}", "model", sha256="cd" * 32,
-                   registry_status="registered", now_ms=T0 + 5000)
-        r.finish(now_ms=T0 + 6000, timeout=5)
+                   registry_status="registered", now_ms=now)
+        r.finish(now_ms=now + 1000, timeout=5)
 
     def firing(records: list[Any]) -> set[tuple[str, str, str]]:
         return {(a.run_id, a.detector, a.probable_cause) for a in records
