@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -21,7 +22,16 @@ def test_ensure_creates_every_topic_once(stack) -> None:
         created = ensure_topics(conf, prefix=prefix)
         assert sorted(created) == sorted(prefix + name for name in specs)
         assert ensure_topics(conf, prefix=prefix) == []
-        states = {s.name: s for s in topic_states(conf, prefix=prefix)}
+        # a broker's metadata lists a topic a moment after its creation returned (under a
+        # loaded CI machine, one of twenty read as absent once): wait for it, bounded
+        deadline = time.monotonic() + 30
+        while True:
+            states = {s.name: s for s in topic_states(conf, prefix=prefix)}
+            if all(s.partitions is not None for s in states.values()):
+                break
+            assert time.monotonic() < deadline, [n for n, s in states.items()
+                                                  if s.partitions is None]
+            time.sleep(0.5)
         for name, spec in specs.items():
             assert states[prefix + name].partitions == spec.partitions
         compacted = [n for n, s in specs.items() if s.cleanup == "compact"]
