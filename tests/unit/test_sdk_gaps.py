@@ -111,6 +111,25 @@ def test_init_takes_attempt(monkeypatch, env, arg, expect) -> None:
     assert {j.attempt for j in jobs} == {expect}
 
 
+@pytest.mark.parametrize(("runwatch_env", "slurm", "expect"),
+                         [(None, "0", 1), (None, "1", 2), ("3", "1", 3), (None, " 2 ", 3),
+                          ("x", "1", 2), (None, "-1", 0), (None, "one", 0)])
+def test_init_attempt_from_slurm_is_one_based(monkeypatch, caplog, runwatch_env, slurm,
+                                              expect) -> None:
+    """Slurm counts restarts from 0; JobEvent.attempt is 1-based (0: unknown)."""
+    monkeypatch.setenv("SLURM_RESTART_COUNT", slurm)
+    if runwatch_env is None:
+        monkeypatch.delenv("RUNWATCH_ATTEMPT", raising=False)
+    else:
+        monkeypatch.setenv("RUNWATCH_ATTEMPT", runwatch_env)
+    run, t = make_run(strict=True)
+    assert type(run).__name__ == "Run"  # a bad value never turns monitoring off
+    run.finish(now_ms=T)
+    assert {j.attempt for j in t.records("JobEvent")} == {expect}
+    bad = [v for v in (runwatch_env, slurm) if v is not None and not v.strip().isdigit()]
+    assert all(repr(v) in caplog.text for v in bad)
+
+
 # -- lineage= with plain values -----------------------------------------------------
 def test_lineage_hardware_as_a_plain_dict_is_kept() -> None:
     run, t = make_run(strict=True, lineage={

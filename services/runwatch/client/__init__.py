@@ -87,6 +87,29 @@ def _check_schemas(codec: Any) -> None:
         raise SchemaLoadError(msg)
 
 
+
+def attempt_from_env(env: Mapping[str, str]) -> int:
+    """Return the run's 1-based attempt from the environment (0: unknown).
+
+    ``RUNWATCH_ATTEMPT`` is the attempt itself (1-based, as ``JobEvent.attempt``);
+    ``SLURM_RESTART_COUNT`` counts restarts from 0, so it is one less than the
+    attempt: a job Slurm requeued once runs its second attempt. A value that is not
+    a whole number ≥ 0 is ignored (logged): the training job goes on, the attempt unknown.
+    """
+    for name, offset in (("RUNWATCH_ATTEMPT", 0), ("SLURM_RESTART_COUNT", 1)):
+        raw = (env.get(name) or "").strip()
+        if not raw:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            logger.warning("runwatch ignores %s=%r: not a whole number >= 0", name, raw)
+            continue
+        return value + offset
+    return 0
+
 def init(
     project: str | None = None,
     *,
@@ -145,9 +168,11 @@ def init(
             mappings); a field that cannot be published is left out of the
             manifest, counted in ``lineage_dropped`` and logged (``strict``:
             ``ValueError``), the rest of the manifest is kept.
-        attempt: The run's attempt (0 = first); default ``RUNWATCH_ATTEMPT``,
-            else ``SLURM_RESTART_COUNT``, else 0. An explicit value wins over
-            the environment.
+        attempt: The run's attempt, 1-based as ``JobEvent.attempt`` (1 = the
+            first; 0 = unknown); default ``RUNWATCH_ATTEMPT`` (1-based), else
+            ``SLURM_RESTART_COUNT`` + 1 (Slurm counts restarts from 0), else 0.
+            An explicit value wins over the environment; an environment value
+            that is not a whole number is ignored with a warning.
 
     Returns:
         The :class:`~runwatch.client.run.Run` (a :class:`NullRun` if it cannot start).
@@ -172,9 +197,7 @@ def init(
             except Exception:
                 logger.exception("runwatch could not open the spools earlier jobs left")
         if attempt is None:
-            attempt = int(
-                os.environ.get("RUNWATCH_ATTEMPT") or os.environ.get("SLURM_RESTART_COUNT") or 0
-            )
+            attempt = attempt_from_env(os.environ)
         publisher = Publisher(transport, kind="sdk", topics=topics, clock=clock)
         _check_schemas(publisher.codec)
         return Run(
