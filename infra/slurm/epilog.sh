@@ -18,9 +18,12 @@ case "${SLURM_JOB_EXIT_CODE2:-0:0}" in
   *) STATE=failed ;;
 esac
 
+# JobEvent.attempt is 1-based; Slurm counts restarts from 0. One event id for the job's
+# nodes: every node's epilog sends the same end.
+ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))
 "$RUNWATCH" emit job-state --run-id "$RUN_ID" --state "$STATE" --reason "$REASON" \
-  --attempt "${SLURM_RESTART_COUNT:-0}" \
-  --event-id "$RUN_ID-end-${SLURM_RESTART_COUNT:-0}-$(hostname -s)" \
+  --attempt "$ATTEMPT" \
+  --event-id "$RUN_ID-end-$ATTEMPT" \
   --timeout 5 >/dev/null 2>&1 || true
 
 rm -f "$ALLOC_DIR/slurm-$SLURM_JOB_ID.json"

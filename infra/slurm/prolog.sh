@@ -33,10 +33,15 @@ json.dump(entries, open(tmp, "w")); os.replace(tmp, os.path.join(d, "allocation.
 PY
 fi
 
+# The prolog runs on every node of the job: each sends the whole allocation (every node,
+# from SLURM_JOB_NODELIST, a hostlist emit expands) and the same event id, so the copies
+# are one event downstream; naming only its own node, each would replace the others'.
+# JobEvent.attempt is 1-based; Slurm counts restarts from 0.
+ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))
 # never fail the job because telemetry is unreachable: emit spools locally
 "$RUNWATCH" emit job-state --run-id "$RUN_ID" --state scheduled \
-  --queue "${SLURM_JOB_PARTITION:-}" --attempt "${SLURM_RESTART_COUNT:-0}" \
-  --nodes "$(hostname -s)" --gpus "$GPUS" \
-  --event-id "$RUN_ID-scheduled-${SLURM_RESTART_COUNT:-0}-$(hostname -s)" \
+  --queue "${SLURM_JOB_PARTITION:-}" --attempt "$ATTEMPT" \
+  --nodes "${SLURM_JOB_NODELIST:-$(hostname -s)}" --gpus "$GPUS" \
+  --event-id "$RUN_ID-scheduled-$ATTEMPT" \
   --timeout 5 >/dev/null 2>&1 || true
 exit 0

@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     js.add_argument("--attempt", type=int, default=0)
     js.add_argument("--reason", default=None)
     js.add_argument("--priority-class", default=None)
-    js.add_argument("--nodes", default="", help="comma-separated node names")
+    js.add_argument("--nodes", default="",
+                    help="the attempt's nodes, all of them: comma-separated names or a Slurm "
+                         "hostlist (gpu-[01-04]; $SLURM_JOB_NODELIST)")
     js.add_argument("--gpus", default="", help="comma-separated GPU indices")
     js.add_argument("--gpu-model", default=None)
     js.add_argument("--deadline-ms", type=int, default=None)
@@ -94,15 +96,17 @@ def run_job_state(args: argparse.Namespace) -> int:
         Exit code.
 
     """
-    from runwatch.client.emit import emit_records
+    from runwatch.client.emit import emit_records, expand_hostlist
 
     alloc = None
     if args.nodes or args.gpus or args.gpu_model:
-        alloc = {
-            "nodes": [n for n in args.nodes.split(",") if n],
-            "gpu_indices": [int(g) for g in args.gpus.split(",") if g],
-            "gpu_model": args.gpu_model,
-        }
+        try:
+            nodes = expand_hostlist(args.nodes)
+            gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
+        except ValueError as exc:
+            print(f"runwatch emit job-state: --nodes/--gpus: {exc}", file=sys.stderr)
+            return 2
+        alloc = {"nodes": nodes, "gpu_indices": gpus, "gpu_model": args.gpu_model}
     obj = {
         "type": "JobEvent",
         "run_id": args.run_id,

@@ -1,0 +1,107 @@
+"""The shipped Slurm hooks, run as Slurm runs them (on each node), through the real
+``runwatch emit``: with the broker away, what they publish is read back from the spool."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runwatch.adapters.spool import Spool
+from runwatch.client.emit import expand_hostlist
+from runwatch.core.codec import load_codec
+from runwatch.core.records import JobEvent
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOKS = ROOT / "infra" / "slurm"
+
+
+def _run_hook(hook: str, tmp_path: Path, node: str, **env: str) -> None:
+    """Run a hook as Slurm would on ``node`` (``hostname -s`` answers ``node``)."""
+    bin_dir = tmp_path / f"bin-{node}"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "hostname").write_text(f"#!/bin/sh\necho {node}\n")
+    (bin_dir / "hostname").chmod(0o755)
+    runwatch = Path(sys.executable).parent / "runwatch"
+    full = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "RUNWATCH": str(runwatch),
+            "RUNWATCH_ALLOC_DIR": str(tmp_path / f"alloc-{node}"),
+            "RUNWATCH_PRODUCER_SPOOL_DIR": str(tmp_path / "spool"),
+            "RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS": "300",
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9",  # nothing listens: the record spools
+            "SLURM_JOB_ID": "4242", "SLURM_CLUSTER_NAME": "c1", **env}
+    done = subprocess.run(["bash", str(HOOKS / hook)], env=full, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def _spooled(tmp_path: Path) -> list[JobEvent]:
+    codec = load_codec()
+    out = []
+    for d in sorted((tmp_path / "spool").iterdir()):
+        spool = Spool(d)
+        while batch := spool.peek(100):  # one segment at a time (each emit wrote its own)
+            out += [codec.decode(r.value) for r in batch]
+            spool.ack(len(batch))
+        spool.close()
+    return out
+
+
+def test_each_nodes_prolog_names_the_whole_allocation_and_a_one_based_attempt(
+        tmp_path: Path) -> None:
+    """A two-node job: each node's prolog named only its own node, so the second
+    replaced the first (the processor watched one node's GPUs, cost billed one node),
+    and sent Slurm's 0-based restart count as the 1-based attempt."""
+    env = {"SLURM_JOB_NODELIST": "q[1-2]", "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
+           "SLURM_RESTART_COUNT": "1", "SLURM_JOB_PARTITION": "gpu"}
+    for node in ("q1", "q2"):
+        _run_hook("prolog.sh", tmp_path, node, **env)
+    events = _spooled(tmp_path)
+    assert len(events) == 2
+    for e in events:
+        assert (e.run_id, e.state, e.attempt, e.queue) == ("slurm-c1-4242", "scheduled", 2, "gpu")
+        assert e.allocation is not None
+        assert (list(e.allocation.nodes), list(e.allocation.gpu_indices)) == (
+            ["q1", "q2"], list(range(8)))
+    assert len({e.event_id for e in events}) == 1  # one event downstream, sent by each node
+
+
+def test_the_epilog_sends_one_end_per_job_with_a_one_based_attempt(tmp_path: Path) -> None:
+    for node in ("q1", "q2"):
+        _run_hook("epilog.sh", tmp_path, node, SLURM_JOB_EXIT_CODE2="0:9")
+    events = _spooled(tmp_path)
+    assert [(e.state, e.attempt) for e in events] == [("cancelled", 1)] * 2
+    assert len({e.event_id for e in events}) == 1
+
+
+@pytest.mark.parametrize(("expr", "names"), [
+    ("gpu-[01-03,07],login1", ["gpu-01", "gpu-02", "gpu-03", "gpu-07", "login1"]),
+    ("n1,n2,n1", ["n1", "n2"]),
+    ("r[1-2]-n[01-02]", ["r1-n01", "r1-n02", "r2-n01", "r2-n02"]),
+    ("x[9-11]", ["x9", "x10", "x11"]),
+    ("", []),
+])
+def test_hostlists_expand_as_slurm_writes_them(expr: str, names: list[str]) -> None:
+    assert expand_hostlist(expr) == names
+
+
+@pytest.mark.parametrize(("expr", "why"), [
+    ("n[1-", "unbalanced"), ("n]1[", "unbalanced"), ("n[3-1]", "backwards"),
+    ("n[a]", "not a number"), ("n[[1]]", "nested"), ("n[1-999999999]", "more than"),
+])
+def test_a_bad_hostlist_is_refused_with_the_reason(expr: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        expand_hostlist(expr)
+
+
+def test_emit_refuses_a_bad_hostlist_with_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "runwatch", "emit", "job-state", "--run-id", "r",
+         "--state", "scheduled", "--nodes", "q[2-1]", "--gpus", "0"],
+        env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+             "RUNWATCH_PRODUCER_SPOOL_DIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "runs backwards" in done.stderr and "Traceback" not in done.stderr
