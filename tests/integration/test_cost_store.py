@@ -130,8 +130,25 @@ ODD = {
     # preempted after 30 min, resumed 60 min later on the same node and GPUs for 10 min
     "resumed-same-gpus": [(0, 30 * MIN, "n8", 8, "preempted", True),
                           (90 * MIN, 100 * MIN, "n8", 8, "succeeded", True)],
+    # no job event names an allocation (NO_ALLOC); the agent saw its processes on 8 GPUs
+    "no-alloc": [(0, 60 * MIN, "n9", 8, "succeeded", True)],
+    # preempted at 30 min, resumed at 40 min; its first step 4 min after the resume (STARTUP)
+    "resume-startup": [(0, 30 * MIN, "n10", 8, "preempted", True),
+                       (40 * MIN, 100 * MIN, "n10", 8, "succeeded", True)],
+    # queued at 0, ran on 8 GPUs from 5 min (FIRST_QUEUED); preempted at 30, queued, ran on
+    # 2 GPUs from 40 min: waits of 8 and of 2 GPUs
+    "waits-two-sizes": [(5 * MIN, 30 * MIN, "n11", 8, "preempted", True),
+                        (40 * MIN, 100 * MIN, "n12", 2, "succeeded", True)],
+    # two jobs on n13's GPUs, one after the other; the second's processes exit 3 min before
+    # its job ends (PROCS_END): no node clock is off
+    "before": [(0, 50 * MIN, "n13", 8, "succeeded", True)],
+    "after": [(50 * MIN, 100 * MIN, "n13", 8, "succeeded", True)],
 }
 SKEW_S = {"n4": 600}
+NO_ALLOC = {"no-alloc"}
+STARTUP = {"resume-startup": 4 * MIN}
+FIRST_QUEUED = {"waits-two-sizes": 0}
+PROCS_END = {"after": 97 * MIN}
 
 
 def _play_odd(start_ms: int) -> CaptureTransport:
@@ -144,8 +161,7 @@ def _play_odd(start_ms: int) -> CaptureTransport:
     now = [start_ms]
     hook = Publisher(transport, kind="hook", clock=lambda: now[0])
     agent = Publisher(transport, kind="agent", clock=lambda: now[0])
-    nodes = {n: make_node(n, agent) for n in ("n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7",
-                                                        "n8")}
+    nodes = {f"n{i}": make_node(f"n{i}", agent) for i in range(14)}
     sdk: dict[str, Any] = {}
 
     def job(rid: str, state: str, attempt: int, node: str = "", gpus: int = 0) -> None:
@@ -153,29 +169,36 @@ def _play_odd(start_ms: int) -> CaptureTransport:
                                "attempt": attempt, "team": "t", "experiment_family": "odd",
                                "queue": "batch", "priority_class": "standard",
                                "emitted_at_ms": now[0]}
-        if node:
+        if node and rid not in NO_ALLOC:
             obj["allocation"] = {"nodes": [node], "gpu_indices": list(range(gpus)),
                                  "gpu_model": "H100"}
         assert not emit_records(hook, [obj]).errors
+
+    def procs_gone(sim: Any, gpus: int) -> None:
+        for g in range(gpus):
+            sim.attributor.pids.pop(1000 + g, None)
+            sim.nvml.processes[g] = []
+            sim.nvml.util.pop(g, None)
 
     steps: dict[str, int] = {}
     for t in range(0, 100 * MIN + 30, 30):
         now[0] = start_ms + t * 1000
         for rid, attempts in ODD.items():
+            if t == FIRST_QUEUED.get(rid):
+                job(rid, "queued", 1)
+            if t == PROCS_END.get(rid):
+                procs_gone(nodes[attempts[-1][2]], attempts[-1][3])
             for i, (a0, a1, node, gpus, end, busy) in enumerate(attempts, start=1):
                 sim = nodes[node]
                 if t == a1:
                     job(rid, end, i)
-                    for g in range(gpus):
-                        sim.attributor.pids.pop(1000 + g, None)
-                        sim.nvml.processes[g] = []
-                        sim.nvml.util.pop(g, None)
+                    procs_gone(sim, gpus)
                     if i == len(attempts):
                         sdk.pop(rid).finish(end, timeout=10.0, now_ms=now[0])
                     else:
                         job(rid, "queued", i + 1)
                 if t == a0:
-                    if i == 1 and rid != "same-ms":
+                    if i == 1 and rid != "same-ms" and rid not in FIRST_QUEUED:
                         job(rid, "queued", 1)
                     if rid == "scheduled-alloc":
                         job(rid, "scheduled", i, node, gpus)
@@ -190,10 +213,13 @@ def _play_odd(start_ms: int) -> CaptureTransport:
                         sim.nvml.attach_process(g, 1000 + g, 40 * GIB)
                 # same-ms: the job's own SDK starts a tick later (its running event apart)
                 if rid not in sdk and a0 <= t < a1 and (rid != "same-ms" or t > a0):
+                    hw = ({"hardware": {"nodes": [node], "gpu_count": gpus, "gpu_model": "H100"}}
+                          if rid in NO_ALLOC else None)  # its manifest names the model (NVML)
                     sdk[rid] = init(run_id=rid, experiment_family="odd", team="t",
                                     transport=transport, clock=lambda: now[0],
-                                    capture_lineage=False, install_hooks=False)
-                if a0 <= t < a1 and rid in sdk:
+                                    capture_lineage=False, install_hooks=False, lineage=hw)
+                starting = i > 1 and t < a0 + STARTUP.get(rid, 0)  # loading, no step yet
+                if a0 <= t < a1 and rid in sdk and not starting:
                     steps[rid] = steps.get(rid, 0) + 1
                     sdk[rid].step(steps[rid], loss=1.0, samples=1, now_ms=now[0], step_ms=900,
                                   loader_wait_ms=100)
@@ -258,9 +284,27 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
     waits = client.query(
         f"SELECT run_id, queue_delay_s, gpu_count FROM {db}.queue_waits "  # noqa: S608
         f"ORDER BY run_id, queued_at").result_rows
+    # Each wait with the GPUs of the attempt it ended in (every wait once took the run's
+    # latest allocation: waits-two-sizes' first wait counted 2 GPUs, not 8).
     assert [(r, round(d), g) for r, d, g in waits] == [
-        ("resumed", 10 * MIN, 4), ("resumed-same-gpus", 60 * MIN, 8),
-        ("resumed-skewed", 10 * MIN, 8)]
+        ("resume-startup", 10 * MIN, 8), ("resumed", 10 * MIN, 4),
+        ("resumed-same-gpus", 60 * MIN, 8), ("resumed-skewed", 10 * MIN, 8),
+        ("waits-two-sizes", 5 * MIN, 8), ("waits-two-sizes", 10 * MIN, 2)]
+    more = {r[0]: r[1:] for r in client.query(
+        f"SELECT run_id, allocated_gpu_hours, observed_gpu_hours, stalled_gpu_hours, "  # noqa: S608
+        f"skewed_nodes, gpu_count, gpu_model FROM {db}.run_summaries FINAL").result_rows}
+    print("\nmore (allocated, observed, stalled, skewed, GPUs, model):", more)
+    # no allocation in any job event: billed what the agent saw its processes use (once 0
+    # GPU-h, the run not even counted as unpriced), at the model its manifest names
+    assert more["no-alloc"] == (pytest.approx(0.0), pytest.approx(8.0, abs=0.02),
+                                pytest.approx(0.0), 0, 8, "H100")
+    assert runs["no-alloc"]["gpu_hours"] == pytest.approx(8.0, abs=0.02)
+    assert runs["no-alloc"]["cost"] == pytest.approx(8.0 * 4.0, abs=0.1)
+    # a resumed attempt's 4-minute start-up is not a stall (the gap once ran from the first
+    # attempt's last step: 8 GPUs x 4 min = 0.53 GPU-h stalled)
+    assert more["resume-startup"][2] == pytest.approx(0.0, abs=0.01)
+    # the job before on the same GPUs is not the run's busy period (once: skewed by 15 min)
+    assert (more["after"][3], more["before"][3]) == (0, 0)
     client.command(f"DROP DATABASE {db}")
 
 

@@ -17,7 +17,7 @@ INSERT INTO ${db}.run_summaries (
     gpu_model, gpu_count, queue, priority_class, node_pool, tenancy, running_at, queue_delay_s,
     allocated_gpu_hours, observed_gpu_hours, noproc_gpu_hours, stalled_gpu_hours,
     lost_gpu_hours, no_artifact_gpu_hours, busy_util_hours, busy_util_weighted,
-    usable_artifact, step_records, skewed_nodes, max_skew_s, queue_waits)
+    usable_artifact, step_records, skewed_nodes, max_skew_s, queue_waits, queue_wait_gpus)
 WITH
     jobs AS (
         SELECT toString(run_id) AS rid, anyLast(team) AS team, anyLast(experiment_family) AS fam,
@@ -58,7 +58,8 @@ WITH
         SELECT rid, n AS node, toUInt8(g) AS gpu, t0, t1
         FROM iv ARRAY JOIN inodes AS n ARRAY JOIN igpus AS g),
     mf AS (
-        SELECT run_id AS rid, argMax(labels['node_pool'], ts) AS pool, argMax(labels['tenancy'], ts) AS ten
+        SELECT run_id AS rid, argMax(labels['node_pool'], ts) AS pool, argMax(labels['tenancy'], ts) AS ten,
+               argMaxIf(gpu_model, ts, gpu_model != '') AS mgpu
         FROM ${db}.run_manifests WHERE run_id IN %(runs)s GROUP BY rid),
     -- the latest step wins; at one step (a resumed attempt logs it again) the later record
     learn AS (
@@ -117,13 +118,17 @@ WITH
         FROM jobs LEFT JOIN ck ON ck.rid = jobs.rid LEFT JOIN art ON art.rid = jobs.rid),
     -- Stretches of over 300 s without a step record, one row each (g0, g1): rows, not an
     -- array joined to every GPU sample (which copied the run's step times into each row).
+    -- Per running interval, its start and end the ends of its first and last gap: a resumed
+    -- attempt's start-up is measured from its own running start, not from the last step
+    -- of the attempt before it.
     gp AS (
         SELECT rid, g.1 AS g0, g.2 AS g1
-        FROM (SELECT st.rid AS rid,
+        FROM (SELECT iv.rid AS rid,
+                     arrayFilter(x -> x >= iv.t0 AND x < iv.t1, st.sts) AS own,
                      arrayJoin(arrayFilter(p -> p.2 - p.1 > 300000,
-                                           arrayZip(arrayPushFront(st.sts, ivs.run_t0),
-                                                    arrayPushBack(st.sts, ivs.run_t1)))) AS g
-              FROM st INNER JOIN ivs ON ivs.rid = st.rid)),
+                                           arrayZip(arrayPushFront(own, iv.t0),
+                                                    arrayPushBack(own, iv.t1)))) AS g
+              FROM iv INNER JOIN st ON st.rid = iv.rid)),
     -- DISTINCT: a stored copy of a sample (as in gpu) is the same row
     s AS (
         SELECT DISTINCT ag.rid AS rid, g.node AS node, g.gpu_index AS gpu, toUnixTimestamp64Milli(g.ts) AS t,
@@ -132,7 +137,14 @@ WITH
         WHERE g.node IN (SELECT node FROM ag)
           AND g.ts >= fromUnixTimestamp64Milli((SELECT min(t0) FROM ag), 'UTC')
           AND g.ts < fromUnixTimestamp64Milli((SELECT max(t1) FROM ag), 'UTC')
-          AND toUnixTimestamp64Milli(g.ts) >= ag.t0 AND toUnixTimestamp64Milli(g.ts) < ag.t1),
+          AND toUnixTimestamp64Milli(g.ts) >= ag.t0 AND toUnixTimestamp64Milli(g.ts) < ag.t1
+        UNION DISTINCT
+        -- a run no job event gave an allocation (a hook that sends none): the samples
+        -- attributed to it (its processes, the agent's allocation file) are what it used
+        SELECT DISTINCT toString(g.run_id) AS rid, g.node AS node, g.gpu_index AS gpu,
+               toUnixTimestamp64Milli(g.ts) AS t, g.util_pct AS util, g.process_count AS npr
+        FROM ${db}.gpu_samples AS g
+        WHERE g.run_id IN %(runs)s AND toString(g.run_id) NOT IN (SELECT rid FROM ag)),
     cls AS (
         SELECT s.rid AS rid, s.node AS node, s.gpu AS gpu, s.t AS t, s.util AS util,
                s.npr = 0 AS idle,
@@ -153,7 +165,8 @@ WITH
                         NOT idle AND NOT stalled AND (NOT bad OR (usable AND NOT late))) AS hist_w
         FROM cls GROUP BY rid, node, gpu),
     cost AS (
-        SELECT rid, sum(n * tick_s) / 3600 AS observed_h, sum(idle_n * tick_s) / 3600 AS noproc_h,
+        SELECT rid, count() AS ngpus, sum(n * tick_s) / 3600 AS observed_h,
+               sum(idle_n * tick_s) / 3600 AS noproc_h,
                sum(stalled_n * tick_s) / 3600 AS stalled_h,
                sum(if(run_bad AND NOT run_usable, busy_n, 0) * tick_s) / 3600 AS no_artifact_h,
                sum(if(run_bad AND run_usable, late_n, 0) * tick_s) / 3600 AS lost_h,
@@ -161,11 +174,14 @@ WITH
                sumMap(mapApply((k, v) -> (k, v * tick_s / 3600), hist_w)) AS hist_u
         FROM pergpu GROUP BY rid),
     -- A node's busy period against each running interval it was allocated in (a resumed
-    -- attempt on other nodes has its own interval).
+    -- attempt on other nodes has its own interval): its samples with a process of the run
+    -- (or of no known run), not those of the job before or after it on the same GPUs.
     sx AS (
         SELECT ag.rid AS rid, ag.node AS node, ag.t0 AS it0,
-               minIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - it0 AS d0,
-               maxIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0) - any(ag.t1) AS d1
+               minIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0
+                     AND toString(g.run_id) IN (ag.rid, '')) - it0 AS d0,
+               maxIf(toUnixTimestamp64Milli(g.ts), g.process_count > 0
+                     AND toString(g.run_id) IN (ag.rid, '')) - any(ag.t1) AS d1
         FROM ${db}.gpu_samples AS g INNER JOIN ag ON g.node = ag.node AND g.gpu_index = ag.gpu
         WHERE g.node IN (SELECT node FROM ag)
           AND g.ts >= fromUnixTimestamp64Milli((SELECT min(t0) FROM ag) - 900000, 'UTC')
@@ -174,7 +190,28 @@ WITH
           AND toUnixTimestamp64Milli(g.ts) < ag.t1 + 900000
         GROUP BY rid, node, it0
         -- a node without any process sample has no busy period (minIf/maxIf would say 0)
-        HAVING countIf(g.process_count > 0) > 0),
+        HAVING countIf(g.process_count > 0 AND toString(g.run_id) IN (ag.rid, '')) > 0),
+    -- every wait that ended running: a queued event not preceded by another (queued or
+    -- scheduled) to the first later event in another state, when that is a running one
+    -- (an event of the queued one's millisecond in another state, say the preemption
+    -- it follows, sorts after it and is passed over)
+    qw AS (
+        SELECT rid,
+               arrayFilter(w -> w.2 > w.1,
+                   arrayMap(p -> (p.1, if(p.2.2 = 'running', p.2.1, toInt64(0))),
+                       arrayMap(i -> (ev[i].1,
+                                      arrayFirst(f -> f.2 NOT IN ('queued', 'scheduled')
+                                                      AND (f.1 > ev[i].1 OR f.2 = 'running'),
+                                                 arraySlice(ev, i + 1))),
+                                arrayFilter(i -> ev[i].2 = 'queued'
+                                                 AND (i = 1 OR ev[i - 1].2 NOT IN ('queued', 'scheduled')),
+                                            arrayEnumerate(ev))))) AS waits
+        FROM jobs),
+    -- the GPUs each running interval was allocated, by its start (a wait's GPUs are those
+    -- of the interval it ended in: a resumed attempt may run on fewer or more)
+    ivg AS (
+        SELECT rid, groupArray((t0, toUInt32(length(inodes) * length(igpus)))) AS starts
+        FROM iv GROUP BY rid),
     -- same direction by sign (a product of the offsets can overflow)
     skew AS (
         SELECT rid, uniqExactIf(node, sign(d0) = sign(d1) AND least(abs(d0), abs(d1)) > 60000) AS skewed,
@@ -186,26 +223,20 @@ SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_
        al.alert_count, al.critical_alerts, ck.checkpoints, gpu.gpu_h, gpu.idle_h,
        gpu.idle_h + if(jobs.outcome IN ('failed', 'cancelled'), gpu.late_busy_h, 0),
        now64(3),
-       jobs.gmodel, toUInt32(length(jobs.anodes) * length(jobs.agpus)), jobs.q, jobs.pc, mf.pool, mf.ten,
+       -- the allocation's GPU model, else the one the run's manifest saw (NVML)
+       if(jobs.gmodel != '', jobs.gmodel, mf.mgpu),
+       -- the allocation's GPUs, else those the samples attributed to the run showed
+       toUInt32(if(length(jobs.anodes) * length(jobs.agpus) > 0,
+                   length(jobs.anodes) * length(jobs.agpus), cost.ngpus)),
+       jobs.q, jobs.pc, mf.pool, mf.ten,
        if(jobs.nrunning > 0, jobs.running_at, NULL),
        if(jobs.nqueued > 0 AND jobs.nrunning > 0 AND jobs.running_at >= jobs.queued_at,
           (toUnixTimestamp64Milli(jobs.running_at) - toUnixTimestamp64Milli(jobs.queued_at)) / 1000, NULL),
        ivs.alloc_ms / 3600000,
        cost.observed_h, cost.noproc_h, cost.stalled_h, cost.lost_h, cost.no_artifact_h,
        cost.hist_h, cost.hist_u, toUInt8(ctx.usable), st.nsteps, skew.skewed, skew.max_skew,
-       -- every wait that ended running: a queued event not preceded by another (queued or
-       -- scheduled) to the first later event in another state, when that is a running one
-       -- (an event of the queued one's millisecond in another state, say the preemption
-       -- it follows, sorts after it and is passed over)
-       arrayFilter(w -> w.2 > w.1,
-           arrayMap(p -> (p.1, if(p.2.2 = 'running', p.2.1, toInt64(0))),
-               arrayMap(i -> (jobs.ev[i].1,
-                              arrayFirst(f -> f.2 NOT IN ('queued', 'scheduled')
-                                              AND (f.1 > jobs.ev[i].1 OR f.2 = 'running'),
-                                         arraySlice(jobs.ev, i + 1))),
-                        arrayFilter(i -> jobs.ev[i].2 = 'queued'
-                                         AND (i = 1 OR jobs.ev[i - 1].2 NOT IN ('queued', 'scheduled')),
-                                    arrayEnumerate(jobs.ev)))))
+       qw.waits,
+       arrayMap(w -> arrayFirst(x -> x.1 = w.2, ivg.starts).2, qw.waits)
 FROM jobs
 LEFT JOIN learn ON learn.rid = jobs.rid
 LEFT JOIN lm ON lm.rid = jobs.rid
@@ -218,3 +249,5 @@ LEFT JOIN ctx ON ctx.rid = jobs.rid
 LEFT JOIN st ON st.rid = jobs.rid
 LEFT JOIN cost ON cost.rid = jobs.rid
 LEFT JOIN skew ON skew.rid = jobs.rid
+LEFT JOIN qw ON qw.rid = jobs.rid
+LEFT JOIN ivg ON ivg.rid = jobs.rid
