@@ -96,6 +96,8 @@ def test_shipped_example_is_valid() -> None:
         (["capacity", "--prices", "{bad}"], ":3: 'per_gpu_hour' in prices[0]"),
         (["cost", "--prices", "{missing}"], "cannot read prices file"),
         (["cost", "--since", "a week"], "--since 'a week'"),
+        (["cost", "--since", "99999999999999d"], "before 1970"),
+        (["capacity", "--since", "99999999999999d"], "before 1970"),
         (["cost"], "does not answer"),
         (["capacity"], "does not answer"),
     ],

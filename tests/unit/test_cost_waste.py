@@ -82,3 +82,17 @@ def test_rollup_keys(by: str) -> None:
     groups = cost_report(rs, rs, PRICES, by)["groups"]
     assert [g["runs"] for g in groups] == [1, 1]
     assert groups[0]["key"].endswith("1") and groups[0]["gpu_hours"] == 16.0
+
+
+def test_a_run_cancelled_in_the_queue_is_neither_unpriced_nor_a_run_without_its_artifact() -> None:
+    """It used nothing: it was counted as an unpriced '(none reported)' run and raised its
+    group's share of runs that ended without a usable artifact."""
+    rs = [run("r1", "f", 80.0),
+          run("queued", "f", 0.0, hours=0.0, gpu_model="", gpu_count=0, outcome="cancelled",
+              running_at_ms=None, usable_artifact=False, step_records=0),
+          run("ran", "f", 80.0, gpu_model="", outcome="cancelled", usable_artifact=False)]
+    report = cost_report(rs, rs, PRICES, "family")
+    bad, t = report["bad_input"], report["totals"]
+    assert bad["unpriced_runs"] == 1 and bad["unknown_gpu_models"] == {"(none reported)": 1}
+    assert t["terminated_without_artifact_share"] == pytest.approx(1 / 3, abs=1e-3)  # "ran"
+    assert t["cost"] == pytest.approx(16 * 2.0)

@@ -44,10 +44,14 @@ def _since_s(text: str) -> int:
     from runwatch.core.storage.retention import RetentionError, parse_duration
 
     try:
-        return parse_duration(text)
+        since = parse_duration(text)
     except RetentionError as exc:
         msg = f"--since {text!r}: {exc}"
         raise FatalError(msg) from None
+    if since * 1000 > time.time() * 1000:
+        msg = f"--since {text!r} reaches back before 1970 (the store's time starts there)"
+        raise FatalError(msg)
+    return since
 
 
 def load_prices(path: Path | None) -> Prices:
@@ -156,7 +160,8 @@ def _print_cost(report: dict[str, Any]) -> None:
     console.print("unpriced runs: {unpriced_runs} {unpriced_reasons}; unknown GPU models: "
                   "{unknown_gpu_models}; telemetry gaps: {telemetry_gap_runs} runs "
                   "({unobserved_gpu_hours} GPU-h unobserved); clock skew: {clock_skew_runs} "
-                  "runs; no baseline: {no_baseline_runs} runs".format(**bad), markup=False)
+                  "runs; no baseline: {no_baseline_runs} runs; no step telemetry: "
+                  "{no_step_telemetry_runs} runs".format(**bad), markup=False)
 
 
 def capacity(args: argparse.Namespace) -> int:

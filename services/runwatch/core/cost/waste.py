@@ -178,11 +178,18 @@ class RunWaste:
         return gap if self.run.allocated_h > 0 and gap > GAP_SHARE * self.run.allocated_h else 0.0
 
 
+def ran(run: RunCost) -> bool:
+    """Whether the run got to run: a running state, or GPU time allocated or seen."""
+    return run.running_at_ms is not None or run.gpu_hours > 0
+
+
 def attribute(run: RunCost, base: Baseline | None, prices: Prices) -> RunWaste:
     """Attribute one run's waste by cause and price it."""
     waste = {"idle": run.idle_h, "stalled": run.stalled_h, "no_artifact": run.no_artifact_h,
              "work_lost": run.lost_h, "below_baseline": below_baseline_h(run, base)}
-    if not run.gpu_model:
+    if not ran(run):  # cancelled while queued: nothing used, nothing to price
+        price, reason = 0.0, ""
+    elif not run.gpu_model:
         price, reason = None, UNKNOWN_MODEL
     elif run.running_at_ms is None:
         price, reason = None, NO_PRICE
@@ -231,7 +238,8 @@ def summarise(items: Sequence[RunWaste]) -> dict[str, Any]:
     waste = {c: sum(w.waste_h[c] for w in items) for c in CAUSES}
     waste_cost = sum((w.price or 0.0) * sum(w.waste_h.values()) for w in priced)
     delays = [w.run.queue_delay_s for w in items if w.run.queue_delay_s is not None]
-    terminated = [w for w in items if w.run.outcome in TERMINATED]
+    # a run cancelled in the queue used nothing: not a run that ended without its artifact
+    terminated = [w for w in items if w.run.outcome in TERMINATED and ran(w.run)]
     outcomes: dict[str, int] = {}
     for w in items:
         outcomes[w.run.outcome or "unknown"] = outcomes.get(w.run.outcome or "unknown", 0) + 1
