@@ -130,6 +130,71 @@ def test_init_attempt_from_slurm_is_one_based(monkeypatch, caplog, runwatch_env,
     assert all(repr(v) in caplog.text for v in bad)
 
 
+DISTRIBUTED_ENV = ("RUNWATCH_RUN_ID", "RUNWATCH_ATTEMPT", "TORCHELASTIC_RUN_ID",
+                   "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_NPROCS",
+                   "SLURM_CLUSTER_NAME", "SLURM_RESTART_COUNT", "WORLD_SIZE", "RANK")
+
+
+@pytest.mark.parametrize(("env", "expect"), [
+    ({"TORCHELASTIC_RUN_ID": "5f2c", "WORLD_SIZE": "2"}, "torch-5f2c"),
+    ({"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4", "SLURM_CLUSTER_NAME": "c1"}, "slurm-c1-77"),
+    ({"SLURM_JOB_ID": "77", "SLURM_NPROCS": "2"}, "slurm-cluster-77"),
+    ({"TORCHELASTIC_RUN_ID": "5f2c", "RUNWATCH_RUN_ID": "hooked"}, "hooked"),
+])
+def test_every_rank_of_a_distributed_job_joins_one_run(monkeypatch, env, expect) -> None:
+    """Each rank that called init without a run id started a run of its own: N manifests,
+    N pages for one NaN loss, N times the job's GPU-hours."""
+    for name in DISTRIBUTED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    t = ListTransport()
+    for rank in ("0", "1"):
+        for k, v in {**env, "RANK": rank}.items():
+            monkeypatch.setenv(k, v)
+        run, _ = make_run(t, strict=True)
+        run.finish(now_ms=T)
+    assert {m.run_id for m in t.records("RunManifest")} == {expect}
+
+
+@pytest.mark.parametrize("env", [
+    {"TORCHELASTIC_RUN_ID": "none", "WORLD_SIZE": "2"},   # torchrun's placeholder rendezvous id
+    {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "1", "WORLD_SIZE": "2"},
+])
+def test_ranks_without_a_shared_id_are_told_so(monkeypatch, caplog, env) -> None:
+    for name in DISTRIBUTED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    run, t = make_run(strict=True)
+    run.finish(now_ms=T)
+    (m,) = t.records("RunManifest")
+    assert m.run_id.startswith("run-")
+    assert "one of 2 ranks" in caplog.text and m.run_id in caplog.text
+
+
+def test_an_explicit_run_id_wins_over_the_shared_one_and_a_single_process_gets_a_new_one(
+        monkeypatch) -> None:
+    for name in DISTRIBUTED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "5f2c")
+    run, t = make_run(strict=True, run_id="mine")
+    run.finish(now_ms=T)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")  # one task: train.py then eval.py may share a job
+    single, t2 = make_run(strict=True)
+    single.finish(now_ms=T)
+    assert [m.run_id for m in t.records("RunManifest")] == ["mine"]
+    assert t2.records("RunManifest")[0].run_id.startswith("run-")
+
+
+def test_torchruns_restart_count_is_the_attempt_less_one(monkeypatch) -> None:
+    for name in DISTRIBUTED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    run, t = make_run(strict=True)
+    run.finish(now_ms=T)
+    assert {j.attempt for j in t.records("JobEvent")} == {2}
+
+
 # -- lineage= with plain values -----------------------------------------------------
 def test_lineage_hardware_as_a_plain_dict_is_kept() -> None:
     run, t = make_run(strict=True, lineage={

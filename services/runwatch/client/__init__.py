@@ -88,15 +88,54 @@ def _check_schemas(codec: Any) -> None:
 
 
 
+def _count(env: Mapping[str, str], *names: str) -> int:
+    for name in names:
+        raw = (env.get(name) or "").strip()
+        if raw.isdigit():
+            return int(raw)
+    return 1
+
+
+def shared_run_id(env: Mapping[str, str]) -> str:
+    """Return the run id every rank of a distributed job derives alike, else a new one.
+
+    Each rank of a distributed job calls :func:`init`; without a run id given
+    (``run_id=``, ``RUNWATCH_RUN_ID``) each would start a run of its own (N
+    manifests, N alerts for one NaN, N times the GPU-hours). So a rank takes:
+
+    - under torchrun, ``torch-<TORCHELASTIC_RUN_ID>`` (the rendezvous id, the
+      same on every rank and kept across torchrun's restarts; not torchrun's
+      placeholder ``none``);
+    - in a Slurm job of several tasks, ``slurm-<SLURM_CLUSTER_NAME>-<SLURM_JOB_ID>``,
+      the id the Slurm hooks in ``infra/slurm`` use (kept across a requeue);
+    - otherwise a new id (:func:`new_run_id`), with a warning when
+      ``WORLD_SIZE`` says the process is one of several ranks.
+    """
+    torch_id = (env.get("TORCHELASTIC_RUN_ID") or "").strip()
+    if torch_id and torch_id != "none":
+        return f"torch-{torch_id}"
+    job = (env.get("SLURM_JOB_ID") or "").strip()
+    if job and _count(env, "SLURM_NTASKS", "SLURM_NPROCS") > 1:
+        return f"slurm-{(env.get('SLURM_CLUSTER_NAME') or '').strip() or 'cluster'}-{job}"
+    rid = new_run_id()
+    if _count(env, "WORLD_SIZE") > 1:
+        logger.warning("runwatch: this process is one of %s ranks (WORLD_SIZE) and no run id "
+                       "is shared by them: it starts run %s of its own; pass run_id= or set "
+                       "RUNWATCH_RUN_ID alike on every rank", env.get("WORLD_SIZE"), rid)
+    return rid
+
+
 def attempt_from_env(env: Mapping[str, str]) -> int:
     """Return the run's 1-based attempt from the environment (0: unknown).
 
     ``RUNWATCH_ATTEMPT`` is the attempt itself (1-based, as ``JobEvent.attempt``);
-    ``SLURM_RESTART_COUNT`` counts restarts from 0, so it is one less than the
-    attempt: a job Slurm requeued once runs its second attempt. A value that is not
+    ``SLURM_RESTART_COUNT`` and torchrun's ``TORCHELASTIC_RESTART_COUNT`` count
+    restarts from 0, so they are one less than the attempt: a job Slurm requeued
+    once runs its second attempt. A value that is not
     a whole number ≥ 0 is ignored (logged): the training job goes on, the attempt unknown.
     """
-    for name, offset in (("RUNWATCH_ATTEMPT", 0), ("SLURM_RESTART_COUNT", 1)):
+    for name, offset in (("RUNWATCH_ATTEMPT", 0), ("SLURM_RESTART_COUNT", 1),
+                         ("TORCHELASTIC_RESTART_COUNT", 1)):
         raw = (env.get(name) or "").strip()
         if not raw:
             continue
@@ -144,7 +183,10 @@ def init(
         team: Owning team.
         config: Config mapping or config file path (hashed and recorded).
         datasets: DatasetRef objects or URIs.
-        run_id: Run id when the environment gives none; generated otherwise.
+        run_id: Run id when the environment gives none (``RUNWATCH_RUN_ID``);
+            otherwise the id every rank of a distributed job derives alike
+            (:func:`shared_run_id`: torchrun's rendezvous id, a multi-task
+            Slurm job's id), else a new one.
         strict: Raise on misuse instead of counting and logging.
         seed_policy: How seeds are chosen (e.g. ``fixed:42``).
         resumed_from: Checkpoint this run resumes from.
@@ -170,7 +212,8 @@ def init(
             ``ValueError``), the rest of the manifest is kept.
         attempt: The run's attempt, 1-based as ``JobEvent.attempt`` (1 = the
             first; 0 = unknown); default ``RUNWATCH_ATTEMPT`` (1-based), else
-            ``SLURM_RESTART_COUNT`` + 1 (Slurm counts restarts from 0), else 0.
+            ``SLURM_RESTART_COUNT`` + 1, else ``TORCHELASTIC_RESTART_COUNT`` + 1
+            (both count restarts from 0), else 0.
             An explicit value wins over the environment; an environment value
             that is not a whole number is ignored with a warning.
 
@@ -186,7 +229,7 @@ def init(
         from runwatch.adapters.settings import KafkaSettings
         from runwatch.client.run import Run
 
-        rid = os.environ.get("RUNWATCH_RUN_ID") or run_id or new_run_id()
+        rid = os.environ.get("RUNWATCH_RUN_ID") or run_id or shared_run_id(os.environ)
         rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0"
         if transport is None:
             kafka, producer = kafka or KafkaSettings(), producer or ProducerSettings()
