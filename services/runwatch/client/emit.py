@@ -257,7 +257,9 @@ def expand_hostlist(expr: str) -> list[str]:
 
 
 def _split_outside_brackets(expr: str) -> list[str]:
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in expr.strip():
         if ch == "[":
             depth += 1
