@@ -143,12 +143,17 @@ ODD = {
     # its job ends (PROCS_END): no node clock is off
     "before": [(0, 50 * MIN, "n13", 8, "succeeded", True)],
     "after": [(50 * MIN, 100 * MIN, "n13", 8, "succeeded", True)],
+    # preempted at 30 min, resumed at 40 min from the step it logged at 20 min (RESUME_FROM):
+    # 10 min of 8 GPUs computed again
+    "resume-redo": [(0, 30 * MIN, "n14", 8, "preempted", True),
+                    (40 * MIN, 100 * MIN, "n14", 8, "succeeded", True)],
 }
 SKEW_S = {"n4": 600}
 NO_ALLOC = {"no-alloc"}
 STARTUP = {"resume-startup": 4 * MIN}
 FIRST_QUEUED = {"waits-two-sizes": 0}
 PROCS_END = {"after": 97 * MIN}
+RESUME_FROM = {"resume-redo": 20 * MIN}
 
 
 def _play_odd(start_ms: int) -> CaptureTransport:
@@ -161,7 +166,7 @@ def _play_odd(start_ms: int) -> CaptureTransport:
     now = [start_ms]
     hook = Publisher(transport, kind="hook", clock=lambda: now[0])
     agent = Publisher(transport, kind="agent", clock=lambda: now[0])
-    nodes = {f"n{i}": make_node(f"n{i}", agent) for i in range(14)}
+    nodes = {f"n{i}": make_node(f"n{i}", agent) for i in range(15)}
     sdk: dict[str, Any] = {}
 
     def job(rid: str, state: str, attempt: int, node: str = "", gpus: int = 0) -> None:
@@ -181,6 +186,7 @@ def _play_odd(start_ms: int) -> CaptureTransport:
             sim.nvml.util.pop(g, None)
 
     steps: dict[str, int] = {}
+    logged: dict[tuple[str, int], int] = {}  # (run, t) -> the step it logged then
     for t in range(0, 100 * MIN + 30, 30):
         now[0] = start_ms + t * 1000
         for rid, attempts in ODD.items():
@@ -219,8 +225,11 @@ def _play_odd(start_ms: int) -> CaptureTransport:
                                     transport=transport, clock=lambda: now[0],
                                     capture_lineage=False, install_hooks=False, lineage=hw)
                 starting = i > 1 and t < a0 + STARTUP.get(rid, 0)  # loading, no step yet
+                if i > 1 and t == a0 and rid in RESUME_FROM:  # resumes from an earlier step
+                    steps[rid] = logged[rid, RESUME_FROM[rid]] - 1
                 if a0 <= t < a1 and rid in sdk and not starting:
                     steps[rid] = steps.get(rid, 0) + 1
+                    logged[rid, t] = steps[rid]
                     sdk[rid].step(steps[rid], loss=1.0, samples=1, now_ms=now[0], step_ms=900,
                                   loader_wait_ms=100)
                     for g in range(gpus if busy else 0):
@@ -287,7 +296,7 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
     # Each wait with the GPUs of the attempt it ended in (every wait once took the run's
     # latest allocation: waits-two-sizes' first wait counted 2 GPUs, not 8).
     assert [(r, round(d), g) for r, d, g in waits] == [
-        ("resume-startup", 10 * MIN, 8), ("resumed", 10 * MIN, 4),
+        ("resume-redo", 10 * MIN, 8), ("resume-startup", 10 * MIN, 8), ("resumed", 10 * MIN, 4),
         ("resumed-same-gpus", 60 * MIN, 8), ("resumed-skewed", 10 * MIN, 8),
         ("waits-two-sizes", 5 * MIN, 8), ("waits-two-sizes", 10 * MIN, 2)]
     more = {r[0]: r[1:] for r in client.query(
@@ -305,6 +314,17 @@ def test_resumed_same_ms_and_idle_runs_are_billed_by_each_attempts_allocation(
     assert more["resume-startup"][2] == pytest.approx(0.0, abs=0.01)
     # the job before on the same GPUs is not the run's busy period (once: skewed by 15 min)
     assert (more["after"][3], more["before"][3]) == (0, 0)
+    # work done again after a resume: from the step the next attempt resumed from (logged at
+    # 20 min) to the preemption at 30 min, 8 GPUs x 10 min; it once vanished as the run
+    # went on to succeed. A resume past the last step (resumed, resume-startup) redoes nothing.
+    redo = client.query(
+        f"SELECT run_id, lost_gpu_hours FROM {db}.run_summaries FINAL "  # noqa: S608
+        f"WHERE run_id IN ('resume-redo', 'resumed', 'resume-startup', 'waits-two-sizes') "
+        f"ORDER BY run_id").result_rows
+    assert redo == [("resume-redo", pytest.approx(8 * 10 / 60, abs=0.02)),
+                    ("resume-startup", 0.0), ("resumed", 0.0), ("waits-two-sizes", 0.0)]
+    assert runs["resume-redo"]["wasted_gpu_hours"]["work_lost"] == pytest.approx(
+        8 * 10 / 60, abs=0.02)
     client.command(f"DROP DATABASE {db}")
 
 

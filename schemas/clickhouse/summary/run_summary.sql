@@ -108,8 +108,25 @@ WITH
         FROM ${db}.artifacts WHERE run_id IN %(runs)s GROUP BY rid),
     st AS (
         SELECT toString(run_id) AS rid, uniqExact(event_id) AS nsteps,
-               arraySort(groupArray(toUnixTimestamp64Milli(ts))) AS sts
+               arraySort(groupArray(toUnixTimestamp64Milli(ts))) AS sts,
+               arraySort(groupArray((toUnixTimestamp64Milli(ts), step))) AS sps
         FROM ${db}.step_timings WHERE run_id IN %(runs)s GROUP BY rid),
+    -- Work an interrupted attempt did again: the next attempt's first step (where it
+    -- resumed from) against the steps of the attempt before it. From the moment that
+    -- attempt reached the step the next one resumed from (redo_at), its busy time was
+    -- computed twice. 0: nothing redone (the next attempt went on past its last step), or
+    -- nothing to tell by (no next attempt, or no steps in it).
+    redo AS (
+        SELECT rid, t0,
+               arrayFirst(x -> x.1 >= n0 AND x.1 < n1, sps) AS resumed,
+               if(resumed.1 > 0,
+                  arrayFirst(x -> x.1 >= t0 AND x.1 < t1 AND x.2 >= resumed.2, sps).1, 0) AS redo_at
+        FROM (SELECT sp.rid AS rid, cur.1 AS t0, cur.2 AS t1, nxt.1 AS n0, nxt.2 AS n1, st.sps AS sps
+              FROM (SELECT rid, arraySort(groupArray((t0, t1))) AS spans FROM iv GROUP BY rid) AS sp
+              ARRAY JOIN spans AS cur,
+                         arrayPushBack(arrayPopFront(spans), (toInt64(0), toInt64(0))) AS nxt
+              INNER JOIN st ON st.rid = sp.rid)
+        WHERE n1 > 0),
     ctx AS (
         SELECT jobs.rid AS rid,
                jobs.outcome IN ('failed', 'cancelled', 'preempted') AS bad,
@@ -132,7 +149,7 @@ WITH
     -- DISTINCT: a stored copy of a sample (as in gpu) is the same row
     s AS (
         SELECT DISTINCT ag.rid AS rid, g.node AS node, g.gpu_index AS gpu, toUnixTimestamp64Milli(g.ts) AS t,
-               g.util_pct AS util, g.process_count AS npr
+               g.util_pct AS util, g.process_count AS npr, ag.t0 AS it0
         FROM ${db}.gpu_samples AS g INNER JOIN ag ON g.node = ag.node AND g.gpu_index = ag.gpu
         WHERE g.node IN (SELECT node FROM ag)
           AND g.ts >= fromUnixTimestamp64Milli((SELECT min(t0) FROM ag), 'UTC')
@@ -142,7 +159,8 @@ WITH
         -- a run no job event gave an allocation (a hook that sends none): the samples
         -- attributed to it (its processes, the agent's allocation file) are what it used
         SELECT DISTINCT toString(g.run_id) AS rid, g.node AS node, g.gpu_index AS gpu,
-               toUnixTimestamp64Milli(g.ts) AS t, g.util_pct AS util, g.process_count AS npr
+               toUnixTimestamp64Milli(g.ts) AS t, g.util_pct AS util, g.process_count AS npr,
+               toInt64(0) AS it0
         FROM ${db}.gpu_samples AS g
         WHERE g.run_id IN %(runs)s AND toString(g.run_id) NOT IN (SELECT rid FROM ag)),
     cls AS (
@@ -150,26 +168,33 @@ WITH
                s.npr = 0 AS idle,
                -- the gaps do not overlap: only the latest one starting before t can hold t
                s.npr > 0 AND s.t < gp.g1 AS stalled,
-               s.t > ctx.last_ok_ms AS late, ctx.bad AS bad, ctx.usable AS usable
+               s.t > ctx.last_ok_ms AS late, ctx.bad AS bad, ctx.usable AS usable,
+               redo.redo_at > 0 AND s.t >= redo.redo_at AS redone
         FROM s INNER JOIN ctx ON ctx.rid = s.rid
+        LEFT JOIN redo ON redo.rid = s.rid AND redo.t0 = s.it0
         ASOF LEFT JOIN gp ON gp.rid = s.rid AND s.t > gp.g0),
     pergpu AS (
         SELECT rid, node, gpu, count() AS n, any(bad) AS run_bad, any(usable) AS run_usable,
                if(count() > 1, arrayReduce('median', arrayDifference(arraySort(groupArray(t)))) / 1000, 0) AS tick_s,
                countIf(idle) AS idle_n, countIf(stalled) AS stalled_n,
-               countIf(NOT idle AND NOT stalled AND late) AS late_n,
+               -- after the last good checkpoint of a run that ended badly, or done again by
+               -- the attempt after it (a run without a usable artifact: all no_artifact)
+               countIf(NOT idle AND NOT stalled AND ((bad AND usable AND late)
+                                                     OR (redone AND NOT (bad AND NOT usable)))) AS lost_n,
                countIf(NOT idle AND NOT stalled) AS busy_n,
                sumMapIf(map(toUInt8(least(floor(util), 100)), toFloat64(1)),
-                        NOT idle AND NOT stalled AND (NOT bad OR (usable AND NOT late))) AS hist_c,
+                        NOT idle AND NOT stalled AND NOT redone
+                        AND (NOT bad OR (usable AND NOT late))) AS hist_c,
                sumMapIf(map(toUInt8(least(floor(util), 100)), toFloat64(util)),
-                        NOT idle AND NOT stalled AND (NOT bad OR (usable AND NOT late))) AS hist_w
+                        NOT idle AND NOT stalled AND NOT redone
+                        AND (NOT bad OR (usable AND NOT late))) AS hist_w
         FROM cls GROUP BY rid, node, gpu),
     cost AS (
         SELECT rid, count() AS ngpus, sum(n * tick_s) / 3600 AS observed_h,
                sum(idle_n * tick_s) / 3600 AS noproc_h,
                sum(stalled_n * tick_s) / 3600 AS stalled_h,
                sum(if(run_bad AND NOT run_usable, busy_n, 0) * tick_s) / 3600 AS no_artifact_h,
-               sum(if(run_bad AND run_usable, late_n, 0) * tick_s) / 3600 AS lost_h,
+               sum(lost_n * tick_s) / 3600 AS lost_h,
                sumMap(mapApply((k, v) -> (k, v * tick_s / 3600), hist_c)) AS hist_h,
                sumMap(mapApply((k, v) -> (k, v * tick_s / 3600), hist_w)) AS hist_u
         FROM pergpu GROUP BY rid),
