@@ -56,6 +56,15 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _ident(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+DICTIONARY_CHECK_S = 5.0
+"""How often the store looks for dictionaries due for a reload
+(:meth:`Engine.reload_due_dictionaries`)."""
+
+
 class Handle:
     """One chDB connection handle; not for concurrent use by several threads."""
 
@@ -253,9 +262,50 @@ class Engine:
         self.dangerous = frozenset(names) - SAFE_TABLE_FUNCTIONS - SAFE_ENGINES
         self._watch = Handle(chdb.connect(self._path))
         self._watch_lock = threading.Lock()
+        self._keeper = Handle(chdb.connect(self._path))  # dictionary reloads, off the watchdog's
+        self._keeper_lock = threading.Lock()
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._sessions_lock = threading.Lock()
         self._closed = False
+
+    def reload_due_dictionaries(self) -> list[str]:
+        """Reload every dictionary whose ``LIFETIME`` has passed since it last loaded.
+
+        A ClickHouse server reloads a dictionary within its lifetime by itself; the
+        embedded engine does not (a dictionary stays as it was first loaded), and
+        clients may not ``SYSTEM RELOAD``. The retention TTL reads ``retained_runs``:
+        left as it was loaded at start, it kept no run, and the TTL deleted the raw
+        rows of anomalous and gated runs with the routine ones. The store calls this
+        every few seconds (:data:`DICTIONARY_CHECK_S`). A dictionary not loaded yet
+        is left to load on first use; one that failed is tried again each lifetime.
+
+        Returns:
+            The dictionaries reloaded (``database.name``); one that fails is logged.
+
+        """
+        with self._keeper_lock:
+            if self._closed:
+                return []
+            due = self._keeper.value(
+                "SELECT arrayStringConcat(groupArray(concat(database, '\t', name)), '\n') "
+                "FROM system.dictionaries WHERE lifetime_max > 0 "
+                "AND status IN ('LOADED', 'FAILED') "
+                "AND greatest(last_successful_update_time, loading_start_time) "
+                "<= now() - toIntervalSecond(lifetime_max)"
+            )
+            done = []
+            for line in due.split("\n"):
+                database, _, name = line.partition("\t")
+                if not name:
+                    continue
+                full = f"{_ident(database)}.{_ident(name)}"
+                try:
+                    self._keeper.run(f"SYSTEM RELOAD DICTIONARY {full}")
+                except StoreError as exc:
+                    logger.warning("dictionary %s.%s did not reload: %s", database, name, exc)
+                    continue
+                done.append(f"{database}.{name}")
+        return done
 
     def open_client(self, profile: Profile, tag: str) -> Handle:
         """Open a handle for a client: its profile's settings and constraints, and a tag.
@@ -382,5 +432,7 @@ class Engine:
                 session.handle.close()
             self._sessions.clear()
         self._watch.close()
+        with self._keeper_lock:
+            self._keeper.close()
         self._root.close()
         shutil.rmtree(self._config.parent, ignore_errors=True)

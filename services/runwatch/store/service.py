@@ -7,7 +7,7 @@ import signal
 import threading
 from types import FrameType
 
-from runwatch.store.engine import Engine
+from runwatch.store.engine import DICTIONARY_CHECK_S, Engine
 from runwatch.store.server import StoreServer, serve
 from runwatch.store.settings import StoreSettings
 
@@ -57,6 +57,20 @@ def run_store(settings: StoreSettings) -> int:
         settings.path,
         ", ".join(sorted(users)),
     )
+    keeper = threading.Thread(target=_keep_dictionaries, args=(engine, stop),
+                              name="dictionaries", daemon=True)
+    keeper.start()
     serve(server, stop)
+    keeper.join(timeout=DICTIONARY_CHECK_S)
     logger.info("store stopped cleanly")
     return 0
+
+
+def _keep_dictionaries(engine: Engine, stop: threading.Event) -> None:
+    """Reload the dictionaries due (the embedded engine does not) until the store stops."""
+    while not stop.wait(DICTIONARY_CHECK_S):
+        try:
+            for name in engine.reload_due_dictionaries():
+                logger.debug("reloaded dictionary %s", name)
+        except Exception:  # a failed round must not end the loop: the next one tries again
+            logger.exception("dictionary reload round failed")
