@@ -354,3 +354,45 @@ def test_alertmanager_fire_resolve_refire_resolve_across_clocks(
             publish(stack, alerts, [(key, codec.encode(alert))])
             wait_until(check, 60, f"Alertmanager to show the {status} alert")
     assert not read_dlq(stack, dlq, 1, timeout=2)
+
+
+def test_a_cause_change_before_the_resolve_leaves_nothing_open(
+        stack, fresh_topic, run_pager, recorder) -> None:
+    """The processor re-sends an alert when its probable cause changes (new cause, new
+    owner), then resolves it. The resolve went only where its new cause routes, so the
+    receiver paged for the first cause (a PagerDuty incident) was never told; and the
+    update reached Alertmanager with new labels: its resolve matched nothing, the first
+    alert stayed active, and the pager refreshed it there for ever."""
+    am = stack.alertmanager_url
+    alerts, dlq = fresh_topic(prefix="rw.alerts"), fresh_topic(partitions=1, prefix="rw.dlq")
+    rules = (f"receivers:\n  - name: am\n    kind: alertmanager\n    url: {am}\n"
+             f"  - name: first\n    kind: webhook\n    url: {recorder.url}/first\n"
+             "    secret_env: RW_IT_SECRET\n"
+             f"  - name: second\n    kind: webhook\n    url: {recorder.url}/second\n"
+             "    secret_env: RW_IT_SECRET\n"
+             "route:\n  receiver: second\n  routes:\n"
+             "    - match: {probable_cause: learning}\n      receiver: am\n      continue: true\n"
+             "    - match: {probable_cause: learning}\n      receiver: first\n"
+             "    - match: {probable_cause: execution}\n      receiver: am\n"
+             "      continue: true\n"
+             "    - receiver: second\n")
+    os.environ["RW_IT_SECRET"] = "s3cret-for-the-test"
+    pager = run_pager(rules, alerts, dlq)
+    key = f"run-it/{uuid.uuid4().hex[:8]}"
+    codec = load_codec()
+    fired = make_alert(key)
+    publish(stack, alerts, [(key, codec.encode(fired))])
+    wait_until(lambda: _am_alerts(am, key) and recorder.bodies("/first"), 60,
+               "the first cause's pages")
+    moved = dict(probable_cause="execution", owner="platform-engineering",
+                 alert_id=fired.alert_id)
+    publish(stack, alerts, [(key, codec.encode(make_alert(key, **moved))),
+                            (key, codec.encode(make_alert(key, status="resolved", **moved)))])
+    wait_until(lambda: [b for b in recorder.bodies("/first") if b.get("status") == "resolved"],
+               60, "the resolve at the receiver paged for the first cause")
+    wait_until(lambda: _am_ended(am, key), 60, "Alertmanager to end the alert")
+    listed = _am_alerts(am, key)
+    assert all(a["labels"]["probable_cause"] == "learning" for a in listed), listed
+    assert [b["status"] for b in recorder.bodies("/second")] == ["firing", "resolved"]
+    assert pager.refresh(now_ms() + 10 * 3_600_000) == 0  # nothing left firing to refresh
+    assert not read_dlq(stack, dlq, 1, timeout=2)

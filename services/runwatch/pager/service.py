@@ -13,6 +13,7 @@ so nothing is lost and nothing pages twice within the repeat interval.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import threading
@@ -39,6 +40,7 @@ from runwatch.core.paging.delivery import (
     RetryPolicy,
     find_silence,
 )
+from runwatch.core.paging.payloads import AM_LABEL_FIELDS
 from runwatch.core.paging.routes import Rules, alert_attributes, parse_rules, receivers_for
 from runwatch.pager.deliver import Deliverer, Interrupted
 from runwatch.pager.state import HELD_FILE, NotificationLog, SilenceStore, default_state_dir
@@ -245,16 +247,51 @@ class Pager:
 
     def _deliver(self, topic: str, partition: int, offset: int, key: bytes | None, raw: bytes,
                  alert: Any, attrs: dict[str, str]) -> None:
-        for spec in receivers_for(self.rules, attrs):
-            outcome = self.deliverer.deliver(alert, self.receivers[spec.name], raw)
+        names = [spec.name for spec in receivers_for(self.rules, attrs)]
+        if alert.status == "resolved":
+            # every receiver paged for it and not told it resolved, wherever the resolve's
+            # own (maybe changed) cause routes: a PagerDuty incident opened for the first
+            # cause was never closed when the cause changed before the resolve
+            names += [n for n in self.receivers if n not in names
+                      and (last := self.notifications.last(n, alert.dedup_key)) is not None
+                      and last.status == "firing"]
+        for name in names:
+            receiver = self.receivers[name]
+            a, r = (self._as_known(name, alert, raw) if receiver.kind == "alertmanager"
+                    else (alert, raw))
+            outcome = self.deliverer.deliver(a, receiver, r)
             if outcome.result == "dead":
                 self.dead_letter(
                     topic, partition, offset, key, raw, outcome.reason, alert.run_id
                 )
                 if alert.status == "resolved":
-                    self._resolve_failed(spec.name, alert)
+                    self._resolve_failed(name, alert)
             else:
                 self.counters[outcome.result] += 1
+
+    def _as_known(self, receiver: str, alert: Any, raw: bytes) -> tuple[Any, bytes]:
+        """Return the alert with the labels ``receiver`` (an Alertmanager) knows it by.
+
+        Alertmanager identifies an alert by its label set. The processor re-sends an
+        alert when its probable cause changes, with a new cause and owner; sent as it
+        is, the update made a second alert beside the first, and the resolve (carrying
+        the new labels) matched nothing: the first stayed active until its ``endsAt``.
+        While the alert fires at this receiver, its label fields stay those first sent;
+        the rest (title, summary, evidence) is the latest.
+        """
+        last = self.notifications.last(receiver, alert.dedup_key)
+        if last is None or last.status != "firing" or not last.raw:
+            return alert, raw
+        try:
+            known = self.codec.decode(last.raw)
+        except Exception:  # noqa: BLE001 - an unreadable log entry: send as it is
+            return alert, raw
+        changed = {f: getattr(known, f) for f in AM_LABEL_FIELDS + ("labels",)
+                   if getattr(known, f, None) != getattr(alert, f, None)}
+        if not changed:
+            return alert, raw
+        kept = dataclasses.replace(alert, **changed)
+        return kept, self.codec.encode(kept)
 
     def _resolve_failed(self, receiver: str, alert: Any) -> None:
         """Stop refreshing a firing alert whose resolve this receiver did not take.

@@ -161,6 +161,13 @@ def _evidence_lines(alert: Mapping[str, Any], limit: int = 5) -> list[str]:
     return lines
 
 
+AM_LABEL_FIELDS = ("severity", "run_id", "probable_cause", "team", "experiment_family", "node",
+                   "detector", "indicator", "dedup_key", "owner")
+"""Alert fields that become Alertmanager labels (with ``labels`` and ``alertname``): the
+identity Alertmanager knows an alert by. A pager keeps them as first sent while the alert
+fires (``Pager._as_known``), so an update with a new cause and the resolve match it."""
+
+
 def alertmanager_alert(
     alert: object, now_ms: int, generator_url: str, ttl_ms: int
 ) -> dict[str, Any]:
@@ -185,8 +192,7 @@ def alertmanager_alert(
     labels: dict[str, str] = {
         str(k): str(v) for k, v in (a.get("labels") or {}).items() if v not in (None, "")
     }
-    for key in ("severity", "run_id", "probable_cause", "team", "experiment_family", "node",
-                "detector", "indicator", "dedup_key", "owner"):
+    for key in AM_LABEL_FIELDS:
         if a.get(key) not in (None, ""):
             labels[key] = str(a[key])
     labels["alertname"] = str(a.get("detector") or a.get("indicator") or "runwatch")
