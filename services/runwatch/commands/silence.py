@@ -36,8 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     exp.set_defaults(func=_expire)
 
 
+MAX_SILENCE_MS = 10 * 366 * 86_400_000
+"""Longest silence (about ten years): a longer one is a typo, and its end no date can show."""
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _fail(action: str, exc: BaseException) -> int:
+    """One error line for a state directory or silence file that cannot be used; exit 2."""
+    why = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    print(f"runwatch silence {action}: {why}", file=sys.stderr)
+    return 2
 
 
 def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -62,11 +73,18 @@ def _add(args: argparse.Namespace) -> int:
         print(f"runwatch silence add: --for {args.duration!r} must be longer than 0 "
               "(e.g. 30m, 2h, 1d)", file=sys.stderr)
         return 2
+    if duration > MAX_SILENCE_MS:
+        print(f"runwatch silence add: --for {args.duration!r} is longer than ten years; "
+              "expire the silence when it is no longer needed instead", file=sys.stderr)
+        return 2
     if not args.reason.strip():
         print("runwatch silence add: --reason must not be empty", file=sys.stderr)
         return 2
     by = args.by or getpass.getuser()
-    s = _store(args).add(matchers, _now_ms(), duration, args.reason.strip(), by)
+    try:
+        s = _store(args).add(matchers, _now_ms(), duration, args.reason.strip(), by)
+    except (ValueError, OSError) as exc:
+        return _fail("add", exc)
     print(s.silence_id)
     return 0
 
@@ -75,7 +93,11 @@ def _list(args: argparse.Namespace) -> int:
     from runwatch.core.paging.payloads import iso_ms
 
     now = _now_ms()
-    silences = [s for s in _store(args).load() if args.all or s.ends_at_ms > now]
+    try:
+        stored = _store(args).load()
+    except (ValueError, OSError) as exc:
+        return _fail("list", exc)
+    silences = [s for s in stored if args.all or s.ends_at_ms > now]
     for s in silences:
         state = "active" if s.active(now) else ("pending" if s.starts_at_ms > now else "expired")
         if args.json:
@@ -98,5 +120,7 @@ def _expire(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"runwatch silence expire: {exc.args[0]}", file=sys.stderr)
         return 1
+    except (ValueError, OSError) as exc:
+        return _fail("expire", exc)
     print(f"expired {s.silence_id}")
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -192,6 +193,7 @@ class SilenceStore:
         self.path = state_dir / SILENCES_FILE
         self._mtime_ns: int | None = None
         self._cache: list[Silence] = []
+        self._warned_ns: int | None = None  # the corrupt version already logged
 
     def load(self) -> list[Silence]:
         """Read every silence (including expired ones).
@@ -215,6 +217,10 @@ class SilenceStore:
     def current(self) -> list[Silence]:
         """Return the silences, re-reading the file only when it changed.
 
+        A file that cannot be read or parsed (a hand edit gone wrong) keeps the last
+        good set in force, logged once per version of the file: the pager goes on
+        paging, as muted as before, instead of stopping every team's alerts.
+
         Returns:
             The silences.
 
@@ -224,10 +230,34 @@ class SilenceStore:
         except FileNotFoundError:
             self._mtime_ns, self._cache = None, []
             return []
+        except OSError as exc:
+            self._log_bad(None, f"{self.path}: cannot read the silences: {exc}")
+            return self._cache
         if mtime != self._mtime_ns:
-            self._cache = self.load()
+            try:
+                self._cache = self.load()
+            except (ValueError, OSError) as exc:
+                self._log_bad(mtime, str(exc))
+                return self._cache
             self._mtime_ns = mtime
         return self._cache
+
+    def _log_bad(self, mtime: int | None, why: str) -> None:
+        if mtime is None or mtime != self._warned_ns:
+            log.error("%s; keeping the %d silence(s) read before until the file is fixed",
+                      why, len(self._cache))
+            self._warned_ns = mtime
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the silences' lock file: a read-modify-write by one process at a time."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(SILENCES_FILE + ".lock"), "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     def save(self, silences: list[Silence]) -> None:
         """Write every silence atomically.
@@ -261,7 +291,8 @@ class SilenceStore:
         silence = Silence(
             secrets.token_hex(6), matchers, now_ms, now_ms + duration_ms, reason, created_by
         )
-        self.save([*self.load(), silence])
+        with self._locked():  # two adds at once both read the file: one was lost
+            self.save([*self.load(), silence])
         return silence
 
     def expire(self, silence_id: str, now_ms: int) -> Silence:
@@ -278,6 +309,13 @@ class SilenceStore:
             KeyError: When no silence (or more than one) has that id prefix.
 
         """
+        if not silence_id:
+            msg = "no silence id given (every id starts with the empty prefix)"
+            raise KeyError(msg)
+        with self._locked():
+            return self._expire(silence_id, now_ms)
+
+    def _expire(self, silence_id: str, now_ms: int) -> Silence:
         silences = self.load()
         hits = [i for i, s in enumerate(silences) if s.silence_id.startswith(silence_id)]
         if len(hits) != 1:

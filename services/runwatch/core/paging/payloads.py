@@ -60,12 +60,16 @@ def iso_ms(ms: int) -> str:
         ms: UTC epoch milliseconds.
 
     Returns:
-        e.g. ``2024-05-01T12:00:00.123Z``.
+        e.g. ``2024-05-01T12:00:00.123Z``; a time past year 9999 (a silence stored
+        for "99999999999d") is shown as ``9999-12-31T23:59:59.999Z``, one before
+        year 1 as ``0001-01-01T00:00:00.000Z``.
 
     """
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
-    )
+    try:
+        when = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return "9999-12-31T23:59:59.999Z" if ms > 0 else "0001-01-01T00:00:00.000Z"
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def json_bytes(data: object, *, sort_keys: bool = False) -> bytes:

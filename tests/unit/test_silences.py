@@ -1,0 +1,91 @@
+"""Silences as operators use them: concurrent adds, a hand edit gone wrong, odd flags."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from runwatch import cli
+from runwatch.core.paging.delivery import parse_matcher
+from runwatch.pager.state import SilenceStore
+
+T = 1_800_000_000_000
+
+
+def _add(state: Path, i: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runwatch", "silence", "--state-dir", str(state), "add",
+         "--match", f"team=t{i}", "--for", "1h", "--reason", f"window {i}"],
+        capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_silences_added_at_once_are_all_kept(tmp_path: Path) -> None:
+    """Eight ``silence add`` at once each read the file and wrote it back: 6 or 7 kept,
+    while every one printed an id and exited 0."""
+    state = tmp_path / "state"
+    with ThreadPoolExecutor(8) as pool:
+        done = list(pool.map(lambda i: _add(state, i), range(8)))
+    assert [d.returncode for d in done] == [0] * 8, [d.stderr for d in done]
+    ids = {d.stdout.strip() for d in done}
+    kept = {s.silence_id for s in SilenceStore(state).load()}
+    assert kept == ids and len(kept) == 8
+
+
+def test_a_corrupt_silence_file_keeps_the_last_good_silences(tmp_path: Path, caplog) -> None:
+    """The pager read the file again after a hand edit gone wrong and raised: it exited,
+    and no team's alert was delivered while the file stayed bad."""
+    store = SilenceStore(tmp_path)
+    kept = store.add((parse_matcher("team=ml"),), T, 3_600_000, "maintenance")
+    assert [s.silence_id for s in store.current()] == [kept.silence_id]
+    (tmp_path / "silences.json").write_text('{"silences": [')
+    with caplog.at_level(logging.ERROR):
+        for _ in range(3):
+            assert [s.silence_id for s in store.current()] == [kept.silence_id]
+    assert caplog.text.count("corrupt silence file") == 1  # once per version of the file
+    (tmp_path / "silences.json").write_text(json.dumps({"silences": []}))
+    assert store.current() == []
+
+
+@pytest.mark.parametrize("action", [["list"], ["expire", "abc"],
+                                    ["add", "--match", "team=ml", "--for", "1h",
+                                     "--reason", "x"]])
+def test_the_cli_names_a_corrupt_file_or_a_state_dir_it_cannot_use(
+        tmp_path: Path, capsys, action: list[str]) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "silences.json").write_text('{"silences": [')
+    missing = tmp_path / "file-not-dir"
+    missing.write_text("")
+    cases = [(bad, "corrupt silence file")]
+    if action[0] != "list":  # a state dir that cannot exist holds no silences to list
+        cases.append((missing / "sub", "Not a directory"))
+    for state, words in cases:
+        code = cli.main(["silence", "--state-dir", str(state), *action])
+        err = capsys.readouterr().err
+        assert code == 2 and words in err and f"runwatch silence {action[0]}:" in err, err
+
+
+def test_a_silence_longer_than_ten_years_is_refused_and_a_stored_one_still_lists(
+        tmp_path: Path, capsys) -> None:
+    state = tmp_path / "state"
+    code = cli.main(["silence", "--state-dir", str(state), "add", "--match", "team=ml",
+                     "--for", "99999999999d", "--reason", "typo"])
+    assert code == 2 and "longer than ten years" in capsys.readouterr().err
+    # one stored by an earlier release: listing it raised "year ... out of range"
+    SilenceStore(state).add((parse_matcher("team=ml"),), T, 10**16, "old")
+    assert cli.main(["silence", "--state-dir", str(state), "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ends_at"] == "9999-12-31T23:59:59.999Z"
+
+
+def test_expire_with_an_empty_id_expires_nothing(tmp_path: Path, capsys) -> None:
+    state = tmp_path / "state"
+    s = SilenceStore(state).add((parse_matcher("team=ml"),), T, 10**12, "keep")
+    assert cli.main(["silence", "--state-dir", str(state), "expire", ""]) == 1
+    assert "no silence id given" in capsys.readouterr().err
+    assert SilenceStore(state).load()[0].ends_at_ms == s.ends_at_ms
