@@ -89,3 +89,14 @@ def test_expire_with_an_empty_id_expires_nothing(tmp_path: Path, capsys) -> None
     assert cli.main(["silence", "--state-dir", str(state), "expire", ""]) == 1
     assert "no silence id given" in capsys.readouterr().err
     assert SilenceStore(state).load()[0].ends_at_ms == s.ends_at_ms
+
+
+def test_the_pager_waits_for_every_receivers_deadline_before_the_group_drops_it() -> None:
+    """One alert goes to its receivers one after the other, each up to the delivery
+    deadline; the poll interval allowed one: two receivers answering 503 with a long
+    Retry-After made the commit fail and the pager exit, and again on every restart."""
+    from runwatch.pager.service import MAX_POLL_INTERVAL_MS, poll_interval_ms
+
+    assert poll_interval_ms(600_000, 7) == 7 * 600_000 + 120_000
+    assert poll_interval_ms(600_000, 0) == 720_000
+    assert poll_interval_ms(600_000, 10_000) == MAX_POLL_INTERVAL_MS

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -97,6 +98,18 @@ def load_rules(path: Path) -> Rules:
     return parse_rules(read_config(path), str(path))
 
 
+MAX_POLL_INTERVAL_MS = 86_400_000
+"""librdkafka's upper bound of ``max.poll.interval.ms`` (24 h)."""
+
+
+def poll_interval_ms(delivery_deadline_ms: int, receivers: int) -> int:
+    """Return the consumer's ``max.poll.interval.ms`` for one alert's deliveries.
+
+    Every receiver's delivery deadline one after the other, plus two minutes, at most 24 h.
+    """
+    return min(delivery_deadline_ms * max(receivers, 1) + 120_000, MAX_POLL_INTERVAL_MS)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -159,10 +172,14 @@ class Pager:
 
         """
         s = self.settings
-        poll_ms = s.delivery_deadline_ms + 120_000
+        # one alert is delivered to its receivers one after the other, each up to the
+        # delivery deadline: the group must wait for all of them before it thinks this
+        # member dead (with one deadline, two receivers answering 503 + Retry-After made
+        # the commit fail, the pager exit, and the same alert stall it again on restart)
         consumer = BatchConsumer(
             self.kafka, s.group_id, [s.alerts_topic],
-            extra={"max.poll.interval.ms": poll_ms},
+            extra={"max.poll.interval.ms": poll_interval_ms(s.delivery_deadline_ms,
+                                                            len(self.receivers))},
         )
         self.dlq = KafkaTransport(
             self.kafka,
@@ -188,7 +205,15 @@ class Pager:
                     except Interrupted:
                         log.info("stopping mid-delivery; offset %d not committed", msg.offset())
                         return 0
-                    consumer.commit([msg])
+                    try:
+                        consumer.commit([msg])
+                    except KafkaException as exc:
+                        # the group moved on without this member (a delivery that outlasted
+                        # max.poll.interval.ms): the next poll rejoins, the alert comes again,
+                        # and the notification log keeps it from paging twice
+                        log.warning("could not commit offset %d of %s[%d] (%s); the alert "
+                                    "will be read again and not paged twice",
+                                    msg.offset(), msg.topic(), msg.partition(), exc)
         finally:
             consumer.close()
             self.close()
