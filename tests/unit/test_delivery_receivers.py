@@ -303,6 +303,37 @@ def test_unresolvable_secret(yaml_line: str, environ: dict, fragment: str) -> No
     assert "receiver 'pd' (rules line 2)" in str(err.value)
 
 
+@pytest.mark.parametrize(("kind", "yaml_line", "content", "fragment"), [
+    # an empty key signs every webhook with "": anyone can forge the signature
+    ("webhook", "    url: http://127.0.0.1:9/h\n    secret_file: {f}\n", "\n", "is empty"),
+    # a URL from the environment or a file was never checked: the pager stopped at its
+    # first alert with httpx.InvalidURL
+    ("slack", "    url_file: {f}\n", "http://[::1\n", "the URL is not a valid URL"),
+    ("slack", "    url_file: {f}\n", "https://hooks.example/x:abc\n", None),
+])
+def test_secrets_and_urls_from_files_are_checked(tmp_path: Path, kind: str, yaml_line: str,
+                                                 content: str, fragment: str | None) -> None:
+    f = tmp_path / "value"
+    f.write_text(content)
+    text = (f"receivers:\n  - name: r\n    kind: {kind}\n{yaml_line.format(f=f)}"
+            "route:\n  receiver: r\n")
+    spec = parse_rules(text, "t.yaml").receivers["r"]
+    if fragment is None:
+        assert resolve_settings(spec, {})["url"] == content.strip()
+        return
+    with pytest.raises(ReceiverConfigError, match=fragment) as err:
+        resolve_settings(spec, {})
+    assert "[::1" not in str(err.value)  # a URL from a secret file is not echoed
+
+
+def test_a_url_the_http_client_refuses_is_a_transport_error_not_a_crash(
+        tmp_path: Path) -> None:
+    rx = receiver("pagerduty", "http://127.0.0.1:9", tmp_path)
+    rx._settings["url"] = "http://[::1"  # as an older release let through
+    res = rx.send(make_alert(), 1_800_000_000_000)
+    assert res.status is None and "InvalidURL" in res.body
+
+
 def _sdk_alerts(run_id: str, loss_after: float) -> list[Alert]:
     """The alerts a run raises: published by the SDK (explicit times), folded in memory."""
     t = CaptureTransport()

@@ -120,6 +120,16 @@ def _replace(old: str, new: str) -> str:
         (_replace("    secret_env: HOOK_SECRET\n", ""), 15, "needs secret"),
         (_replace("continue: true", "continue: maybe"), 24, "true or false"),
         (_replace("  - name: og", "  - name: default"), 12, "duplicate receiver"),
+        # stopped the pager at its first alert (httpx.InvalidURL), after passing --check
+        (_replace("url: http://127.0.0.1:9093", "url: http://127.0.0.1:abc/x"), 4,
+         "is not a valid URL"),
+        (_replace("url: http://127.0.0.1:9093", "url: http://[::1"), 4, "is not a valid URL"),
+        (_replace("url: http://127.0.0.1:9093", "url: http://:9093/"), 4, "has no host"),
+        # Alertmanager got endsAt = now: every alert resolved as it fired
+        (_replace("repeat_interval: 1h", "repeat_interval: 0s"), 8, "longer than 0"),
+        # the literal URL silently won over the environment's
+        (_replace("    kind: webhook\n", "    kind: webhook\n    url_env: HOOK_URL\n"), 18,
+         "given twice"),
         ("route: {receiver: x}\n", 1, "needs both"),
         ("receivers: [\n", None, "invalid YAML"),
     ],

@@ -100,3 +100,10 @@ def test_the_pager_waits_for_every_receivers_deadline_before_the_group_drops_it(
     assert poll_interval_ms(600_000, 7) == 7 * 600_000 + 120_000
     assert poll_interval_ms(600_000, 0) == 720_000
     assert poll_interval_ms(600_000, 10_000) == MAX_POLL_INTERVAL_MS
+
+
+@pytest.mark.parametrize("n", ["0", "-5"])
+def test_alerts_tail_refuses_a_max_below_one(n: str, capsys) -> None:
+    """``--max 0`` printed one alert (the limit was checked after printing)."""
+    assert cli.main(["alerts", "tail", "--max", n]) == 2
+    assert "--max must be at least 1" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from runwatch.core.paging import payloads
-from runwatch.core.paging.routes import ReceiverSpec
+from runwatch.core.paging.routes import ReceiverSpec, url_problem
 from runwatch.core.paging.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 log = logging.getLogger(__name__)
@@ -87,9 +87,15 @@ def resolve_settings(
         else:
             try:
                 out[name] = Path(ref.value).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                msg = f"{where}: cannot read {ref.value}: {exc.strerror}"
+            except (OSError, UnicodeDecodeError) as exc:
+                msg = f"{where}: cannot read {ref.value}: {getattr(exc, 'strerror', exc)}"
                 raise ReceiverConfigError(msg) from exc
+            if not out[name]:  # an empty secret signs with an empty key: anyone can forge it
+                msg = f"{where}: {ref.value} is empty"
+                raise ReceiverConfigError(msg)
+        if name == "url" and (problem := url_problem(out[name])) is not None:
+            msg = f"{where}: the URL {problem}"  # not the value: it may hold a token
+            raise ReceiverConfigError(msg)
     return out
 
 
@@ -150,7 +156,7 @@ class HttpReceiver:
         method, url, body, headers = self.request(alert, now_ms)
         try:
             resp = self._client.request(method, url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             log.warning("receiver %s: transport error: %s", self.name, type(exc).__name__)
             return HttpResult(None, f"{type(exc).__name__}: {exc}")
         return HttpResult(

@@ -34,6 +34,10 @@ def _tail(args: argparse.Namespace) -> int:
     from runwatch.pager.service import PagerSettings
     from runwatch.pager.tail import TailFilter, json_line, rich_line, tail
 
+    if args.max is not None and args.max < 1:  # 0 printed one alert, then stopped
+        print(f"runwatch alerts tail: --max must be at least 1, not {args.max}",
+              file=sys.stderr)
+        return 2
     console = Console(highlight=False)
 
     def emit(alert: object) -> None:

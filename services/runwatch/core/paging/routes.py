@@ -23,6 +23,7 @@ read through :mod:`runwatch.core.yamlconf`; :func:`parse_duration_ms` lives ther
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -255,6 +256,9 @@ def _parse_receiver(r: _Reader, node: yaml.Node) -> ReceiverSpec:
             continue
         if key == "repeat_interval":
             repeat_ms = r.parsed(vnode, f"receiver {name!r}", parse_duration_ms)
+            if repeat_ms <= 0:  # Alertmanager would get endsAt = now: resolved as it fires
+                raise r.err(vnode, "", f"receiver {name!r}: repeat_interval must be longer "
+                            "than 0 (e.g. 4h)")
             continue
         base, _, suffix = key.rpartition("_")
         if suffix in ("env", "file") and base in allowed:
@@ -269,6 +273,8 @@ def _parse_receiver(r: _Reader, node: yaml.Node) -> ReceiverSpec:
                 f"use {key}_env: VAR or {key}_file: /path",
             )
         if key in PLAIN_FIELDS:
+            if key in settings:
+                raise r.err(knode, "", f"receiver {name!r}: {key!r} given twice")
             url = r.string(vnode, key)
             _check_plain_url(r, url, name, vnode)
             settings[key] = ValueRef("literal", url)
@@ -284,10 +290,31 @@ def _parse_receiver(r: _Reader, node: yaml.Node) -> ReceiverSpec:
     return ReceiverSpec(name, kind, repeat_ms, settings, r.line(node))  # type: ignore[arg-type]
 
 
+def url_problem(url: str) -> str | None:
+    """Say what keeps ``url`` from being a receiver's http(s) URL (None: it is one).
+
+    A host is needed and a port must be a number in 1-65535 (``http://h:abc/`` and
+    ``http://[::1`` passed the check and then stopped the pager at its first alert).
+    """
+    if _URL.match(url) is None:
+        return "is not an http(s) URL"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if not parts.hostname:
+        return "has no host"
+    if port == 0:
+        return "has port 0"
+    return None
+
+
 def _check_plain_url(r: _Reader, url: str, name: str, node: yaml.Node) -> None:
     parts = _URL.match(url)
-    if parts is None:
-        raise r.err(node, "", f"receiver {name!r}: {url!r} is not an http(s) URL")
+    problem = url_problem(url)
+    if parts is None or problem is not None:
+        raise r.err(node, "", f"receiver {name!r}: {url!r} {problem}")
     if "@" in parts.group("netloc"):
         raise r.err(
             node, "",
