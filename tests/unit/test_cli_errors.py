@@ -188,3 +188,26 @@ def test_arguments_that_name_nothing_are_refused_before_any_store(
     monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # never reached
     assert cli.main(argv) == code
     assert capsys.readouterr().err.strip() == line
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["db", "render", "--cluster", ""], "cluster name '' is not a plain identifier"),
+    (["db", "retention", "--rules", "/dev/null"], "retention rules /dev/null: "),
+    (["db", "render", "--rules", "/dev/null"], "retention rules /dev/null: "),
+    (["db", "render", "--schema-dir", "/nonexistent"], "schema directory /nonexistent does not"),
+    (["db", "render", "--schema-dir", "{empty}"], "holds no migration"),
+    # refused before the database is made: it was created, then left half-built
+    (["db", "migrate", "--schema-dir", "/nonexistent", "--database", "never_made"],
+     "schema directory /nonexistent does not"),
+])
+def test_db_commands_name_bad_rules_and_schema_dirs(argv: list[str], line: str, tmp_path,
+                                                    capsys) -> None:
+    """They raised RetentionError / DdlError tracebacks, or rendered only the retention DDL
+    for a schema directory that does not exist."""
+    from runwatch import cli
+
+    (tmp_path / "empty").mkdir()
+    code = cli.main([a.format(empty=tmp_path / "empty") for a in argv])
+    captured = capsys.readouterr()
+    assert code == 2 and line in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _rules(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from runwatch.core.storage.retention import parse_rules
+    from runwatch.core.storage.retention import RetentionError, parse_rules
     from runwatch.errors import FatalError
     from runwatch.resources import read_config, retention_file
 
@@ -17,7 +17,11 @@ def _rules(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     except OSError as exc:
         msg = f"cannot read retention rules {path}: {exc.strerror or exc}"
         raise FatalError(msg) from None
-    return parse_rules(text)
+    try:
+        return parse_rules(text)
+    except RetentionError as exc:
+        msg = f"retention rules {path}: {exc}"
+        raise FatalError(msg) from None
 
 
 def _schema_dir(args: argparse.Namespace) -> Path:
@@ -29,14 +33,16 @@ def _schema_dir(args: argparse.Namespace) -> Path:
 def _migrate(args: argparse.Namespace) -> int:
     from runwatch.adapters import clickhouse as ch
     from runwatch.adapters.settings import ClickHouseSettings
-    from runwatch.core.storage.ddl import DdlError, check_identifier
+    from runwatch.core.storage.ddl import DdlError, check_identifier, load_migrations
     from runwatch.errors import FatalError
 
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
     try:
         check_identifier(settings.database, "database name")
+        schema_dir, rules = _schema_dir(args), _rules(args)
+        load_migrations(schema_dir)  # checked before the store is asked for anything
         client = ch.make_client(settings, database="")
-        done = ch.migrate(client, settings.database, _schema_dir(args), _rules(args))
+        done = ch.migrate(client, settings.database, schema_dir, rules)
     except (DdlError, ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
         raise FatalError(str(exc)) from None
     print("\n".join(f"applied {d}" for d in done) or f"{settings.database} is up to date")
@@ -52,18 +58,19 @@ def _retention(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from runwatch.core.storage import ddl
-    from runwatch.core.storage.retention import render_retention
-
-    migrations = ddl.load_migrations(_schema_dir(args))
-    statements = [s for m in migrations for s in m.statements] + render_retention(_rules(args))
     from runwatch.core.storage.ddl import DdlError, check_identifier
+    from runwatch.core.storage.retention import render_retention
     from runwatch.errors import FatalError
 
     db = args.database or "runwatch"
     try:
         check_identifier(db, "database name")
-        if args.cluster:
+        if args.cluster is not None:  # --cluster '' is no cluster name
             check_identifier(args.cluster, "cluster name")
+        migrations = ddl.load_migrations(_schema_dir(args))
+        statements = [s for m in migrations for s in m.statements]
+        statements += render_retention(_rules(args))
+        rendered = ddl.render_statements(statements, db, args.cluster)
     except DdlError as exc:
         raise FatalError(str(exc)) from None
     print(
@@ -71,7 +78,7 @@ def _render(args: argparse.Namespace) -> int:
         + (f" ON CLUSTER {args.cluster}" if args.cluster else "")
         + ";\n"
     )
-    for statement in ddl.render_statements(statements, db, args.cluster):
+    for statement in rendered:
         print(statement + ";\n")
     return 0
 

@@ -110,12 +110,19 @@ def load_migrations(directory: Path) -> list[Migration]:
         The migrations in version order.
 
     Raises:
-        DdlError: Two files share a version.
+        DdlError: Two files share a version, or the directory holds no migration
+            (a mistyped ``--schema-dir`` rendered or applied nothing but retention).
     """
+    if not directory.is_dir():
+        msg = f"schema directory {directory} does not exist (or is not a directory)"
+        raise DdlError(msg)
     migrations = [
         parse_migration(p.name, p.read_text(encoding="utf-8"))
         for p in sorted(directory.glob("*.sql"))
     ]
+    if not migrations:
+        msg = f"schema directory {directory} holds no migration (NNNN_*.sql)"
+        raise DdlError(msg)
     versions = [m.version for m in migrations]
     if len(set(versions)) != len(versions):
         msg = f"duplicate DDL versions in {directory}: {sorted(versions)}"
