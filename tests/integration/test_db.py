@@ -145,3 +145,30 @@ def test_render_cluster_variant() -> None:
     assert "ENGINE = Distributed(prod, rw, gpu_samples_local, cityHash64(run_id))" in out
     assert "TO rw.gpu_samples_1m_local" in out and "FROM rw.gpu_samples_local" in out
     assert "ALTER TABLE rw.gpu_samples_local ON CLUSTER prod MODIFY TTL" in out
+
+
+@pytest.mark.parametrize("case", ["missing", "unmigrated", "behind"])
+def test_the_sink_refuses_a_database_it_cannot_write(own_store: Store, case: str) -> None:
+    """A database that did not exist kept the sink retrying for ever ("ClickHouse
+    unavailable") and ended in a traceback on stop; one not migrated to this release
+    took the rows while every run summary failed (logged only)."""
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(own_store.url, db) if case == "behind" else None
+    if case == "unmigrated":
+        from sinkkit import settings
+
+        ch.make_client(settings(own_store.url, db), database="").command(
+            f"CREATE DATABASE {db}")
+    if client is not None:  # as if the newest migration had not been applied yet
+        client.command(f"ALTER TABLE {db}.schema_migrations DELETE WHERE version = "
+                       f"(SELECT max(version) FROM {db}.schema_migrations WHERE version < "
+                       f"{ch.RETENTION_VERSION}) SETTINGS mutations_sync = 1")
+    done = subprocess.run(
+        [sys.executable, "-m", "runwatch", "sink", "--database", db, "--group", f"g-{db}",
+         "--bootstrap", "127.0.0.1:9"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
+        env={"CLICKHOUSE_URL": own_store.url, "PATH": "/usr/bin:/bin"})
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"runwatch db migrate --database {db}" in last
+    assert ("does not exist" if case == "missing" else "lacks migration") in last

@@ -380,6 +380,40 @@ def apply_statements(client: Client, statements: Sequence[str]) -> None:
             raise ClickHouseRejected(msg) from exc
 
 
+def schema_problem(client: Client, db: str, schema_dir: Path) -> str | None:
+    """Say why ``db`` cannot take what this release writes (None: it can).
+
+    A database that does not exist, or lacks migrations of ``schema_dir`` (runwatch
+    upgraded without ``runwatch db migrate``: the sink's inserts and run summaries
+    name columns the tables do not have, and every summary failed, logged only).
+
+    Raises:
+        ClickHouseUnavailable: The server does not answer.
+    """
+    try:
+        exists = client.query(
+            "SELECT count() FROM system.databases WHERE name = {db:String}",
+            parameters={"db": db}).result_rows[0][0]
+        if not exists:
+            return (f"database {db} does not exist: create it with "
+                    f"`runwatch db migrate --database {db}`")
+        rows = client.query(
+            f"SELECT DISTINCT version FROM {db}.schema_migrations"  # noqa: S608
+        ).result_rows
+    except (ClickHouseError, OSError) as exc:
+        if "UNKNOWN_TABLE" in str(exc) or "doesn't exist" in str(exc):
+            rows = []
+        else:
+            raise ClickHouseUnavailable(str(exc)) from exc
+    applied = {int(v) for (v,) in rows}
+    missing = [f"{m.version:04d}_{m.name}" for m in ddl.load_migrations(schema_dir)
+               if m.version not in applied]
+    if missing:
+        return (f"database {db} lacks migration(s) {', '.join(missing)}: run "
+                f"`runwatch db migrate --database {db}` before starting this release")
+    return None
+
+
 def migrate(
     client: Client, db: str, schema_dir: Path, rules: retention.RetentionRules
 ) -> list[str]:

@@ -55,8 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--bootstrap", help="Kafka bootstrap servers (default KAFKA_BOOTSTRAP_SERVERS)"
     )
-    parser.add_argument("--batch-rows", type=int, help="flush after this many rows (default 50000)")
-    parser.add_argument("--batch-ms", type=int, help="flush after this long (default 1000)")
+    parser.add_argument("--batch-rows", type=_positive,
+                        help="flush after this many rows (default 50000)")
+    parser.add_argument("--batch-ms", type=_positive, help="flush after this long (default 1000)")
     parser.add_argument(
         "--processes",
         type=_positive,
