@@ -126,3 +126,28 @@ def test_an_empty_result_keeps_its_header(loaded, fmt: str) -> None:
         assert "run_id" in out.stdout and "n" in out.stdout
     else:
         assert json.loads(out.stdout) == []
+
+
+def test_nested_values_are_json_and_times_keep_their_zone(loaded) -> None:
+    """Maps, arrays and tuples (``learning_steps.metrics``) were printed as Python's repr
+    (``"{'k': 1.5, 'n': nan}"``: not JSON, a bare nan inside); a column converted to
+    another time zone showed its UTC wall clock (12:00 for 08:00 in New York)."""
+    store, db = loaded
+    q = ("SELECT map('k', 1.5, 'n', nan) AS m, [1, 2] AS a, tuple(1, 'x') AS t, "
+         "toTimezone(toDateTime('2026-06-01 12:00:00', 'UTC'), 'America/New_York') AS ny, "
+         "toDateTime('2026-06-01 12:00:00', 'UTC') AS utc")
+    out = sql(store, db, q)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"m": {"k": 1.5, "n": "NaN"}, "a": [1, 2], "t": [1, "x"],
+                                       "ny": "2026-06-01 08:00:00",
+                                       "utc": "2026-06-01 12:00:00"}]
+    out = sql(store, db, q, "csv")
+    row = list(csv.reader(io.StringIO(out.stdout)))[1]
+    assert json.loads(row[0]) == {"k": 1.5, "n": "NaN"} and row[3] == "2026-06-01 08:00:00"
+
+
+def test_a_query_with_its_own_format_is_answered_in_it(loaded) -> None:
+    store, db = loaded
+    out = sql(store, db, "SELECT 1 AS x, 'a' AS y FORMAT JSONEachRow;")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"x": 1, "y": "a"}

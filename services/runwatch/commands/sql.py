@@ -3,17 +3,61 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import datetime
+import re
 import sys
+import zoneinfo
 from typing import Any
 
+_OWN_FORMAT = re.compile(r"\bFORMAT\s+[A-Za-z][A-Za-z0-9]*\s*;?\s*$", re.IGNORECASE)
+_ZONED = re.compile(r"^DateTime(?:64)?\((?:\d+\s*,\s*)?'([^']+)'\)$")
 
-def _cell(value: Any) -> Any:
+
+def _cell(value: Any, zone: str | None = None) -> Any:
+    """Return a value as JSON-ready data: nested maps, arrays and tuples stay nested."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
+    if isinstance(value, dict):
+        return {str(_cell(k)): _cell(v, zone) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_cell(v, zone) for v in value]
+    if isinstance(value, datetime.datetime) and zone:
+        # the engine's Native answer names no time zone (DateTime, not DateTime('Zone')):
+        # the client reads the instant as UTC; show it in the column's own zone
+        with contextlib.suppress(ValueError, LookupError):
+            local = value.replace(tzinfo=datetime.UTC).astimezone(zoneinfo.ZoneInfo(zone))
+            return str(local.replace(tzinfo=None))
     return str(value)
+
+
+def _text(value: Any) -> str:
+    """One cell of the table or CSV: nested values as JSON, not Python's repr."""
+    if isinstance(value, (dict, list)):
+        from runwatch.core.jsontext import json_text
+
+        return json_text(value, ensure_ascii=False)
+    return "" if value is None else str(value)
+
+
+def _zones(client: Any, sql: str, types: list[Any]) -> list[str | None]:
+    """Each column's time zone, when it is a DateTime column that names one."""
+    if not any(str(getattr(t, "name", "")).startswith("DateTime") for t in types):
+        return [None] * len(types)
+    try:
+        import json
+
+        meta = json.loads(client.raw_query(f"DESCRIBE ({sql.strip().rstrip(';')})",
+                                           fmt="JSONCompact")).get("data", [])
+        found = [_ZONED.match(str(row[1])) for row in meta]
+    except Exception:  # noqa: BLE001 - a courtesy: the instants stay in UTC
+        return [None] * len(types)
+    if len(found) != len(types):
+        return [None] * len(types)
+    return [m.group(1) if m else None for m in found]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -21,14 +65,21 @@ def _run(args: argparse.Namespace) -> int:
     from runwatch.adapters.settings import ClickHouseSettings
 
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
+    own = _OWN_FORMAT.search(args.query) is not None
     try:
         client = ch.make_client(settings, readonly=True)
+        if own:  # the query names its format: print ClickHouse's answer as it is
+            sys.stdout.buffer.write(client.raw_query(args.query))
+            sys.stdout.flush()
+            return 0
         result = client.query(args.query)
     except Exception as exc:  # noqa: BLE001 - show ClickHouse's own message
         print(f"error: {exc}", file=sys.stderr)
         return 1
     names = ch.column_names(client, args.query, result)
-    rows = [[_cell(v) for v in row] for row in result.result_rows]
+    zones = _zones(client, args.query, list(result.column_types or []))
+    rows = [[_cell(v, z) for v, z in zip(row, zones, strict=False)]
+            for row in result.result_rows]
     if args.format == "json":
         from runwatch.core.jsontext import json_text
 
@@ -36,14 +87,14 @@ def _run(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(names)
-        writer.writerows(rows)
+        writer.writerows([[_text(v) for v in r] for r in rows])
     else:
         from rich.console import Console
         from rich.table import Table
 
         table = Table(*names)
         for r in rows:
-            table.add_row(*("" if v is None else str(v) for v in r))
+            table.add_row(*(_text(v) for v in r))
         Console(width=200).print(table)
     return 0
 
