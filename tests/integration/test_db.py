@@ -172,3 +172,35 @@ def test_the_sink_refuses_a_database_it_cannot_write(own_store: Store, case: str
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"runwatch db migrate --database {db}" in last
     assert ("does not exist" if case == "missing" else "lacks migration") in last
+
+
+def test_a_rules_change_a_rollup_cannot_take_is_refused_and_others_apply(
+        own_store: Store, tmp_path) -> None:
+    """Changing a rollup's bucket width or quantiles printed "applied retention" and changed
+    nothing (the view keeps the query it was made with); now migrate names the rollups and
+    what to do, records nothing, and a change it can make (a TTL) still applies."""
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    migrate(own_store.url, db)
+    text = (ROOT / "schemas" / "retention.yaml").read_text()
+    env = {"CLICKHOUSE_URL": own_store.url, "PATH": "/usr/bin:/bin"}
+
+    def run(rules: str) -> subprocess.CompletedProcess[str]:
+        path = tmp_path / f"rules-{uuid.uuid4().hex[:6]}.yaml"
+        path.write_text(rules)
+        return subprocess.run(
+            [sys.executable, "-m", "runwatch", "db", "migrate", "--database", db,
+             "--rules", str(path)], capture_output=True, text=True, env=env, cwd=ROOT,
+            timeout=120, check=False)
+
+    wider = text.replace("{name: 1m, interval: 1m, ttl: 90d}", "{name: 1m, interval: 5m, ttl: 90d}")
+    fewer = text.replace("quantiles: [0.5, 0.9, 0.99]", "quantiles: [0.5, 0.95]")
+    assert wider != text and fewer != text
+    for rules, frag in ((wider, "gpu_samples_1m_mv: toIntervalSecond(60) missing"),
+                        (fewer, "quantilesState(0.5, 0.9, 0.99) missing")):
+        done = run(rules)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert frag.replace("60", "300").replace("0.5, 0.9, 0.99", "0.5, 0.95") in done.stderr
+        assert "new name" in done.stderr
+    longer = text.replace("ttl: 7d", "ttl: 8d", 1)
+    done = run(longer)
+    assert done.returncode == 0 and "applied retention" in done.stdout, done.stderr

@@ -414,6 +414,21 @@ def schema_problem(client: Client, db: str, schema_dir: Path) -> str | None:
     return None
 
 
+def rollup_drift(client: Client, db: str, rules: retention.RetentionRules) -> list[str]:
+    """Name the existing rollup views whose definition the rules would change.
+
+    Returns:
+        ``"<view>: <fragment> missing"`` for each; empty when none exists yet or all agree.
+    """
+    wanted = retention.rollup_signatures(rules)
+    rows = client.query(
+        "SELECT name, create_table_query FROM system.tables WHERE database = {db:String} "
+        "AND name IN {names:Array(String)}",
+        parameters={"db": db, "names": sorted(wanted)}).result_rows
+    return [f"{name}: {frag} missing" for name, query in rows
+            for frag in wanted[str(name)] if frag not in str(query)]
+
+
 def migrate(
     client: Client, db: str, schema_dir: Path, rules: retention.RetentionRules
 ) -> list[str]:
@@ -465,6 +480,13 @@ def migrate(
         done.append(f"{m.version:04d}_{m.name}")
         logger.info("applied migration %04d_%s to %s", m.version, m.name, db)
     if applied.get(RETENTION_VERSION) != rules.checksum:
+        drift = rollup_drift(client, db, rules)
+        if drift:
+            msg = (f"retention rules change rollups that exist with another definition "
+                   f"({'; '.join(drift)}): a rollup's bucket width and quantiles are fixed "
+                   "when it is made. Give the resolution a new name in the rules (a new "
+                   "rollup), or drop the old rollup table and its _mv view, then migrate again")
+            raise ClickHouseRejected(msg)
         apply_statements(client, ddl.render_statements(retention_sql, db))
         client.insert(
             f"{db}.schema_migrations",

@@ -259,6 +259,20 @@ def _rollup(src: RollupSource, res: Resolution, quantiles: tuple[float, ...]) ->
     return [create, f"ALTER TABLE ${{db}}.{table} MODIFY TTL {ttl}", view]
 
 
+def rollup_signatures(rules: RetentionRules) -> dict[str, tuple[str, ...]]:
+    """Return what each rollup view's stored definition must contain, by view name.
+
+    ClickHouse keeps a view's query as first created (``CREATE ... IF NOT EXISTS``
+    changes nothing): these are the fragments, as the server normalizes them, that
+    say whether an existing rollup has the rules' bucket width and quantiles.
+    """
+    qs = ", ".join(repr(q) for q in rules.quantiles)
+    return {f"{rollup_table(src.table, res.name)}_mv": (
+                f"toIntervalSecond({res.interval_s})",
+                *([f"quantilesState({qs})"] if src.metrics else []))
+            for src in rules.sources for res in rules.resolutions}
+
+
 def render_retention(rules: RetentionRules) -> list[str]:
     """Render the rules as template DDL (``${db}``), run after the migrations.
 
