@@ -74,6 +74,9 @@ def test_a_nan_loss_on_every_rank_pages_once(monkeypatch) -> None:
     nan = [a for a in m.alerts if a.detector == "rule:non_finite"]
     assert {a.run_id for a in nan} == {"torch-ddp-7"}
     assert len({a.alert_id for a in nan}) == 1
+    for a in nan:  # the symptom was listed twice as its own evidence (pager bodies too)
+        items = [(e.signal, e.indicator, e.at_ms, e.detail) for e in a.evidence]
+        assert len(items) == len(set(items)), items
 
 
 def test_one_starving_rank_shows_as_the_jobs_throughput_falling(monkeypatch) -> None:

@@ -208,7 +208,11 @@ def classify(symptom: Finding, evidence: Sequence[Finding], window_ms: int) -> V
         for numerics and learning symptoms).
 
     """
-    near = [f for f in in_window(evidence, symptom.at_ms, window_ms) if f is not symptom]
+    # the run's evidence holds the symptom too (recorded as it was seen, and read back as
+    # a copy): as its own support it was listed twice in every alert
+    same = (symptom.detector, symptom.indicator, symptom.subject)
+    near = [f for f in in_window(evidence, symptom.at_ms, window_ms)
+            if f is not symptom and (f.detector, f.indicator, f.subject) != same]
     kind = symptom_kind(symptom)
     if kind is None:
         support = tuple(f for f in near if f.signal == symptom.signal) + (symptom,)
