@@ -407,3 +407,54 @@ def test_a_run_id_started_again_after_it_failed_is_not_stalled_while_it_loads() 
     again.finish(now_ms=back + 500_000)
     live(back + 900_000)
     assert [(a.detector, a.status) for a in m.alerts if isinstance(a, Alert)] == []
+
+
+def test_old_steps_trickling_in_do_not_flap_a_stall_and_a_live_step_resolves_it() -> None:
+    """A run whose steps arrive two days late (a node's spool replayed while the cluster is
+    live) is silent as of the horizon: each old step resolved its stall and the next timer
+    round paged it again, a page and a resolve per step. Through the SDK, in memory."""
+    import time as _time
+
+    import runwatch
+    from runwatch.adapters.publisher import CaptureTransport
+    from runwatch.processor.memory import MemoryProcessor
+    from runwatch.processor.settings import ProcessorSettings
+
+    t0 = 1_800_000_000_000
+    old = t0 - 2 * 86_400_000
+    clock = [t0]
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=lambda: clock[0])
+    ta, tb = CaptureTransport(), CaptureTransport()
+
+    def start(rid: str, t: CaptureTransport):
+        return runwatch.init("fam", run_id=rid, transport=t, install_hooks=False,
+                             capture_lineage=False, clock=lambda: clock[0])
+
+    def drain(t: CaptureTransport) -> None:
+        _time.sleep(0.05)  # the SDK's worker thread publishes
+        m.feed(t.messages)
+        t.messages.clear()
+
+    a = start("live-a", ta)
+    clock[0] = old
+    b = start("late-b", tb)
+    for i in range(100):
+        b.step(i, loss=1.0, now_ms=old + i * 1000, step_ms=1000.0, loader_wait_ms=10.0)
+    drain(tb)
+    for s in range(1500):  # the live run steps for 25 minutes; the late one trickles in
+        clock[0] = t0 + s * 1000
+        a.step(s, loss=1.0, now_ms=clock[0], step_ms=1000.0, loader_wait_ms=10.0)
+        if s % 10:
+            continue
+        drain(ta)
+        if s > 1000 and s % 60 == 0:
+            b.step(100 + s, loss=1.0, now_ms=old + (100 + s) * 1000, step_ms=1000.0,
+                   loader_wait_ms=10.0)
+            drain(tb)
+        m.tick(clock[0])
+    stalls = [(x.run_id, x.status) for x in m.alerts if x.detector == "rule:stalled"]
+    assert stalls == [("late-b", "firing")]
+    b.step(5000, loss=1.0, now_ms=clock[0], step_ms=1000.0, loader_wait_ms=10.0)  # caught up
+    drain(tb)
+    stalls = [(x.run_id, x.status) for x in m.alerts if x.detector == "rule:stalled"]
+    assert stalls == [("late-b", "firing"), ("late-b", "resolved")]

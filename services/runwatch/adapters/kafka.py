@@ -90,6 +90,14 @@ _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
 _MISSING_CONFIRM_S = 1.0
 
 
+
+class CommitFailed(RuntimeError):
+    """The consumer group refused an offset commit.
+
+    For example this member outlasted ``max.poll.interval.ms`` and was dropped; its
+    next poll rejoins.
+    """
+
 class ProducerSettings(BaseSettings):
     """Producer transport settings (env prefix ``RUNWATCH_PRODUCER_``)."""
 
@@ -853,6 +861,9 @@ class BatchConsumer:
             messages: Processed messages.
             asynchronous: Do not wait for the broker's answer.
 
+        Raises:
+            CommitFailed: The group refused the commit (this member was dropped).
+
         """
         best: dict[tuple[str, int], int] = {}
         for m in messages:
@@ -877,7 +888,10 @@ class BatchConsumer:
             return
         parts = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         consumer: Any = self._consumer
-        consumer.commit(offsets=parts, asynchronous=asynchronous)
+        try:
+            consumer.commit(offsets=parts, asynchronous=asynchronous)
+        except KafkaException as exc:
+            raise CommitFailed(str(exc)) from exc
 
     def assignment(self) -> Partitions:
         """Return the partitions currently assigned to this member."""

@@ -22,12 +22,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch._version import __version__
-from runwatch.adapters.kafka import BatchConsumer, KafkaTransport, ProducerSettings
+from runwatch.adapters.kafka import (
+    BatchConsumer,
+    CommitFailed,
+    KafkaTransport,
+    ProducerSettings,
+)
 from runwatch.adapters.receivers import (
     HttpReceiver,
     ReceiverOptions,
@@ -207,7 +211,7 @@ class Pager:
                         return 0
                     try:
                         consumer.commit([msg])
-                    except KafkaException as exc:
+                    except CommitFailed as exc:
                         # the group moved on without this member (a delivery that outlasted
                         # max.poll.interval.ms): the next poll rejoins, the alert comes again,
                         # and the notification log keeps it from paging twice

@@ -249,7 +249,7 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
             _paused(s, at - pause[0])
     s.last_step = max(s.last_step, e.step)
     out += stepped(s, at, now, cfg, bl)
-    out += clear(s, cfg, "rule:stalled", "step_gap_ms", now, at)
+    out += _stall_over(s, cfg, now, at)
     out += observe(s, cfg, "loader_share", ind.loader_share(e.loader_wait_ms, e.step_ms), at, now,
                    bl, f"loader_wait {e.loader_wait_ms:.0f} ms of step {e.step_ms:.0f} ms")
     out += observe(s, cfg, "throughput", ind.throughput(e.samples, e.step_ms), at, now, bl,
@@ -261,6 +261,25 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
         s.worker_restarts = e.worker_restarts
         out += _restart_evidence(s, cfg, float(e.worker_restarts), at, now, "worker_restarts")
     return out + hst_evidence(s, cfg, at, now)
+
+
+def _stall_over(s: RunState, cfg: RunConfig, now: int, at: int) -> list[Output]:
+    """Resolve a firing stall when a step shows it over as of the horizon it was last seen at.
+
+    A step stamped long before that (a spool or a backfill delivering the run's old steps
+    while the cluster is live) leaves the gap to the horizon above the bound: the run is
+    still silent. Resolving on it, the next timer round paged the stall again, once per
+    backdated step: a page and a resolve every few seconds.
+    """
+    entries = s.alerts.get("entries")
+    if not entries:
+        return []
+    entry = entries.get(alerting.dedup_key(s.run_id, "rule:stalled", "step_gap_ms"))
+    if entry is None or entry["status"] != "firing":
+        return []
+    if entry["last_seen_ms"] - at > entry["expected"]:
+        return []
+    return clear(s, cfg, "rule:stalled", "step_gap_ms", now, at)
 
 
 def clear(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int,
