@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runwatch.adapters.spool import Spool
-from runwatch.client.emit import expand_hostlist
+from runwatch.client.hostlist import expand_hostlist
 from runwatch.core.codec import load_codec
 from runwatch.core.records import JobEvent
 

@@ -96,7 +96,8 @@ def run_job_state(args: argparse.Namespace) -> int:
         Exit code.
 
     """
-    from runwatch.client.emit import emit_records, expand_hostlist
+    from runwatch.client.emit import emit_records
+    from runwatch.client.hostlist import expand_hostlist
 
     alloc = None
     if args.nodes or args.gpus or args.gpu_model:

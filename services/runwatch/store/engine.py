@@ -6,6 +6,9 @@ handle serializes), and each keeps its own ``SET``/``USE`` state. The store open
 a fresh handle for every sessionless request, so per-query settings cannot leak,
 and keeps one handle per HTTP session (``session_id``), like ClickHouse keeps a
 session context.
+
+Size: everything that holds a chDB handle lives here (the handles, the sessions, the
+watchdog's and the dictionary keeper's), so no other module touches the engine.
 """
 
 from __future__ import annotations
