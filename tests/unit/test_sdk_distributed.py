@@ -83,3 +83,40 @@ def test_one_starving_rank_shows_as_the_jobs_throughput_falling(monkeypatch) -> 
     """Steps carry no rank: the run sees every rank slow down (docs/sdk.md)."""
     m = _job(monkeypatch, straggler_at=200)
     assert [(a.detector, a.run_id) for a in m.alerts] == [("watch:throughput", "torch-ddp-7")]
+
+
+def _family_run(m: MemoryProcessor, rid: str, start: int, step_ms: dict[int, float],
+                default_ms: float = 100.0) -> None:
+    t = CaptureTransport()
+    now = [start]
+    run = runwatch.init("tp-fam", team="t", run_id=rid, transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: now[0])
+    run.job_state("running", "start", now_ms=now[0])
+    for step in range(250):
+        ms = step_ms.get(step, default_ms)
+        now[0] += int(ms)
+        run.step(step, loss=2.0 - step * 0.001, samples=512, now_ms=now[0], step_ms=ms,
+                 loader_wait_ms=5.0)
+    run.finish("succeeded", now_ms=now[0])
+    m.feed(t.messages)
+
+
+@pytest.mark.parametrize(("slow", "default_ms", "pages"), [
+    ({0: 300.0, 1: 150.0}, 100.0, False),   # CUDA init / compilation: two slow first steps
+    ({0: 60_000.0}, 100.0, False),          # a first step that compiles for a minute
+    ({}, 200.0, True),                      # half the family's speed from the first step
+])
+def test_a_runs_slow_first_steps_are_not_a_throughput_fall(slow: dict[int, float],
+                                                           default_ms: float,
+                                                           pages: bool) -> None:
+    """The family's second run started its throughput level at its first step's value: two
+    slow first steps held it under the bound for five steps after the run was at the
+    family's speed, and a healthy run paged (live, every rerun of a job that times itself)."""
+    clock = [T0 + 10**7]
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=lambda: clock[0])
+    _family_run(m, "first", T0, {})
+    _family_run(m, "second", T0 + 60_000, slow, default_ms)
+    clock[0] += 60_000  # past the correlation delay
+    m.tick(T0 + 10 * 60_000)
+    fired = [(a.run_id, a.detector) for a in m.alerts]
+    assert fired == ([("second", "watch:throughput")] if pages else [])

@@ -128,7 +128,13 @@ class Watch:
             self.base.add(x)
             self.level = self.base.mean
             return False, 0.0
-        self.level = x if math.isnan(self.level) else (1 - spec.alpha) * self.level + spec.alpha * x
+        if math.isnan(self.level):
+            # a seeded watch starts its level at the workload's mean, its prior: started at
+            # the run's first value, a slow first step or two (CUDA init, compilation, a
+            # cold cache) held the level below the bound for steps after the run was at
+            # its family's speed, and a healthy run paged a throughput fall
+            self.level = self.base.mean if self.seeded else x
+        self.level = (1 - spec.alpha) * self.level + spec.alpha * x
         gap = self.level - self.base.mean
         if spec.direction == "down":
             gap = -gap
