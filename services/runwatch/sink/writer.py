@@ -282,8 +282,9 @@ class Writer:
         stack = [(0, len(cols))]
         while stack:
             lo, hi = stack.pop()
-            part = cols if (lo, hi) == (0, len(cols)) else cols.slice(lo, hi)
-            token = part.token(table)
+            whole = (lo, hi) == (0, len(cols))
+            part = cols if whole else cols.slice(lo, hi)
+            token = part.token(table) if whole else cols.slice_token(table, lo, hi)
             try:
                 self._with_retry(
                     f"insert into {table}", functools.partial(self._insert_once, table, part, token)

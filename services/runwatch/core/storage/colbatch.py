@@ -107,6 +107,22 @@ class TableColumns:
         """Return the insert deduplication token of these rows (see :func:`offsets_token`)."""
         return offsets_token(table, zip(self.data[-3], self.data[-2], self.data[-1], strict=True))
 
+    def slice_token(self, table: str, lo: int, hi: int) -> str:
+        """Return the insert deduplication token of rows ``lo`` to ``hi`` (exclusive).
+
+        A record can make several rows of a table (a NodeSample one per GPU). Two
+        slices cut inside such records can cover the same offsets with as many rows
+        (GPU 6's row and GPU 7's): with the offsets' token alone, ClickHouse took the
+        second insert for a retry of the first and dropped its rows. So a slice's
+        token also names where it starts and ends inside its first and last record.
+        """
+        coords = list(zip(self.data[-3], self.data[-2], self.data[-1], strict=True))
+        first, last = coords[lo], coords[hi - 1]
+        into = next((lo - j for j in range(lo, -1, -1) if coords[j] != first), lo + 1) - 1
+        left = next((j - hi for j in range(hi, len(coords)) if coords[j] != last),
+                    len(coords) - hi)
+        return f"{offsets_token(table, coords[lo:hi])}/{into}/{left}"
+
 
 def offsets_token(table: str, coords: Iterable[tuple[str, int, int]]) -> str:
     """Return an insert deduplication token from the rows' Kafka coordinates.

@@ -74,7 +74,14 @@ def gpu_attribution(g: Mapping[str, Any], run: str) -> tuple[str, int, int]:
         p = procs[0]
         return p.get("run_id") or run, 1, p.get("used_mem_bytes", 0)
     gpu_run = next((p["run_id"] for p in procs if p.get("run_id")), run)
-    return gpu_run, len(procs), sum(p.get("used_mem_bytes", 0) for p in procs)
+    # process_count is UInt8: 255 reads "255 or more" (300 MPS clients on one GPU made
+    # the whole GPU row a dead letter)
+    return gpu_run, min(len(procs), PROCESS_COUNT_MAX), sum(p.get("used_mem_bytes", 0)
+                                                            for p in procs)
+
+
+PROCESS_COUNT_MAX = 255
+"""Largest ``gpu_samples.process_count`` (a UInt8 column): more processes are stored as 255."""
 
 
 def _node(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
