@@ -107,3 +107,23 @@ def test_alerts_tail_refuses_a_max_below_one(n: str, capsys) -> None:
     """``--max 0`` printed one alert (the limit was checked after printing)."""
     assert cli.main(["alerts", "tail", "--max", n]) == 2
     assert "--max must be at least 1" in capsys.readouterr().err
+
+
+def test_silence_add_reaches_the_local_stacks_pager(tmp_path: Path, monkeypatch,
+                                                    capsys) -> None:
+    """The README's ``runwatch silence add`` wrote to the user default state dir, while the
+    stack's pager reads its own (RUNWATCH_PAGER_STATE_DIR=<stack>/pager): no alert muted."""
+    stack = tmp_path / "stack"
+    (stack / "pager").mkdir(parents=True)
+    monkeypatch.setenv("RUNWATCH_STACK_STATE_DIR", str(stack))
+    monkeypatch.delenv("RUNWATCH_PAGER_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "user-state"))
+    assert cli.main(["silence", "add", "--match", "team=ml", "--for", "1h",
+                     "--reason", "maintenance"]) == 0
+    out = capsys.readouterr()
+    assert "local stack's pager" in out.err
+    assert [s.silence_id for s in SilenceStore(stack / "pager").load()] == [out.out.strip()]
+    assert not (tmp_path / "user-state").exists()
+    monkeypatch.setenv("RUNWATCH_PAGER_STATE_DIR", str(tmp_path / "mine"))  # chosen: kept
+    assert cli.main(["silence", "list"]) == 0
+    assert "local stack" not in capsys.readouterr().err

@@ -52,11 +52,28 @@ def _fail(action: str, exc: BaseException) -> int:
 
 
 def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """Return the silences the command works on.
+
+    Those of ``--state-dir``, else ``RUNWATCH_PAGER_STATE_DIR``'s, else the local stack's
+    pager's when one exists (``runwatch stack up --with-services`` keeps its pager's state
+    under the stack's own folder: silences written to the user default never reached it),
+    else the pager's default.
+    """
+    import os
+
     from runwatch.pager.service import PagerSettings
     from runwatch.pager.state import SilenceStore
 
-    state_dir = args.state_dir or PagerSettings().state_dir
-    return SilenceStore(state_dir)
+    state_dir = args.state_dir
+    if state_dir is None and not os.environ.get("RUNWATCH_PAGER_STATE_DIR"):
+        from runwatch.stack.settings import StackSettings
+
+        stack = StackSettings().state / "pager"
+        if stack.is_dir():
+            print(f"runwatch silence: the local stack's pager ({stack}; --state-dir to "
+                  "choose another)", file=sys.stderr)
+            state_dir = stack
+    return SilenceStore(state_dir or PagerSettings().state_dir)
 
 
 def _add(args: argparse.Namespace) -> int:
