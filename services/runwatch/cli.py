@@ -74,7 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         The process exit code.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # as parse_args reports them, with the command's own exit status if it has one
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: unrecognized arguments: {' '.join(extra)}",
+              file=sys.stderr)
+        return int(getattr(args, "usage_exit", 2))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -211,3 +211,19 @@ def test_db_commands_name_bad_rules_and_schema_dirs(argv: list[str], line: str, 
     captured = capsys.readouterr()
     assert code == 2 and line in captured.err and "Traceback" not in captured.err
     assert captured.out == ""
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["gate", "check", "r1", "--polcy", "gates.yaml", "--no-publish"], 3),  # 2 is "review"
+    (["gate", "approve", "r1", "--by", "me", "--reason", "ok", "--bogus"], 3),
+    (["cost", "--bogus"], 2),
+])
+def test_an_unrecognized_argument_exits_with_the_commands_usage_status(
+        argv: list[str], code: int, capsys) -> None:
+    """``gate check RUN --polcy ...`` exited 2, which the documented CI case reads as
+    ``review``: a typo opened a human review instead of failing the pipeline."""
+    from runwatch import cli
+
+    assert cli.main(argv) == code
+    assert f"unrecognized arguments: {argv[-1] if argv[-1].startswith('--') else argv[-2]}" \
+        in capsys.readouterr().err

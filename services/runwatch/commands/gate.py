@@ -322,7 +322,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("gate", help="release gates: check a run's evidence, approve a review",
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
     p.error = _Parser.error.__get__(p)  # type: ignore[method-assign]
-    p.set_defaults(func=_help(p))
+    # usage_exit: the exit status of an argument the top-level parser does not recognize
+    # (a mistyped --policy), which it, not this command's parser, reports (cli.main)
+    p.set_defaults(func=_help(p), usage_exit=EXIT_ERROR)
     kinds = p.add_subparsers(dest="gate_command", metavar="ACTION", parser_class=_Parser)
 
     def common(q: argparse.ArgumentParser) -> None:
