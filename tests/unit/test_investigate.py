@@ -345,3 +345,21 @@ def test_the_text_answer_of_a_run_that_succeeded_cleanly(capsys) -> None:
     assert "none needed (the run succeeded); its last trustworthy checkpoint is step 400" in out
     assert "loses" not in out
     assert "gate eval: pass (" in out
+
+
+def test_the_text_answer_says_why_the_gpu_hours_a_resume_loses_are_unknown(capsys) -> None:
+    """Without a GPU count the terminal printed "loses None GPU-hours"."""
+    from runwatch.commands.investigate import _show
+
+    jobs = [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": [], "gpu_count": 0,
+             "team": "vision", "experiment_family": "fam"},
+            {"ts_ms": T0 + 60 * MIN, "state": "failed", "attempt": 0, "nodes": [],
+             "gpu_count": 0}]
+    ev = _evidence(jobs=jobs, manifests=[manifest("b", T0, dataset_versions=["v2"], gpu_count=0,
+                                                  hardware_nodes=[])])
+    got = investigate(ev, OWN)
+    assert got["resume_point"]["gpu_hours_lost"] is None
+    _show(got)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "None" not in out
+    assert "the GPU-hours it loses are unknown" in out and "GPU count unknown" in out

@@ -213,6 +213,9 @@ def _show(result: Mapping[str, Any]) -> None:
     elif done:
         resume = (f"none needed (the run succeeded); its last trustworthy checkpoint is step "
                   f"{res['step']} ({esc(res['uri'])})")
+    elif res.get("gpu_hours_lost") is None:  # no GPU count known: say why, not "None"
+        resume = (f"step {res['step']} ({esc(res['uri'])}); the GPU-hours it loses are "
+                  f"unknown: {esc(res.get('reason') or 'no GPU count reported')}")
     else:
         resume = (f"step {res['step']} ({esc(res['uri'])}), loses {res['gpu_hours_lost']} "
                   "GPU-hours")
