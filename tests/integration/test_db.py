@@ -204,3 +204,39 @@ def test_a_rules_change_a_rollup_cannot_take_is_refused_and_others_apply(
     longer = text.replace("ttl: 7d", "ttl: 8d", 1)
     done = run(longer)
     assert done.returncode == 0 and "applied retention" in done.stdout, done.stderr
+
+
+def test_investigate_since_takes_an_alerts_later_record_of_the_same_millisecond(
+        own_store: Store) -> None:
+    """An alert fired and resolved in one millisecond (a run retired) was listed as firing
+    or not depending on which stored row argMax met first."""
+    import json
+
+    from runwatch.core.records import Alert, Source
+
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(own_store.url, db)
+    now = int(time.time() * 1000)
+    rows: dict[str, list] = {}
+    for n in range(6):  # several alerts, so a lucky row order cannot pass the test
+        for offset, status in ((2 * n, "firing"), (2 * n + 1, "resolved")):
+            alert = Alert(event_id=f"e{n}-{status}", run_id=f"tie-{n}", emitted_at_ms=now,
+                          seq=offset, source=Source(kind="processor", host="h",
+                                                   runwatch_version="1"),
+                          alert_id=f"a{n}", dedup_key=f"tie-{n}:k", status=status,
+                          severity="critical", detector="rule:missing_data_report",
+                          indicator="data", observed=1.0, expected=0.0, score=1.0,
+                          probable_cause="data", evidence=(), title="t", summary="s",
+                          team="t", experiment_family="f", node=None, labels={},
+                          first_seen_ms=now, last_seen_ms=now)
+            for table, row in record_rows(alert, Origin("rw.alerts", 0, 100 - offset
+                                                        if status == "firing" else 200 + n)):
+                rows.setdefault(table, []).append(row)
+    for table, rs in rows.items():
+        ch.insert_rows(client, f"{db}.{table}", COLUMNS[table], rs)
+    done = subprocess.run(
+        [sys.executable, "-m", "runwatch", "investigate", "--since", "1h", "--json",
+         "--database", db], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+        env={"CLICKHOUSE_URL": own_store.url, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["runs"] == []

@@ -430,16 +430,19 @@ class EvidenceReader:
         """Return the latest row of every alert first seen since a time, with its run's state."""
         # aliases unlike the columns: WHERE reads the stored experiment_family, not argMax's
         rows = self._rows(
-            "SELECT alert_id, toString(argMax(run_id, ts)) AS a_run, "  # noqa: S608
-            "argMax(status, ts) AS a_status, argMax(severity, ts) AS a_severity, "
-            "argMax(detector, ts) AS a_detector, argMax(probable_cause, ts) AS a_cause, "
-            "toString(argMax(team, ts)) AS a_team, "
-            "toString(argMax(experiment_family, ts)) AS a_family, "
-            + ("toString(argMax(owner, ts)) AS a_owner, "
+            "SELECT alert_id, toString(argMax(run_id, o)) AS a_run, "  # noqa: S608
+            "argMax(status, o) AS a_status, argMax(severity, o) AS a_severity, "
+            "argMax(detector, o) AS a_detector, argMax(probable_cause, o) AS a_cause, "
+            "toString(argMax(team, o)) AS a_team, "
+            "toString(argMax(experiment_family, o)) AS a_family, "
+            + ("toString(argMax(owner, o)) AS a_owner, "
                if "owner" in self.columns.get("alerts", set()) else "'' AS a_owner, ") +
             "toUnixTimestamp64Milli(min(first_seen)) AS a_first, "
-            "arrayMap(x -> toUnixTimestamp64Milli(x), argMax(evidence_at, ts)) AS a_evidence "
-            f"FROM {self._t('alerts')} FINAL "
+            "arrayMap(x -> toUnixTimestamp64Milli(x), argMax(evidence_at, o)) AS a_evidence "
+            # the latest record: by time, then by the order the processor published them
+            # (an alert fired and resolved in one millisecond, as when a run is retired)
+            f"FROM (SELECT *, (ts, kafka_partition, kafka_offset) AS o "
+            f"FROM {self._t('alerts')} FINAL) "
             "WHERE first_seen >= fromUnixTimestamp64Milli({s:Int64}) "
             "AND ({f:String} = '' OR experiment_family = {f:String}) "
             "GROUP BY alert_id LIMIT 100000", s=since_ms, f=family or "")
