@@ -428,7 +428,11 @@ class EvidenceReader:
 
     def hurting(self, since_ms: int, family: str | None) -> list[dict[str, Any]]:
         """Return the latest row of every alert first seen since a time, with its run's state."""
-        # aliases unlike the columns: WHERE reads the stored experiment_family, not argMax's
+        # aliases unlike the columns: WHERE reads the stored experiment_family, not argMax's.
+        # The latest record: by time, then by the order the processor published them (an
+        # alert fired and resolved in one millisecond, as when a run is retired)
+        latest = (f"(SELECT *, (ts, kafka_partition, kafka_offset) AS o "  # noqa: S608
+                  f"FROM {self._t('alerts')} FINAL)")
         rows = self._rows(
             "SELECT alert_id, toString(argMax(run_id, o)) AS a_run, "  # noqa: S608
             "argMax(status, o) AS a_status, argMax(severity, o) AS a_severity, "
@@ -439,10 +443,7 @@ class EvidenceReader:
                if "owner" in self.columns.get("alerts", set()) else "'' AS a_owner, ") +
             "toUnixTimestamp64Milli(min(first_seen)) AS a_first, "
             "arrayMap(x -> toUnixTimestamp64Milli(x), argMax(evidence_at, o)) AS a_evidence "
-            # the latest record: by time, then by the order the processor published them
-            # (an alert fired and resolved in one millisecond, as when a run is retired)
-            f"FROM (SELECT *, (ts, kafka_partition, kafka_offset) AS o "
-            f"FROM {self._t('alerts')} FINAL) "
+            "FROM " + latest + " "
             "WHERE first_seen >= fromUnixTimestamp64Milli({s:Int64}) "
             "AND ({f:String} = '' OR experiment_family = {f:String}) "
             "GROUP BY alert_id LIMIT 100000", s=since_ms, f=family or "")
