@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -79,7 +80,34 @@ def test_process_attribution_from_environ(child_with_run) -> None:
     ],
 )
 def test_parse_allocation(doc, expect) -> None:
-    assert parse_allocation(doc) == expect
+    assert parse_allocation(doc) == (expect, [])
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    ({"run_id": "r9"}, "entry 1: not"),                  # no gpus
+    (["r9"], "entry 1: not"),                            # not an object
+    ({"run_id": None, "gpus": [3]}, "run id None"),      # once the run "None"
+    ({"run_id": "r9", "gpus": [None]}, "GPU None"),
+    ({"run_id": "r9", "gpus": "01"}, "entry 1: not"),    # once GPUs 0 and 1
+    ({"run_id": "r9", "gpus": [-1]}, "GPU -1"),
+])
+def test_a_bad_allocation_entry_is_skipped_and_the_others_still_attribute(
+        tmp_path: Path, caplog, bad, why: str) -> None:
+    """One bad entry raised inside the per-GPU read: every GPU with a process vanished from
+    the node's samples (errors += 8 a tick), logged as 'GPU N unreadable'."""
+    alloc = tmp_path / "alloc.json"
+    alloc.write_text(json.dumps([{"run_id": "slurm-77", "gpus": [4, 5]}, bad]))
+    fake = FakeNvml8()
+    fake.attach_process(4, 999_999_998)
+    fake.attach_process(3, 999_999_997)
+    agent, _ = make_agent(fake, attributor=RunAttributor(allocation_file=alloc))
+    with caplog.at_level(logging.WARNING):
+        samples = [agent.sample() for _ in range(3)]
+    for s in samples:
+        assert len(s.gpus) == 8  # no GPU lost
+        assert s.gpus[4].processes[0].run_id == "slurm-77"
+        assert s.gpus[3].processes[0].run_id is None  # not "None"
+    assert caplog.text.count("skipped") == 1 and why in caplog.text
 
 
 def test_attribution_from_allocation_file(tmp_path: Path) -> None:
@@ -230,3 +258,17 @@ def test_gpm_failures_recover_or_give_up_without_leaking(failures, recovers, cap
     assert len(gave_up) == (0 if recovers else 1)
     agent.nvml.close()
     assert fake.gpm_live == 0
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "7200"])
+def test_an_interval_the_agent_cannot_keep_is_refused(interval: str, capsys,
+                                                      monkeypatch) -> None:
+    """``--interval 0`` (or negative, NaN) was accepted: the agent spun a core, 1,200
+    samples a second, exit 0."""
+    from runwatch import cli
+
+    assert cli.main(["agent", "--interval", interval, "--nvml-double", "--count", "1"]) == 2
+    assert "must be between 0.05 and 3600 seconds" in capsys.readouterr().err
+    monkeypatch.setenv("RUNWATCH_AGENT_INTERVAL_S", interval)
+    assert cli.main(["agent", "--nvml-double", "--count", "1"]) == 2
+    assert "RUNWATCH_AGENT_INTERVAL_S" in capsys.readouterr().err

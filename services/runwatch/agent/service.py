@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch.adapters.host import HostSampler
@@ -32,12 +33,20 @@ from runwatch.core.records import GpuProcess, GpuSample, NodeSample
 logger = logging.getLogger(__name__)
 
 
+INTERVAL_MIN_S = 0.05
+"""Shortest sampling interval (20 samples a second)."""
+INTERVAL_MAX_S = 3600.0
+"""Longest sampling interval (an hour)."""
+
+
 class AgentSettings(BaseSettings):
     """Agent settings (env prefix ``RUNWATCH_AGENT_``)."""
 
     model_config = SettingsConfigDict(env_prefix="RUNWATCH_AGENT_", extra="ignore")
 
-    interval_s: float = 1.0
+    #: Seconds between samples: 0, a negative or a NaN interval spun a core
+    interval_s: float = Field(default=1.0, ge=INTERVAL_MIN_S, le=INTERVAL_MAX_S,
+                              allow_inf_nan=False)
     node: str = ""
     allocation_file: Path | None = None
     nvml_double: bool = False
@@ -60,6 +69,7 @@ class RunAttributor:
         self._cache: dict[tuple[int, str], str | None] = {}
         self._alloc: dict[int, str] = {}
         self._alloc_mtime = -1.0
+        self._noted = ""  # the allocation-file problem logged last
 
     def run_of_pid(self, pid: int) -> str | None:
         """Return RUNWATCH_RUN_ID from a process's environment, if readable.
@@ -107,34 +117,71 @@ class RunAttributor:
             return None
         try:
             mtime = path.stat().st_mtime
-            if mtime != self._alloc_mtime:
-                self._alloc = parse_allocation(json.loads(path.read_text()))
-                self._alloc_mtime = mtime
-        except (OSError, ValueError) as exc:
-            logger.debug("allocation file %s unreadable: %s", path, exc)
+        except OSError as exc:  # no job placed yet, or the hook has not written it
+            self._note(f"allocation file {path} unreadable: {exc}", debug=True)
             return None
+        if mtime != self._alloc_mtime:
+            self._alloc_mtime = mtime
+            try:
+                alloc, problems = parse_allocation(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:  # a torn write, not JSON: attribute nothing
+                self._alloc = {}
+                self._note(f"allocation file {path} unreadable: {exc}")
+                return None
+            self._alloc = alloc
+            if problems:  # the good entries still attribute their GPUs
+                self._note(f"allocation file {path}: skipped {'; '.join(problems[:5])}")
         return self._alloc.get(index)
 
+    def _note(self, message: str, *, debug: bool = False) -> None:
+        """Log a problem with the allocation file once per change of it."""
+        if message != self._noted:
+            self._noted = message
+            logger.log(logging.DEBUG if debug else logging.WARNING, "%s", message)
 
-def parse_allocation(doc: Any) -> dict[int, str]:
+
+def parse_allocation(doc: Any) -> tuple[dict[int, str], list[str]]:
     """Parse an allocation document into GPU index -> run id.
+
+    An entry that is not a GPU index (a whole number >= 0) with a non-empty run id is
+    skipped and named; the others still count. One bad entry once made every GPU with
+    a process vanish from the node's samples (its error surfaced per GPU), and a null
+    run id attributed processes to a run called ``"None"``.
 
     Args:
         doc: ``{"0": "run"}`` or ``[{"run_id": "run", "gpus": [0]}]``.
 
     Returns:
-        The mapping.
+        The mapping, and what was skipped and why.
 
     """
     out: dict[int, str] = {}
+    problems: list[str] = []
+
+    def add(gpu: Any, run: Any, where: str) -> None:
+        index = gpu if type(gpu) is int else (int(gpu) if isinstance(gpu, str)
+                                              and gpu.strip().isdigit() else None)
+        if index is None or index < 0:
+            problems.append(f"{where}: GPU {gpu!r} is not a GPU index")
+        elif not isinstance(run, str) or not run.strip():
+            problems.append(f"{where}: run id {run!r} is not a run id")
+        else:
+            out[index] = run.strip()
+
     if isinstance(doc, dict):
         for k, v in doc.items():
-            out[int(k)] = str(v)
+            add(k, v, f"key {k!r}")
     elif isinstance(doc, list):
-        for entry in doc:
-            for g in entry.get("gpus", []):
-                out[int(g)] = str(entry["run_id"])
-    return out
+        for i, entry in enumerate(doc):
+            gpus = entry.get("gpus") if isinstance(entry, dict) else None
+            if not isinstance(gpus, list):
+                problems.append(f"entry {i}: not {{'run_id': ..., 'gpus': [...]}}")
+                continue
+            for g in gpus:
+                add(g, entry.get("run_id"), f"entry {i}")
+    else:
+        problems.append(f"the document is a {type(doc).__name__}, not an object or a list")
+    return out, problems
 
 
 class NodeAgent:

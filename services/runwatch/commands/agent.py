@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,21 @@ def run(args: argparse.Namespace) -> int:
     from runwatch.adapters.nvml import Nvml
     from runwatch.adapters.publisher import Publisher
     from runwatch.adapters.settings import KafkaSettings
-    from runwatch.agent.service import AgentSettings, NodeAgent, RunAttributor, default_node
+    from runwatch.agent.service import (
+        INTERVAL_MAX_S,
+        INTERVAL_MIN_S,
+        AgentSettings,
+        NodeAgent,
+        RunAttributor,
+        default_node,
+    )
 
     settings = AgentSettings()
     interval = args.interval if args.interval is not None else settings.interval_s
+    if not INTERVAL_MIN_S <= interval <= INTERVAL_MAX_S:  # also False for NaN
+        print(f"runwatch agent: --interval {interval!r} must be between {INTERVAL_MIN_S:g} "
+              f"and {INTERVAL_MAX_S:g} seconds", file=sys.stderr)
+        return 2
     node = args.node or settings.node or default_node()
     module: Any = None
     if args.nvml_double or settings.nvml_double:
