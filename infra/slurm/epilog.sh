@@ -9,10 +9,16 @@ RUNWATCH=${RUNWATCH:-/opt/runwatch/bin/runwatch}
 RUN_ID="${RUNWATCH_RUN_ID:-slurm-${SLURM_CLUSTER_NAME:-cluster}-${SLURM_JOB_ID}}"
 ALLOC_DIR=${RUNWATCH_ALLOC_DIR:-/run/runwatch}
 
-# SLURM_JOB_EXIT_CODE2 is "exit:signal" in recent Slurm versions
+# SLURM_JOB_EXIT_CODE2 is "exit:signal" in recent Slurm versions; older ones give only
+# SLURM_JOB_EXIT_CODE, a wait status (exit code in the high byte, signal in the low bits)
+CODE2="${SLURM_JOB_EXIT_CODE2:-}"
+if [ -z "$CODE2" ] && [ -n "${SLURM_JOB_EXIT_CODE:-}" ]; then
+  CODE2="$(( SLURM_JOB_EXIT_CODE >> 8 )):$(( SLURM_JOB_EXIT_CODE & 127 ))"
+fi
+CODE2="${CODE2:-0:0}"
 STATE=succeeded
-REASON="exit ${SLURM_JOB_EXIT_CODE2:-${SLURM_JOB_EXIT_CODE:-0}}"
-case "${SLURM_JOB_EXIT_CODE2:-0:0}" in
+REASON="exit $CODE2"
+case "$CODE2" in
   0:0) STATE=succeeded ;;
   *:9|*:15) STATE=cancelled ;;
   *) STATE=failed ;;
@@ -20,7 +26,7 @@ esac
 
 # JobEvent.attempt is 1-based; Slurm counts restarts from 0. One event id for the job's
 # nodes: every node's epilog sends the same end.
-ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))
+ATTEMPT=$(( ${SLURM_JOB_RESTART_COUNT:-${SLURM_RESTART_COUNT:-0}} + 1 ))
 "$RUNWATCH" emit job-state --run-id "$RUN_ID" --state "$STATE" --reason "$REASON" \
   --attempt "$ATTEMPT" \
   --event-id "$RUN_ID-end-$ATTEMPT" \
@@ -31,7 +37,7 @@ python3 - "$ALLOC_DIR" <<'PY'
 import glob, json, os, sys
 d = sys.argv[1]
 entries = [e for f in sorted(glob.glob(os.path.join(d, "slurm-*.json"))) for e in json.load(open(f))]
-tmp = os.path.join(d, "allocation.json.tmp")
+tmp = os.path.join(d, f"allocation.json.{os.getpid()}.tmp")  # two jobs' hooks at once
 json.dump(entries, open(tmp, "w")); os.replace(tmp, os.path.join(d, "allocation.json"))
 PY
 exit 0

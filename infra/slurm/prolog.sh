@@ -28,20 +28,28 @@ PY
 import glob, json, os, sys
 d = sys.argv[1]
 entries = [e for f in sorted(glob.glob(os.path.join(d, "slurm-*.json"))) for e in json.load(open(f))]
-tmp = os.path.join(d, "allocation.json.tmp")
+tmp = os.path.join(d, f"allocation.json.{os.getpid()}.tmp")  # two jobs' hooks at once
 json.dump(entries, open(tmp, "w")); os.replace(tmp, os.path.join(d, "allocation.json"))
 PY
 fi
 
 # The prolog runs on every node of the job: each sends the whole allocation (every node,
-# from SLURM_JOB_NODELIST, a hostlist emit expands) and the same event id, so the copies
+# from the job's node list, a hostlist emit expands) and the same event id, so the copies
 # are one event downstream; naming only its own node, each would replace the others'.
-# JobEvent.attempt is 1-based; Slurm counts restarts from 0.
-ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))
+# Without a node list in the environment the event names this node, under an id of its own.
+# JobEvent.attempt is 1-based; Slurm counts restarts from 0 (the prolog's variable is
+# SLURM_JOB_RESTART_COUNT; SLURM_RESTART_COUNT is the job step's).
+ATTEMPT=$(( ${SLURM_JOB_RESTART_COUNT:-${SLURM_RESTART_COUNT:-0}} + 1 ))
+NODES="${SLURM_JOB_NODELIST:-${SLURM_NODELIST:-}}"
+EVENT_ID="$RUN_ID-scheduled-$ATTEMPT"
+if [ -z "$NODES" ]; then
+  NODES="$(hostname -s)"
+  EVENT_ID="$EVENT_ID-$NODES"
+fi
 # never fail the job because telemetry is unreachable: emit spools locally
 "$RUNWATCH" emit job-state --run-id "$RUN_ID" --state scheduled \
   --queue "${SLURM_JOB_PARTITION:-}" --attempt "$ATTEMPT" \
-  --nodes "${SLURM_JOB_NODELIST:-$(hostname -s)}" --gpus "$GPUS" \
-  --event-id "$RUN_ID-scheduled-$ATTEMPT" \
+  --nodes "$NODES" --gpus "$GPUS" \
+  --event-id "$EVENT_ID" \
   --timeout 5 >/dev/null 2>&1 || true
 exit 0

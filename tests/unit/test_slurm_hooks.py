@@ -105,3 +105,29 @@ def test_emit_refuses_a_bad_hostlist_with_exit_2(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "runs backwards" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_prolog_reads_the_prologs_own_restart_count_and_without_a_node_list_its_node(
+        tmp_path: Path) -> None:
+    """Slurm gives the prolog SLURM_JOB_RESTART_COUNT (SLURM_RESTART_COUNT is the job
+    step's); a prolog without a node list names its own node under an id of its own."""
+    env = {"SLURM_JOB_GPUS": "0,1", "SLURM_JOB_RESTART_COUNT": "2"}
+    for node in ("q1", "q2"):
+        _run_hook("prolog.sh", tmp_path, node, **env)
+    events = _spooled(tmp_path)
+    assert [(e.attempt, list(e.allocation.nodes)) for e in events] == [(3, ["q1"]), (3, ["q2"])]
+    assert len({e.event_id for e in events}) == 2
+
+
+@pytest.mark.parametrize(("env", "state"), [
+    ({"SLURM_JOB_EXIT_CODE": "256"}, "failed"),      # exit 1, as a wait status
+    ({"SLURM_JOB_EXIT_CODE": "9"}, "cancelled"),     # killed by SIGKILL
+    ({"SLURM_JOB_EXIT_CODE": "0"}, "succeeded"),
+    ({"SLURM_JOB_EXIT_CODE2": "1:0", "SLURM_JOB_EXIT_CODE": "0"}, "failed"),
+])
+def test_the_epilog_reads_an_older_slurms_wait_status(tmp_path: Path, env: dict[str, str],
+                                                      state: str) -> None:
+    """With only SLURM_JOB_EXIT_CODE (a wait status) a failed job was sent as succeeded."""
+    _run_hook("epilog.sh", tmp_path, "q1", **env)
+    (event,) = _spooled(tmp_path)
+    assert event.state == state
