@@ -227,3 +227,13 @@ def test_an_unrecognized_argument_exits_with_the_commands_usage_status(
 
     assert cli.main(argv) == code
     assert f"unrecognized arguments: {extra}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("action", ["check", "list"])
+def test_schemas_pointed_at_a_folder_without_schemas_is_an_error(action: str, tmp_path,
+                                                                  capsys) -> None:
+    """``schemas check --schema-dir <the parent folder>`` printed "ok: 0 records", exit 0."""
+    from runwatch import cli
+
+    assert cli.main(["schemas", action, "--schema-dir", str(tmp_path)]) == 2
+    assert "holds no schema" in capsys.readouterr().err

@@ -136,8 +136,8 @@ def load_schema_set(schema_dir: Path | None = None) -> SchemaSet:
         The schema set.
 
     Raises:
-        SchemaLoadError: A file is malformed, a name is defined twice, or a
-            historical schema has no current version.
+        SchemaLoadError: A file is malformed, a name is defined twice, a
+            historical schema has no current version, or the directory holds none.
 
     """
     root = schema_dir if schema_dir is not None else default_schema_dir()
@@ -165,6 +165,9 @@ def load_schema_set(schema_dir: Path | None = None) -> SchemaSet:
             msg = f"{path}: record {sv.name} already defined in {current[sv.name].path}"
             raise SchemaLoadError(msg)
         current[sv.name] = sv
+    if not current:  # the parent folder, a typo: checking nothing said "ok: 0 records"
+        msg = f"schema directory {root} holds no schema (*.avsc)"
+        raise SchemaLoadError(msg)
     orphans = sorted(set(history) - set(current))
     if orphans:
         msg = f"historical schemas without a current version (removal is not allowed): {orphans}"
