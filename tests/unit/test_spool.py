@@ -157,3 +157,19 @@ def test_second_process_cannot_share_dir(tmp_path: Path) -> None:
     assert not a.degraded and b.degraded
     a.close()
     b.close()
+
+
+def test_memory_records_lost_at_close_are_no_longer_counted_as_spooled(tmp_path) -> None:
+    """``runwatch emit`` with an unwritable spool folder and no broker printed "1 record(s)
+    spooled locally; they are sent on the next emit" for a record lost at exit."""
+    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+    from runwatch.adapters.settings import KafkaSettings
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a spool folder below a file cannot be made: memory only
+    t = KafkaTransport(KafkaSettings(bootstrap_servers="127.0.0.1:9"),
+                       ProducerSettings(spool_dir=blocked / "spool", message_timeout_ms=300),
+                       name="emit")
+    t.produce("rw.exec.job", "r1", b"v")
+    c = t.close(0.5)
+    assert (c.failed, c.in_spool) == (1, 0)

@@ -431,6 +431,8 @@ class Spool:
         lost = len(self._mem)
         if lost:
             logger.warning("spool closed with %d in-memory records that are lost", lost)
+            self._mem.clear()  # lost: no longer "in the spool" (they were reported as
+            self._mem_bytes = 0  # "spooled locally; sent on the next emit")
         return lost
 
 
