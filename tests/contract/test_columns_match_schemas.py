@@ -29,7 +29,7 @@ from fastavro.schema import expand_schema
 
 from runwatch.core.codec import load_schema_set
 from runwatch.core.storage.columns import COLUMNS, TABLE_OF
-from runwatch.core.storage.rows import Origin, rows_for
+from runwatch.core.storage.rows import UNSIGNED_BITS, Origin, rows_for
 from runwatch.resources import schemas_dir
 
 SCHEMAS = load_schema_set()
@@ -257,3 +257,33 @@ def test_the_declarations_name_real_fields() -> None:
             assert (rec, path) in paths or (rec == "*" and path in every), (
                 f"NOT_STORED {rec}.{path} is no field")
     assert Path(schemas_dir(), "clickhouse").is_dir()
+
+
+def _ddl_types() -> dict[str, dict[str, str]]:
+    types: dict[str, dict[str, str]] = {}
+    create = re.compile(r"CREATE TABLE IF NOT EXISTS \$\{db\}\.(\w+)\s*\((.*?)\n\)\s*ENGINE", re.S)
+    alter = re.compile(r"ALTER TABLE \$\{db\}\.(\w+)\s+(ADD COLUMN.*?);", re.S)
+    add = re.compile(r"ADD COLUMN (?:IF NOT EXISTS )?(\w+)\s+(\S+)", re.S)
+    for path in sorted((schemas_dir() / "clickhouse").glob("*.sql")):
+        text = path.read_text(encoding="utf-8")
+        for m in create.finditer(text):
+            for line in (x.strip() for x in m.group(2).splitlines()):
+                if line and not line.startswith(("--", "CONSTRAINT", "INDEX", "PROJECTION")):
+                    name, kind = line.split()[:2]
+                    types.setdefault(m.group(1), {})[name] = kind
+        for m in alter.finditer(text):
+            for clause in re.split(r",\s*\n\s*(?=ADD COLUMN)", m.group(2)):
+                a = add.match(clause.strip())
+                if a is not None:
+                    types.setdefault(m.group(1), {})[a.group(1)] = a.group(2)
+    return types
+
+
+@pytest.mark.parametrize("table", sorted(UNSIGNED_BITS))
+def test_the_unsigned_checks_are_the_ddls_unsigned_columns(table: str) -> None:
+    """check_row refuses what an unsigned column cannot hold: its list is the DDL's."""
+    kinds = _ddl_types()[table]
+    want = {c: int(m.group(1)) for c in COLUMNS[table]
+            if c not in ("kafka_partition", "kafka_offset")
+            and (m := re.search(r"UInt(8|16|32|64)", kinds.get(c, ""))) is not None}
+    assert UNSIGNED_BITS[table] == want

@@ -121,7 +121,35 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
     if isinstance(rec, RunManifest):  # the producer fills the lineage hashes it left out
         lh, rg = lineage.hashes(rec.to_dict())
         rec = dataclasses.replace(rec, lineage_hash=lh, repeat_group=rg)
+    _check_storable(rec)
     return rec
+
+
+def _check_storable(rec: Any) -> None:
+    """Refuse a record the store cannot hold (an unsigned column given -1, say).
+
+    Avro's int and long are signed: ``"attempt": -1`` or ``"step": -1`` is a valid record
+    that the sink dead-letters at insert, while emit said "published". The sink's rules
+    for unsigned columns, and an event time before 2000 (a replay's or a simulator's
+    clock may run ahead of this machine's: the future is not judged here).
+    """
+    from runwatch.core.storage.rows import Origin, RowError, rows_for, unsigned_problem
+    from runwatch.core.stream.eventtime import MIN_EVENT_MS
+
+    at = getattr(rec, "emitted_at_ms", MIN_EVENT_MS)
+    if at < MIN_EVENT_MS:
+        msg = (f"the store cannot hold this {type(rec).__name__}: emitted_at_ms {at} is "
+               "before 2000 (epoch seconds? give milliseconds)")
+        raise ValueError(msg)
+    try:
+        rows = rows_for(type(rec).AVRO_NAME, rec.to_dict(), Origin("emit", 0, 0))
+    except RowError:  # a record type the sink does not store
+        return
+    for table, row in rows:
+        why = unsigned_problem(table, row)
+        if why is not None:
+            msg = f"the store cannot hold this {type(rec).__name__}: {why}"
+            raise ValueError(msg)
 
 
 @functools.cache

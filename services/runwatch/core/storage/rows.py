@@ -576,6 +576,33 @@ _TS_INDEX = {t: cols.index("ts") for t, cols in COLUMNS.items()}
 _UTIL_INDEX = COLUMNS["gpu_samples"].index("util_pct")
 
 
+UNSIGNED_BITS: dict[str, dict[str, int]] = {
+    "alerts": {"seq": 64},
+    "artifacts": {"size_bytes": 64, "seq": 64},
+    "checkpoints": {"step": 64, "size_bytes": 64, "seq": 64},
+    "data_quality_reports": {"row_count": 64, "schema_failures": 64, "duplicate_rows": 64,
+                             "rejected_samples": 64, "seq": 64},
+    "gate_decisions": {"seq": 64},
+    "job_events": {"attempt": 16, "gpu_indices": 16, "seq": 64},
+    "learning_steps": {"step": 64, "epoch": 64, "nonfinite_count": 64, "seq": 64},
+    "run_manifests": {"gpu_count": 32, "seq": 64},
+    "stage_events": {"seq": 64},
+    "step_timings": {"step": 64, "samples": 64, "tokens": 64, "effective_batch_size": 64,
+                     "worker_restarts": 32, "seq": 64},
+    "validation_results": {"step": 64, "epoch": 64, "sample_count": 64, "seq": 64},
+}
+"""The unsigned columns (``UIntN``, arrays of them) of the tables producers fill by hand
+(the SDK, ``runwatch emit``, hooks): Avro's int and long are signed, so ``attempt: -1`` or
+``step: -1`` is a valid record the table cannot hold, and its insert failed in the client
+with "Unable to create native array". Node samples are not checked here (their hot path;
+a block ClickHouse refuses is split down to the bad rows). Held to the DDL by
+``tests/contract/test_columns_match_schemas.py``."""
+_UNSIGNED_AT: dict[str, tuple[tuple[int, str, int], ...]] = {
+    t: tuple((COLUMNS[t].index(c), c, (1 << bits) - 1) for c, bits in cols.items())
+    for t, cols in UNSIGNED_BITS.items()
+}
+
+
 def check_row(table: str, row: Row, now_ms: int) -> str | None:
     """Return why a row must not be stored (the tables' CONSTRAINTs), or None.
 
@@ -597,6 +624,17 @@ def check_row(table: str, row: Row, now_ms: int) -> str | None:
         util = row[_UTIL_INDEX]
         if not (0.0 <= util <= 100.0):  # also False for NaN
             return f"gpu util_pct {util!r} outside 0..100"
+        return None
+    return unsigned_problem(table, row)
+
+
+def unsigned_problem(table: str, row: Row) -> str | None:
+    """Return why a row's value does not fit an unsigned column (:data:`UNSIGNED_BITS`)."""
+    for i, name, top in _UNSIGNED_AT.get(table, ()):
+        value = row[i]
+        for v in value if isinstance(value, list | tuple) else (value,):
+            if type(v) is int and not 0 <= v <= top:  # other types: the codec's verdict
+                return f"{table}.{name} {v!r} outside 0..{top} (the column is unsigned)"
     return None
 
 
