@@ -87,7 +87,6 @@ def _check_schemas(codec: Any) -> None:
         raise SchemaLoadError(msg)
 
 
-
 def _count(env: Mapping[str, str], *names: str) -> int:
     for name in names:
         raw = (env.get(name) or "").strip()
@@ -131,8 +130,8 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
     ``RUNWATCH_ATTEMPT`` is the attempt itself (1-based, as ``JobEvent.attempt``);
     ``SLURM_RESTART_COUNT`` and torchrun's ``TORCHELASTIC_RESTART_COUNT`` count
     restarts from 0, so they are one less than the attempt: a job Slurm requeued
-    once runs its second attempt. A value that is not
-    a whole number ≥ 0 is ignored (logged): the training job goes on, the attempt unknown.
+    once runs its second attempt. A value that is not a whole number ≥ 0 is ignored
+    (logged): the training job goes on, the attempt unknown.
     """
     for name, offset in (("RUNWATCH_ATTEMPT", 0), ("SLURM_RESTART_COUNT", 1),
                          ("TORCHELASTIC_RESTART_COUNT", 1)):
@@ -148,6 +147,7 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
             continue
         return value + offset
     return 0
+
 
 def init(
     project: str | None = None,
