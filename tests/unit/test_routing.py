@@ -130,6 +130,9 @@ def _replace(old: str, new: str) -> str:
         # the literal URL silently won over the environment's
         (_replace("    kind: webhook\n", "    kind: webhook\n    url_env: HOOK_URL\n"), 18,
          "given twice"),
+        # a typo in a closed set routed nothing, silently
+        (_replace("match: {severity: critical}", "match: {severity: critcal}"), 22,
+         "'critcal' is not one of severity's values"),
         ("route: {receiver: x}\n", 1, "needs both"),
         ("receivers: [\n", None, "invalid YAML"),
     ],

@@ -127,3 +127,24 @@ def test_silence_add_reaches_the_local_stacks_pager(tmp_path: Path, monkeypatch,
     monkeypatch.setenv("RUNWATCH_PAGER_STATE_DIR", str(tmp_path / "mine"))  # chosen: kept
     assert cli.main(["silence", "list"]) == 0
     assert "local stack" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("match", "why"), [
+    ("alertname=x", "unknown attribute 'alertname'"),
+    ("severity=critcal", "'critcal' is not one of severity's values"),
+    ("probable_cause=~dta", "matches none of probable_cause's values"),
+])
+def test_a_silence_that_could_never_match_is_refused(match: str, why: str, tmp_path: Path,
+                                                      capsys) -> None:
+    """They were accepted, printed an id, and muted nothing."""
+    code = cli.main(["silence", "--state-dir", str(tmp_path), "add", "--match", match,
+                     "--for", "1h", "--reason", "x"])
+    assert code == 2 and why in capsys.readouterr().err
+    assert SilenceStore(tmp_path).load() == []
+
+
+@pytest.mark.parametrize("match", ["severity=~crit.*", "severity!=info", "team=ml",
+                                   "labels.env=prod", "status=firing"])
+def test_silences_that_can_match_are_kept(match: str, tmp_path: Path) -> None:
+    assert cli.main(["silence", "--state-dir", str(tmp_path), "add", "--match", match,
+                     "--for", "1h", "--reason", "x"]) == 0

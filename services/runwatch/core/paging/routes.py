@@ -49,6 +49,39 @@ MATCH_KEYS = frozenset(
         "owner",
     }
 )
+CLOSED_VALUES: dict[str, tuple[str, ...]] = {
+    "severity": ("info", "warning", "critical"),
+    "probable_cause": ("data", "execution", "learning", "artifact", "infrastructure", "unknown"),
+    "status": ("firing", "resolved"),
+}
+"""Attributes whose values are a fixed set (``Alert``'s enums): a matcher on another value
+(``severity: critcal``) could never match, so it is refused where it is written."""
+
+
+def matcher_problem(name: str, value: str, *, regex: bool) -> str | None:
+    """Say why a matcher on ``name`` could never match what it should (None: it can).
+
+    An unknown attribute (``alertname``), or a value outside a closed set
+    (:data:`CLOSED_VALUES`; for a regex: one that matches none of them).
+    """
+    if name not in MATCH_KEYS and not (name.startswith("labels.") and len(name) > 7):
+        return (f"unknown attribute {name!r} (use one of {', '.join(sorted(MATCH_KEYS))} "
+                "or labels.<name>)")
+    closed = CLOSED_VALUES.get(name)
+    if closed is None:
+        return None
+    if regex:
+        try:
+            pattern = re.compile(value)
+        except re.error:
+            return None  # the caller names the bad regex
+        if not any(pattern.fullmatch(v) for v in closed):
+            return f"{value!r} matches none of {name}'s values ({', '.join(closed)})"
+    elif value not in closed:
+        return f"{value!r} is not one of {name}'s values ({', '.join(closed)})"
+    return None
+
+
 # Secret fields per receiver kind: never literal; always ``*_env`` / ``*_file``.
 SECRET_FIELDS: dict[str, frozenset[str]] = {
     "alertmanager": frozenset({"token"}),
@@ -335,15 +368,15 @@ def _parse_matchers(
     items = r.mapping(node, where="'match_re'" if regex else "'match'")
     out: dict[str, object] = {}
     for key, (knode, vnode) in items.items():
-        if key not in MATCH_KEYS and not (key.startswith("labels.") and len(key) > 7):
-            raise r.err(
-                knode, "",
-                f"bad matcher: unknown attribute {key!r} "
-                f"(use one of {', '.join(sorted(MATCH_KEYS))} or labels.<name>)",
-            )
+        problem = matcher_problem(key, "", regex=True)  # the attribute alone first
+        if problem is not None and problem.startswith("unknown attribute"):
+            raise r.err(knode, "", f"bad matcher: {problem}")
         if not isinstance(vnode, yaml.ScalarNode):
             raise r.err(vnode, "", f"bad matcher {key!r}: the value must be a string")
         value = str(vnode.value)
+        problem = matcher_problem(key, value, regex=regex)
+        if problem is not None:  # a typo that would route nothing
+            raise r.err(vnode, "", f"bad matcher {key!r}: {problem}")
         if regex:
             try:
                 out[key] = re.compile(value)
