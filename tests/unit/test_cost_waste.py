@@ -96,3 +96,16 @@ def test_a_run_cancelled_in_the_queue_is_neither_unpriced_nor_a_run_without_its_
     assert bad["unpriced_runs"] == 1 and bad["unknown_gpu_models"] == {"(none reported)": 1}
     assert t["terminated_without_artifact_share"] == pytest.approx(1 / 3, abs=1e-3)  # "ran"
     assert t["cost"] == pytest.approx(16 * 2.0)
+
+
+def test_the_text_report_names_unpriced_counts_not_a_python_dict(capsys) -> None:
+    """The bad-input line printed ``{'unknown GPU model': 40}``."""
+    from runwatch.commands.cost import _print_cost
+
+    rs = [run("z9", "f", 80.0, gpu_model="Z9"), run("ok", "f", 80.0)]
+    report = cost_report(rs, rs, PRICES, "family")
+    report["window"] = {"since": "1d"}
+    _print_cost(report)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "unpriced runs: 1 (unknown GPU model 1); unknown GPU models: Z9 1;" in out
+    assert "{" not in out.partition("unpriced runs:")[2]

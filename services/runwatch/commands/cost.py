@@ -156,8 +156,10 @@ def _print_cost(report: dict[str, Any]) -> None:
                       f"{g['unpriced_runs']} ({g['unpriced_gpu_hours']:g} GPU-h)")
     console = Console(width=200)
     console.print(table)
-    bad = report["bad_input"]
-    console.print("unpriced runs: {unpriced_runs} {unpriced_reasons}; unknown GPU models: "
+    bad = dict(report["bad_input"])
+    for key in ("unpriced_reasons", "unknown_gpu_models"):  # counts by name, not a repr
+        bad[key] = ", ".join(f"{k} {v}" for k, v in bad[key].items()) or "none"
+    console.print("unpriced runs: {unpriced_runs} ({unpriced_reasons}); unknown GPU models: "
                   "{unknown_gpu_models}; telemetry gaps: {telemetry_gap_runs} runs "
                   "({unobserved_gpu_hours} GPU-h unobserved); clock skew: {clock_skew_runs} "
                   "runs; no baseline: {no_baseline_runs} runs; no step telemetry: "
