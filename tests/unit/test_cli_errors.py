@@ -237,3 +237,19 @@ def test_schemas_pointed_at_a_folder_without_schemas_is_an_error(action: str, tm
 
     assert cli.main(["schemas", action, "--schema-dir", str(tmp_path)]) == 2
     assert "holds no schema" in capsys.readouterr().err
+
+
+def test_sql_shows_a_zoned_column_in_its_zone_whether_or_not_the_client_gave_the_zone() -> None:
+    """The store's engine names no zone (a naive UTC instant); a ClickHouse server's client
+    may give the instant with its zone: both print the zone's wall clock."""
+    import datetime
+    import zoneinfo
+
+    from runwatch.commands.sql import _cell
+
+    ny = zoneinfo.ZoneInfo("America/New_York")
+    naive_utc = datetime.datetime(2026, 6, 1, 12, 0)  # noqa: DTZ001 - as the client gives it
+    aware = datetime.datetime(2026, 6, 1, 8, 0, tzinfo=ny)
+    assert _cell(naive_utc, "America/New_York") == "2026-06-01 08:00:00"
+    assert _cell(aware, "America/New_York") == "2026-06-01 08:00:00"
+    assert _cell(naive_utc, None) == "2026-06-01 12:00:00"

@@ -28,9 +28,10 @@ def _cell(value: Any, zone: str | None = None) -> Any:
     if isinstance(value, datetime.datetime) and zone:
         # the engine's Native answer names no time zone (DateTime, not DateTime('Zone')):
         # the client reads the instant as UTC; show it in the column's own zone
+        # (a ClickHouse server's client may give it with its zone already: kept as is)
         with contextlib.suppress(ValueError, LookupError):
-            local = value.replace(tzinfo=datetime.UTC).astimezone(zoneinfo.ZoneInfo(zone))
-            return str(local.replace(tzinfo=None))
+            instant = value if value.tzinfo is not None else value.replace(tzinfo=datetime.UTC)
+            return str(instant.astimezone(zoneinfo.ZoneInfo(zone)).replace(tzinfo=None))
     return str(value)
 
 
