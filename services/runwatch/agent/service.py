@@ -121,14 +121,13 @@ class RunAttributor:
             self._note(f"allocation file {path} unreadable: {exc}", debug=True)
             return None
         if mtime != self._alloc_mtime:
-            self._alloc_mtime = mtime
             try:
                 alloc, problems = parse_allocation(json.loads(path.read_text()))
             except (OSError, ValueError) as exc:  # a torn write, not JSON: attribute nothing
-                self._alloc = {}
+                self._alloc = {}  # and read it again next time (logged once)
                 self._note(f"allocation file {path} unreadable: {exc}")
                 return None
-            self._alloc = alloc
+            self._alloc, self._alloc_mtime = alloc, mtime
             if problems:  # the good entries still attribute their GPUs
                 self._note(f"allocation file {path}: skipped {'; '.join(problems[:5])}")
         return self._alloc.get(index)
