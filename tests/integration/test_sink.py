@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sinkkit import (
@@ -41,6 +42,32 @@ def _wait(cond, timeout: float, what: str, step: float = 1.0) -> None:
             return
         time.sleep(step)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def _sink_until(stack, sink_topics, store, db: str,
+                waits: list[tuple[Any, float, str]]) -> Sink:
+    """Run a sink of its own group into ``db`` until each wait's condition holds, then stop it.
+
+    Returns:
+        The stopped sink (for its stats).
+    """
+    stop = threading.Event()
+    sink = Sink(
+        SinkSettings(group_id=f"sink-{uuid.uuid4().hex[:8]}", topics=tuple(sink_topics.values())),
+        KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
+        ClickHouseSettings(url=store.url, database=db),
+        stop,
+    )
+    worker = threading.Thread(target=sink.run)
+    worker.start()
+    try:
+        for cond, timeout, what in waits:
+            _wait(cond, timeout, what, step=0.5)
+    finally:
+        stop.set()
+        worker.join(60)
+    assert not worker.is_alive()
+    return sink
 
 
 def test_sink_exact_counts_through_kill9_and_store_outage(
@@ -147,28 +174,12 @@ def test_rows_clickhouse_rejects_are_dead_lettered_and_the_rest_stored(
     ]
     expected = expected_counts(events)
     encoded = publish(stack.bootstrap_servers, sink_topics, events)
-    stop = threading.Event()
-    sink = Sink(
-        SinkSettings(group_id=f"sink-{uuid.uuid4().hex[:8]}", topics=tuple(sink_topics.values())),
-        KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
-        ClickHouseSettings(url=own_store.url, database=db),
-        stop,
-    )
-    worker = threading.Thread(target=sink.run)
-    worker.start()
-    try:
-        want = dict(expected, step_timings=expected["step_timings"] - len(bad))
-        _wait(lambda: table_counts(client, db, sorted(want)) == want, 40, f"rows {want}", step=0.5)
-        _wait(
-            lambda: table_counts(client, db, ["dead_letters"])["dead_letters"] == len(bad),
-            60,
-            "dead letters",
-            step=0.5,
-        )
-    finally:
-        stop.set()
-        worker.join(60)
-    assert not worker.is_alive()
+    want = dict(expected, step_timings=expected["step_timings"] - len(bad))
+    sink = _sink_until(stack, sink_topics, own_store, db, [
+        (lambda: table_counts(client, db, sorted(want)) == want, 40, f"rows {want}"),
+        (lambda: table_counts(client, db, ["dead_letters"])["dead_letters"] == len(bad), 60,
+         "dead letters"),
+    ])
     dead = client.query(
         f"SELECT stage, target_table, reason, original, event_id FROM {db}.dead_letters"
     ).result_rows
@@ -205,25 +216,12 @@ def test_one_rejected_gpu_row_of_a_sample_loses_no_other_gpus_row(
     expected = expected_counts(events)
     assert all(len(events[i].record.gpus) > 2 for i in bad)
     publish(stack.bootstrap_servers, sink_topics, events)
-    stop = threading.Event()
-    sink = Sink(
-        SinkSettings(group_id=f"sink-{uuid.uuid4().hex[:8]}", topics=tuple(sink_topics.values())),
-        KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
-        ClickHouseSettings(url=own_store.url, database=db),
-        stop,
-    )
-    worker = threading.Thread(target=sink.run)
-    worker.start()
-    try:
-        want = dict(expected, gpu_samples=expected["gpu_samples"] - len(bad))
-        _wait(lambda: table_counts(client, db, ["dead_letters"])["dead_letters"] == len(bad),
-              60, "dead letters", step=0.5)
-        _wait(lambda: table_counts(client, db, sorted(want)) == want, 40, f"rows {want}",
-              step=0.5)
-    finally:
-        stop.set()
-        worker.join(60)
-    assert not worker.is_alive()
+    want = dict(expected, gpu_samples=expected["gpu_samples"] - len(bad))
+    _sink_until(stack, sink_topics, own_store, db, [
+        (lambda: table_counts(client, db, ["dead_letters"])["dead_letters"] == len(bad), 60,
+         "dead letters"),
+        (lambda: table_counts(client, db, sorted(want)) == want, 40, f"rows {want}"),
+    ])
     kept = client.query(f"SELECT count() FROM {db}.gpu_samples WHERE gpu_index = 0").result_rows
     assert kept == [(0,)]
 
