@@ -78,7 +78,7 @@ def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def _add(args: argparse.Namespace) -> int:
     from runwatch.core.paging.delivery import parse_matcher
-    from runwatch.core.paging.routes import matcher_problem, parse_duration_ms
+    from runwatch.core.paging.routes import attribute_problem, parse_duration_ms, value_problem
 
     try:
         matchers = tuple(parse_matcher(m) for m in args.match)
@@ -87,10 +87,9 @@ def _add(args: argparse.Namespace) -> int:
         print(f"runwatch silence add: {exc}", file=sys.stderr)
         return 2
     for m in matchers:  # a silence that can never match mutes nothing, silently
-        problem = matcher_problem(m.name, m.value, regex=m.op == "=~")
-        if m.op == "!=" and problem is not None and not problem.startswith("unknown"):
-            problem = None  # "not that value" can match whatever the value
-        if problem is not None:
+        problem = attribute_problem(m.name) or (
+            None if m.op == "!=" else value_problem(m.name, m.value, regex=m.op == "=~"))
+        if problem is not None:  # ("not that value" can match whatever the value)
             print(f"runwatch silence add: --match {m}: {problem}", file=sys.stderr)
             return 2
     if duration <= 0:  # a silence that has ended as it is made mutes nothing

@@ -26,10 +26,11 @@ import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 
+from runwatch.core.records.alerts import AlertStatus, ProbableCause, Severity
 from runwatch.core.yamlconf import Reader, compose
 from runwatch.core.yamlconf import parse_duration_ms as parse_duration_ms
 
@@ -50,23 +51,28 @@ MATCH_KEYS = frozenset(
     }
 )
 CLOSED_VALUES: dict[str, tuple[str, ...]] = {
-    "severity": ("info", "warning", "critical"),
-    "probable_cause": ("data", "execution", "learning", "artifact", "infrastructure", "unknown"),
-    "status": ("firing", "resolved"),
+    "severity": get_args(Severity),
+    "probable_cause": get_args(ProbableCause),
+    "status": get_args(AlertStatus),
 }
 """Attributes whose values are a fixed set (``Alert``'s enums): a matcher on another value
 (``severity: critcal``) could never match, so it is refused where it is written."""
 
 
-def matcher_problem(name: str, value: str, *, regex: bool) -> str | None:
-    """Say why a matcher on ``name`` could never match what it should (None: it can).
+def attribute_problem(name: str) -> str | None:
+    """Say why ``name`` is no attribute an alert has (None: it is one)."""
+    if name in MATCH_KEYS or (name.startswith("labels.") and len(name) > 7):
+        return None
+    return (f"unknown attribute {name!r} (use one of {', '.join(sorted(MATCH_KEYS))} "
+            "or labels.<name>)")
 
-    An unknown attribute (``alertname``), or a value outside a closed set
-    (:data:`CLOSED_VALUES`; for a regex: one that matches none of them).
+
+def value_problem(name: str, value: str, *, regex: bool) -> str | None:
+    """Say why ``value`` (a regex when ``regex``) can match none of ``name``'s values.
+
+    Only attributes with a closed set of values (:data:`CLOSED_VALUES`) are judged; a
+    regex that does not compile is left to the caller, which names it.
     """
-    if name not in MATCH_KEYS and not (name.startswith("labels.") and len(name) > 7):
-        return (f"unknown attribute {name!r} (use one of {', '.join(sorted(MATCH_KEYS))} "
-                "or labels.<name>)")
     closed = CLOSED_VALUES.get(name)
     if closed is None:
         return None
@@ -74,7 +80,7 @@ def matcher_problem(name: str, value: str, *, regex: bool) -> str | None:
         try:
             pattern = re.compile(value)
         except re.error:
-            return None  # the caller names the bad regex
+            return None
         if not any(pattern.fullmatch(v) for v in closed):
             return f"{value!r} matches none of {name}'s values ({', '.join(closed)})"
     elif value not in closed:
@@ -368,13 +374,13 @@ def _parse_matchers(
     items = r.mapping(node, where="'match_re'" if regex else "'match'")
     out: dict[str, object] = {}
     for key, (knode, vnode) in items.items():
-        problem = matcher_problem(key, "", regex=True)  # the attribute alone first
-        if problem is not None and problem.startswith("unknown attribute"):
+        problem = attribute_problem(key)
+        if problem is not None:
             raise r.err(knode, "", f"bad matcher: {problem}")
         if not isinstance(vnode, yaml.ScalarNode):
             raise r.err(vnode, "", f"bad matcher {key!r}: the value must be a string")
         value = str(vnode.value)
-        problem = matcher_problem(key, value, regex=regex)
+        problem = value_problem(key, value, regex=regex)
         if problem is not None:  # a typo that would route nothing
             raise r.err(vnode, "", f"bad matcher {key!r}: {problem}")
         if regex:
