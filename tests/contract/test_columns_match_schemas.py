@@ -127,8 +127,11 @@ def _columns(name: str, path: str) -> list[str]:
     return [f"{table}.{col}", *also]
 
 
-def _ddl_columns() -> dict[str, list[str]]:
+def _ddl_columns(types: dict[str, dict[str, str]] | None = None) -> dict[str, list[str]]:
+    """Return each table's insertable columns in order; fill ``types`` with every column's
+    type when given."""
     tables: dict[str, list[str]] = {}
+    kinds: dict[str, dict[str, str]] = {} if types is None else types
     create = re.compile(r"CREATE TABLE IF NOT EXISTS \$\{db\}\.(\w+)\s*\((.*?)\n\)\s*ENGINE", re.S)
     for path in sorted((schemas_dir() / "clickhouse").glob("*.sql")):
         for m in create.finditer(path.read_text(encoding="utf-8")):
@@ -136,15 +139,17 @@ def _ddl_columns() -> dict[str, list[str]]:
             for line in (x.strip() for x in m.group(2).splitlines()):
                 if not line or line.startswith(("--", "CONSTRAINT", "INDEX", "PROJECTION")):
                     continue
+                kinds.setdefault(m.group(1), {})[line.split()[0]] = line.split()[1]
                 if re.search(r"\b(MATERIALIZED|ALIAS)\b", line):
                     continue
                 cols.append(line.split()[0])
             tables[m.group(1)] = cols
-        _alter_columns(path.read_text(encoding="utf-8"), tables)
+        _alter_columns(path.read_text(encoding="utf-8"), tables, kinds)
     return tables
 
 
-def _alter_columns(text: str, tables: dict[str, list[str]]) -> None:
+def _alter_columns(text: str, tables: dict[str, list[str]],
+                   kinds: dict[str, dict[str, str]]) -> None:
     """Apply a file's ``ALTER TABLE ... ADD COLUMN [IF NOT EXISTS] c T [AFTER x]`` in order."""
     alter = re.compile(r"ALTER TABLE \$\{db\}\.(\w+)\s+(ADD COLUMN.*?);", re.S)
     add = re.compile(r"ADD COLUMN (?:IF NOT EXISTS )?(\w+)\b(.*)$", re.S)
@@ -154,6 +159,7 @@ def _alter_columns(text: str, tables: dict[str, list[str]]) -> None:
             a = add.match(clause.strip())
             assert a is not None, f"cannot read {clause!r}"
             name, rest = a.groups()
+            kinds.setdefault(m.group(1), {})[name] = rest.split()[0]
             after = (re.findall(r"\bAFTER (\w+)", rest) or [None])[-1]
             if name not in cols:
                 cols.insert(cols.index(after) + 1 if after else len(cols), name)
@@ -259,30 +265,13 @@ def test_the_declarations_name_real_fields() -> None:
     assert Path(schemas_dir(), "clickhouse").is_dir()
 
 
-def _ddl_types() -> dict[str, dict[str, str]]:
-    types: dict[str, dict[str, str]] = {}
-    create = re.compile(r"CREATE TABLE IF NOT EXISTS \$\{db\}\.(\w+)\s*\((.*?)\n\)\s*ENGINE", re.S)
-    alter = re.compile(r"ALTER TABLE \$\{db\}\.(\w+)\s+(ADD COLUMN.*?);", re.S)
-    add = re.compile(r"ADD COLUMN (?:IF NOT EXISTS )?(\w+)\s+(\S+)", re.S)
-    for path in sorted((schemas_dir() / "clickhouse").glob("*.sql")):
-        text = path.read_text(encoding="utf-8")
-        for m in create.finditer(text):
-            for line in (x.strip() for x in m.group(2).splitlines()):
-                if line and not line.startswith(("--", "CONSTRAINT", "INDEX", "PROJECTION")):
-                    name, kind = line.split()[:2]
-                    types.setdefault(m.group(1), {})[name] = kind
-        for m in alter.finditer(text):
-            for clause in re.split(r",\s*\n\s*(?=ADD COLUMN)", m.group(2)):
-                a = add.match(clause.strip())
-                if a is not None:
-                    types.setdefault(m.group(1), {})[a.group(1)] = a.group(2)
-    return types
-
 
 @pytest.mark.parametrize("table", sorted(UNSIGNED_BITS))
 def test_the_unsigned_checks_are_the_ddls_unsigned_columns(table: str) -> None:
     """check_row refuses what an unsigned column cannot hold: its list is the DDL's."""
-    kinds = _ddl_types()[table]
+    types: dict[str, dict[str, str]] = {}
+    _ddl_columns(types)
+    kinds = types[table]
     want = {c: int(m.group(1)) for c in COLUMNS[table]
             if c not in ("kafka_partition", "kafka_offset")
             and (m := re.search(r"UInt(8|16|32|64)", kinds.get(c, ""))) is not None}
