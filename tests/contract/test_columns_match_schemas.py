@@ -139,7 +139,7 @@ def _ddl_columns(types: dict[str, dict[str, str]] | None = None) -> dict[str, li
             for line in (x.strip() for x in m.group(2).splitlines()):
                 if not line or line.startswith(("--", "CONSTRAINT", "INDEX", "PROJECTION")):
                     continue
-                kinds.setdefault(m.group(1), {})[line.split()[0]] = line.split()[1]
+                kinds.setdefault(m.group(1), {})[line.split()[0]] = line.split()[1].rstrip(",")
                 if re.search(r"\b(MATERIALIZED|ALIAS)\b", line):
                     continue
                 cols.append(line.split()[0])
