@@ -266,37 +266,21 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
 def _stall_over(s: RunState, cfg: RunConfig, now: int, at: int) -> list[Output]:
     """Resolve a firing stall when a step shows it over as of the horizon it was last seen at.
 
-    A step stamped long before that (a spool or a backfill delivering the run's old steps
-    while the cluster is live) leaves the gap to the horizon above the bound: the run is
-    still silent. Resolving on it, the next timer round paged the stall again, once per
-    backdated step: a page and a resolve every few seconds.
+    ``at`` is the step's event time. A step stamped long before that horizon (a spool
+    or a backfill delivering the run's old steps while the cluster is live) leaves the
+    gap above the bound: the run is still silent. Resolving on it, the next timer round
+    paged the stall again, once per backdated step: a page and a resolve every few seconds.
     """
     entries = s.alerts.get("entries")
-    if not entries:
+    if not entries:  # the common case on a step's path: no alert at all
         return []
     entry = entries.get(alerting.dedup_key(s.run_id, "rule:stalled", "step_gap_ms"))
-    if entry is None or entry["status"] != "firing":
-        return []
-    if entry["last_seen_ms"] - at > entry["expected"]:
-        return []
-    return clear(s, cfg, "rule:stalled", "step_gap_ms", now, at)
-
-
-def clear(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int,
-          at: int) -> list[Output]:
-    """Resolve a firing one-shot condition at once when its cause has gone (e.g. a stall).
-
-    ``at`` is the event time of the record that shows it gone.
-    """
-    if not s.alerts.get("entries"):
+    if (entry is None or entry["status"] != "firing"
+            or entry["last_seen_ms"] - at > entry["expected"]):
         return []
     book = AlertBook.from_state(s.alerts)
-    key = alerting.dedup_key(s.run_id, detector, indicator)
-    entry = book.entries.get(key)
-    if entry is None or entry["status"] != "firing":
-        return []
-    out = alerting.healthy(book, s.run_id, detector, indicator, "", context(s, cfg), now,
-                           alerting.AlertPolicy(clear_after=1, resolve_ms=0), at)
+    out = alerting.healthy(book, s.run_id, "rule:stalled", "step_gap_ms", "", context(s, cfg),
+                           now, alerting.AlertPolicy(clear_after=1, resolve_ms=0), at)
     s.alerts = book.to_state()
     return list(out)
 
