@@ -145,3 +145,42 @@ def test_check_reports_load_errors(tmp_path: Path, capsys) -> None:
     (tmp_path / "Broken.avsc").write_text("{not json")
     assert main(["schemas", "check", "--schema-dir", str(tmp_path)]) == 2
     assert "cannot load schema" in capsys.readouterr().err
+
+
+def _with_field(name: str, version: int, field: dict):
+    from dataclasses import replace
+
+    cur = SCHEMAS.current[name]
+    schema = copy.deepcopy(cur.schema)
+    schema["fields"].append(field)
+    return replace(cur, schema=schema, version=version)
+
+
+@pytest.mark.parametrize(("old_type", "new_type", "field", "says"), [
+    # a middle union branch retyped: the min and max samples (null, long) both resolved
+    (["null", "string", "long"], ["null", "boolean", "long"], "tag", "string"),
+    # a middle branch's record retypes a field deep inside an array
+    (["null", {"type": "array", "items": {"type": "record", "name": "Part", "fields": [
+        {"name": "w", "type": "int"}]}}, "string"],
+     ["null", {"type": "array", "items": {"type": "record", "name": "Part", "fields": [
+         {"name": "w", "type": "string"}]}}, "string"], "tag.w", "int"),
+])
+def test_every_union_branch_is_checked(old_type, new_type, field: str, says: str) -> None:
+    cur = SCHEMAS.current["runwatch.v1.LearningStep"]
+    old = _with_field(cur.name, cur.version, {"name": "tag", "type": old_type, "default": None})
+    new = _with_field(cur.name, cur.version + 1,
+                      {"name": "tag", "type": new_type, "default": None})
+    problems = check_pair(old, new) + check_pair(new, old)
+    assert any(p.field == field and says in p.message for p in problems), problems
+    assert check_pair(old, old) == []
+
+
+def test_union_branch_added_is_compatible_one_way_only() -> None:
+    cur = SCHEMAS.current["runwatch.v1.LearningStep"]
+    old = _with_field(cur.name, cur.version, {"name": "tag", "type": ["null", "long"],
+                                              "default": None})
+    new = _with_field(cur.name, cur.version + 1,
+                      {"name": "tag", "type": ["null", "string", "long"], "default": None})
+    assert check_pair(old, new) == []  # old data reads with the new union
+    problems = check_pair(new, old)  # a new writer's string has no branch for an old reader
+    assert [(p.field, "string" in p.message) for p in problems] == [("tag", True)], problems

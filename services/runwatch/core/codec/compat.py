@@ -6,10 +6,13 @@ any new writer. Within ``runwatch.v1`` that means fields are only added, and
 only with defaults; fields are never removed; enum symbols are only added when
 the enum has a default; field types only change along Avro's promotions.
 
-Two checks run per pair of versions: a structural walk (removals, defaults,
-enum symbols) and a resolution test that writes sample data for each field with
-one version and reads it with the other through fastavro, so each violation
-names its field.
+Three checks run per pair of versions: a structural walk (removals, defaults,
+enum symbols); a walk of each field's types by the Avro specification's
+resolution rules, which visits every union branch, array item and map value
+(:func:`_type_problems`); and a resolution test that writes sample data for each
+field with one version and reads it with the other through fastavro. Each
+violation names its field. Samples alone pick one union branch each (the first
+and the last), so a change to a middle branch went through them.
 """
 
 from __future__ import annotations
@@ -141,6 +144,77 @@ def _structural(writer: Any, reader: Any, upgrade: bool) -> Iterator[tuple[str, 
                 yield _join(path, name), "field added without a default"
 
 
+_PROMOTIONS: dict[str, frozenset[str]] = {
+    "int": frozenset({"long", "float", "double"}),
+    "long": frozenset({"float", "double"}),
+    "float": frozenset({"double"}),
+    "string": frozenset({"bytes"}),
+    "bytes": frozenset({"string"}),
+}
+"""Writer primitive -> the other reader primitives it resolves to (Avro's promotions)."""
+
+
+def _kind(schema: Any) -> str:
+    return schema if isinstance(schema, str) else "union" if isinstance(schema, list) \
+        else str(schema["type"])
+
+
+def _short(schema: Any) -> str:
+    """Name a type in a message: a primitive, ``array``/``map``, or a named type's name."""
+    if isinstance(schema, list):
+        return "[" + ", ".join(_short(b) for b in schema) + "]"
+    if isinstance(schema, dict) and "name" in schema:
+        return f"{schema['type']} {str(schema['name']).rsplit('.', 1)[-1]}"
+    return _kind(schema)
+
+
+def _matches(writer: Any, reader: Any) -> bool:
+    """Whether Avro picks this reader union branch for a writer type (kind, name, promotion)."""
+    w, r = _kind(writer), _kind(reader)
+    if w in ("record", "enum", "fixed"):
+        return w == r and str(writer["name"]).rsplit(".", 1)[-1] \
+            == str(reader["name"]).rsplit(".", 1)[-1]
+    return w == r or r in _PROMOTIONS.get(w, ())
+
+
+def _type_problems(writer: Any, reader: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Yield (field path, message) where data of ``writer`` cannot resolve to ``reader``.
+
+    Avro's resolution rules over expanded schemas, every branch of every union
+    included: a writer union resolves when each of its branches does; a reader
+    union takes a writer type through its first matching branch. Enum symbols
+    and field defaults are the structural walk's (:func:`_structural`).
+    """
+    if isinstance(writer, list):
+        for branch in writer:
+            yield from _type_problems(branch, reader, path)
+        return
+    if isinstance(reader, list):
+        branch = next((b for b in reader if _matches(writer, b)), None)
+        if branch is None:
+            yield path, (f"writer type {_short(writer)} has no branch in the reader's union "
+                         f"{_short(reader)}")
+        else:
+            yield from _type_problems(writer, branch, path)
+        return
+    if not _matches(writer, reader):
+        yield path, f"writer type {_short(writer)} does not resolve to {_short(reader)}"
+        return
+    kind = _kind(writer)
+    if kind == "array":
+        yield from _type_problems(writer["items"], reader["items"], path)
+    elif kind == "map":
+        yield from _type_problems(writer["values"], reader["values"], path)
+    elif kind == "fixed" and writer["size"] != reader["size"]:
+        yield path, f"fixed size {writer['size']} read as size {reader['size']}"
+    elif kind == "record":
+        w_fields = {f["name"]: f for f in writer["fields"]}
+        for f in reader["fields"]:
+            if f["name"] in w_fields:
+                yield from _type_problems(w_fields[f["name"]]["type"], f["type"],
+                                          _join(path, f["name"]))
+
+
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
@@ -188,9 +262,9 @@ def check_pair(writer: SchemaVersion, reader: SchemaVersion) -> list[Violation]:
         rf = r_fields.get(f["name"])
         if rf is None:
             continue
-        problem = _resolves(f, rf, str(w_exp["name"]))
-        if problem is not None:
-            out.append(violation(f["name"], problem))
+        typed = [violation(p, m) for p, m in _type_problems(f["type"], rf["type"], f["name"])]
+        problem = None if typed else _resolves(f, rf, str(w_exp["name"]))
+        out += typed if problem is None else [violation(f["name"], problem)]
     return out
 
 
