@@ -386,3 +386,21 @@ def test_a_null_share_that_jumps_and_stays_pages_once(tmp_path) -> None:
 
     got = _hourly(tmp_path, cols, 96, timestamp="event_ms")
     assert got == [("watch:null_share", "firing"), ("watch:null_share", "resolved")]
+
+
+def test_a_run_that_ended_before_its_report_was_due_is_not_missing_it() -> None:
+    # a three-minute job reading an hourly dataset: it succeeds before any report is due;
+    # the control names the same dataset and is still running when the wait is over
+    t = CaptureTransport()
+    wall = int(time.time() * 1000)
+    short = start(t, "S", ("s3://hourly", "v1"), clock_ms=wall)
+    control = start(t, "C", ("s3://hourly", "v1"), clock_ms=wall)
+    short.step(1, loss=1.0, now_ms=wall + 60_000, step_ms=100.0, loader_wait_ms=1.0)
+    short.finish(now_ms=wall + 180_000)
+    later = wall + DATA_WAIT_MS + 30 * 60_000  # half an hour past the report's wait
+    control.step(1, loss=1.0, now_ms=later, step_ms=100.0, loader_wait_ms=1.0)
+    control.finish(now_ms=later + 1_000)  # it ran past the wait: its report is missing
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    m.tick(later + 60_000)
+    assert firing(m) == {("C", "rule:missing_data_report", "data")}

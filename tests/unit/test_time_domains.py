@@ -237,6 +237,35 @@ def test_a_run_silent_while_the_rest_of_the_input_moves_is_stalled() -> None:
     assert alerts[0].last_seen_ms - last > CFG.stall_min_ms
 
 
+def sparse(records_: int, every: int = 1_000, stop_s: int = 0) -> Callable[[Any, Clock], None]:
+    """One-second steps logged every ``every``-th step, with the per-step time (the SDK's
+    explicit ``step_ms``); the job then runs ``stop_s`` seconds more without a record."""
+    def script(run: Any, clock: Clock) -> None:
+        for k in range(1, records_ + 1):
+            clock.t += every * 1_000
+            run.step(k * every, loss=1.0, samples=64, step_ms=1_000.0, loader_wait_ms=20.0)
+        clock.t += stop_s * 1_000
+    return script
+
+
+def test_a_run_that_logs_every_thousandth_step_is_not_stalled_between_records() -> None:
+    # each record comes ~17 min after the last one, ten per-step times being 10 s
+    alerts = live(sdk_run(sparse(8))[:-1], after_ms=15 * 60_000)
+    assert [a.detector for a in alerts] == []
+
+
+def test_a_sparse_logging_run_that_stops_for_ten_of_its_intervals_is_stalled() -> None:
+    records = sdk_run(sparse(8))[:-1]
+    st = runstate.new_state("r1")
+    for r in records:
+        join.step(st, r, r.emitted_at_ms, CFG)
+    last = records[-1].emitted_at_ms
+    fired = [(k, a.detector) for k in range(0, 12_000, 60)  # ticks over 3.3 h of silence
+             for a in join.tick(st, last + k * 1_000, CFG)[1] if isinstance(a, Alert)]
+    assert [d for _, d in fired] == ["rule:stalled"]
+    assert 10 * 1_000 < fired[0][0] <= 10 * 1_000 + 60  # ten 1,000 s logging intervals
+
+
 @pytest.mark.parametrize(("marks", "wall", "want"), [
     ({}, 10_000, 0),
     ({"a": (5_000, 9_000), "b": (7_000, 9_500)}, 10_000, 5_000),  # least of the active

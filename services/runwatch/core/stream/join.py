@@ -37,6 +37,7 @@ from runwatch.core.stream.join_node import (
     NodeAgg,
     hst_evidence,
     node_agg,
+    step_interval,
     stepped,
     throughput_cause,
 )
@@ -221,6 +222,25 @@ def _pause(s: RunState, cfg: RunConfig, start: int, end: int, validation: bool) 
         _paused(s, after[0] - before[-1])
 
 
+def step_period(s: RunState) -> float:
+    """Return the run's typical time per step record, the stall rule's unit (nan: none yet).
+
+    The median step time its ``StepTiming`` records report, or the median interval
+    between its step records (timing or learning) when that is longer: a run that
+    logs every 1000th one-second step reports ``step_ms`` 1000 and is silent for
+    about 17 minutes between records, and each silence paged a stall. With one step
+    record so far, the interval is its lead from the run's first event (start-up
+    and the first logging interval together).
+    """
+    median = ind.median(s.step_ms)
+    gap = step_interval(s.step_at)
+    if len(s.step_at) == 1 and s.first_at_ms and s.step_at[0] > s.first_at_ms:
+        gap = float(s.step_at[0] - s.first_at_ms)
+    if not math.isfinite(gap):
+        return median
+    return gap if not math.isfinite(median) else max(median, gap)
+
+
 def stall_floor(s: RunState, cfg: RunConfig) -> int:
     """Return the stall rule's floor: ``STALL_MIN_MS``, or twice the longest known pause.
 
@@ -297,8 +317,10 @@ def _restart_evidence(s: RunState, cfg: RunConfig, count: float, at: int, now: i
 def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
               bl: Baseline | None) -> list[Output]:
     out: list[Output] = []
+    s.last_step_at_ms = max(s.last_step_at_ms, at)  # a step too: the run is not stalled
     s.first_step_at_ms = min(s.first_step_at_ms or at, at)
     out += stepped(s, at, now, cfg, bl)
+    out += _stall_over(s, cfg, now, at)
     f = rules.non_finite_learning(e.loss, e.grad_norm, e.nonfinite_count, at, e.lr)
     if f:
         return out + emit(s, cfg, f, now, one_shot=True)
@@ -489,7 +511,7 @@ def _stalled_until_killed(s: RunState, at: int, now: int, cfg: RunConfig) -> lis
     judged (it was not hung).
     """
     floor = stall_floor(s, cfg)
-    median = ind.median(s.step_ms)
+    median = step_period(s)
     if not s.last_step_at_ms or not math.isfinite(median) or median <= 0:
         return []
     # judged when the timer would have paged it live (just past the bound), so that the
@@ -736,7 +758,7 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
         floor = stall_floor(s, cfg)
         if (s.last_step_at_ms and s.job_state not in NOT_RUNNING
                 and hz - s.last_step_at_ms > floor):
-            f = rules.stalled(s.last_step_at_ms, ind.median(s.step_ms), hz, cfg.stall_k, floor)
+            f = rules.stalled(s.last_step_at_ms, step_period(s), hz, cfg.stall_k, floor)
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
         if s.started_at_ms is None:
@@ -747,7 +769,10 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
         reported = covered_refs(s.datasets, s.reports)  # an unversioned ref: any version
         waiting = awaiting_answer(s, now_ms)  # the data agent's reports may be on their way
         judged = [d for d in s.datasets if d not in waiting] if waiting else s.datasets
-        for f in rules.missing_data_reports(judged, reported, s.manifest_at_ms, hz,
+        # as of the run's end, if it ended: a run that ended before a report was due
+        # (a three-minute job reading an hourly dataset) is not missing it
+        until = min(hz, ended_at(s) or hz)
+        for f in rules.missing_data_reports(judged, reported, s.manifest_at_ms, until,
                                             cfg.data_wait_ms, s.signals.get("named_at")):
             out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.alerts.get("entries"):

@@ -438,8 +438,18 @@ def _note_gap(s: RunState, times: list[int], at: int) -> None:
 
 def _stepping_gap(times: list[int]) -> float:
     """Return the longest interval between two steps that is still stepping (``STEPPING_K``)."""
+    return STEPPING_K * step_interval(times)
+
+
+def step_interval(times: list[int]) -> float:
+    """Return the median interval between a run's recent step records; inf for fewer than two.
+
+    Args:
+        times: Event times of the run's recent steps, sorted (``RunState.step_at``).
+
+    """
     diffs = sorted(map(sub, times[1:], times))  # intervals between steps (C-level, no frames)
-    return STEPPING_K * diffs[len(diffs) // 2] if diffs else math.inf
+    return float(diffs[len(diffs) // 2]) if diffs else math.inf
 
 
 def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[Output]:
