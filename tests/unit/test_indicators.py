@@ -30,9 +30,10 @@ def same(a: float, b: float) -> bool:
         (ind.effective_batch_size, (32.0, 8.0, 4.0), 1024.0),
         (ind.effective_batch_size, (32.0, 6.0, 0.0), 192.0),
         (ind.effective_batch_size, (-1.0, 8.0, 1.0), NAN),
-        (ind.grad_norm_variance, ([1.0, 3.0, 5.0, 100.0],), 8.0 / 3.0),  # less the 100
-        (ind.grad_norm_variance, ([1.0, 3.0],), NAN),
-        (ind.grad_norm_variance, ([1.0, NAN, 3.0, math.inf, 5.0],), 1.0),
+        (ind.grad_norm_variance, ([1.0, 3.0, 5.0, 100.0],), 2.0),  # less 5 -> 100 and one 2
+        (ind.grad_norm_variance, ([1.0, 3.0, 5.0],), NAN),
+        (ind.grad_norm_variance, ([1.0, NAN, 3.0, math.inf, 5.0, 4.0, 6.0],), 1.25),
+        (ind.grad_norm_variance, ([1.0, 2.0] * 5,), 0.5),  # unstable: every step swings
         (ind.loss_trend, ([0, 1000, 2000], [1.0, 2.0, 3.0]), 1.0),
         (ind.loss_trend, ([0, 500, 1000, 1500], [4.0, 3.0, 2.0, 1.0]), -2.0),
         (ind.loss_trend, ([0, 1], [1.0, 2.0]), NAN),
@@ -104,3 +105,18 @@ def test_occupancy_or_utilization(sm, util, value, source) -> None:
         assert same(got, ind.gpu_occupancy([x for x in sm if x is not None]))
     else:
         assert same(got, ind.gpu_utilization(util))
+
+
+STEADY = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 0.98, 1.02, 1.0, 0.99]
+
+
+@pytest.mark.parametrize("norms", [
+    STEADY[:5] + [x - 0.7 for x in STEADY[5:]],  # a new level (an LR decay)
+    STEADY[:4] + [6.0] + STEADY[5:],  # one hard batch
+])
+def test_grad_norm_variance_is_not_raised_by_a_new_level_or_one_large_norm(norms) -> None:
+    steady = ind.grad_norm_variance(STEADY)
+    # under the watch's effect bound (rel_effect 3: four times the baseline); the plain
+    # variance of these windows is 0.12 and 2.3, 600 and 12,000 times the steady one's
+    assert ind.grad_norm_variance(norms) < 3 * steady
+    assert ind.grad_norm_variance([1.0, 1.5, 0.6, 1.4, 0.5, 1.6, 0.7, 1.3, 0.4, 1.5]) > 100 * steady

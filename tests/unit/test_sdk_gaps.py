@@ -278,7 +278,7 @@ def test_unversioned_dataset_joins_versioned_reports(declared, reported_version,
     uri, _, ver = declared.partition("@")
     ds = DatasetRef(uri=uri, version=ver) if ver else uri
     run, t = make_run(strict=True, datasets=[ds], clock=lambda: T)
-    run.finish(now_ms=T + 1)
+    run.finish(now_ms=T + 61_000)  # past the report's wait (a run ended before it is not judged)
     data.report("s3://d", reported_version, "p", batch(), now_ms=T + 2,
                 publisher=Publisher(t, kind="sdk"), baseline_directory=tmp_path)
     worker = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=lambda: T + 2)

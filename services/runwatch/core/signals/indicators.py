@@ -172,28 +172,30 @@ def effective_batch_size(per_device_batch: float, world_size: float, grad_accum:
 
 
 def grad_norm_variance(grad_norms: Sequence[float]) -> float:
-    """Variance of the recent gradient norms, less the one farthest from their median.
+    """Step-to-step variance of the recent gradient norms: unstable gradients, not a new level.
 
-    One large norm (a hard batch) sits in the window for as many steps as the window
-    holds, so a plain variance would hold it high for longer than a watch's persistence
-    and page for one value; the docs call one large norm evidence (the ``grad_norm``
-    watch). Leaving out the single most deviating norm keeps it out, while unstable or
-    exploding norms (several of them off) still raise the variance.
+    Half the mean squared difference between consecutive norms (von Neumann's
+    estimator of the variance around a local level), leaving out the two largest
+    differences. A plain variance of the window rose for as many steps as the
+    window holds after any change of level (a learning-rate decay, a change of
+    gradient accumulation, the end of warm-up: norms that settle from 1.0 to 0.3)
+    and after one large norm (a hard batch), and paged healthy runs; a level
+    change is one large difference and a lone large norm two, both left out.
+    Unstable or exploding norms (many large differences) still raise it.
 
     Args:
-        grad_norms: Recent gradient norms.
+        grad_norms: Recent gradient norms, oldest first.
 
     Returns:
-        Population variance of the finite norms without the most deviating one, or nan
-        with fewer than three finite values.
+        The variance estimate from the finite norms, or nan with fewer than four.
 
     """
     arr = np.asarray(grad_norms, dtype=np.float64)
     arr = arr[np.isfinite(arr)]
-    if arr.size < 3:
+    if arr.size < 4:
         return NAN
-    far = int(np.argmax(np.abs(arr - np.median(arr))))
-    return float(np.delete(arr, far).var())
+    d2 = np.sort(np.diff(arr) ** 2)[:-2]
+    return float(d2.mean() / 2.0)
 
 
 def loss_trend(steps: Sequence[float], losses: Sequence[float]) -> float:

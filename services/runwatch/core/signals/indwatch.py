@@ -118,12 +118,13 @@ def _stats(baseline: Baseline | None, name: str, min_n: int) -> BaselineStats | 
 class IndicatorWatch:
     """Level gate, spike z-score, trend CUSUM and ADWIN of one indicator of one run."""
 
-    __slots__ = ("gate", "z", "trend", "adwin", "latched", "_heavy", "_since")
+    __slots__ = ("gate", "z", "trend", "adwin", "latched", "rising", "_heavy", "_since")
 
     def __init__(self, gate: Watch, z: EWZScore, trend: TrendDetector | None,
-                 adwin: AdwinDetector | None, latched: bool = False) -> None:
+                 adwin: AdwinDetector | None, latched: bool = False, rising: int = 0) -> None:
         """Assemble a watch from its parts (see :meth:`new` and :meth:`from_state`)."""
         self.gate, self.z, self.trend, self.adwin, self.latched = gate, z, trend, adwin, latched
+        self.rising = rising  # updates in a row the trend has held past the effect bound
         self._heavy: str | None = None  # JSON members of the last detector snapshot
         self._since = 0  # updates since that snapshot
 
@@ -177,7 +178,13 @@ class IndicatorWatch:
             trend_score = self.trend.score_one(x) if sign * (x - self.trend.mean) > 0 else 0.0
             self.trend.learn_one(x)
             slope = self.trend.slope
-            if trend_score >= 1.0 and effect:
+            # a trend latches once the values past the effect bound from its crossing on
+            # have held as long as the level must (``persist`` in a row): a few slow loader
+            # batches at an epoch's start cross the CUSUM too, and are no creep
+            past = sign * (x - base) > self.effect_bound(spec)
+            crossed = trend_score >= 1.0 and effect
+            self.rising = self.rising + 1 if past and (self.rising or crossed) else 0
+            if self.rising >= spec.persist:
                 self.latched = True
         if not effect:
             self.latched = False
@@ -200,9 +207,12 @@ class IndicatorWatch:
         """
         if not math.isfinite(self.gate.level):
             return False
-        base = self.gate.base.mean
-        gap = (self.gate.level - base) * (1.0 if spec.direction == "up" else -1.0)
-        return gap > max(spec.min_effect, spec.rel_effect * abs(base))
+        gap = (self.gate.level - self.gate.base.mean) * (1.0 if spec.direction == "up" else -1.0)
+        return gap > self.effect_bound(spec)
+
+    def effect_bound(self, spec: WatchSpec) -> float:
+        """Return the effect bound: ``min_effect``, or ``rel_effect`` × the baseline if larger."""
+        return max(spec.min_effect, spec.rel_effect * abs(self.gate.base.mean))
 
     def to_state(self) -> dict[str, Any]:
         """Return the watch as a JSON-able dict."""
@@ -213,6 +223,8 @@ class IndicatorWatch:
             out["a"] = self.adwin.to_state()
         if self.latched:
             out["l"] = True
+        if self.rising:
+            out["r"] = self.rising
         return out
 
     def to_json(self, every: int = HEAVY_EVERY) -> str:
@@ -239,6 +251,8 @@ class IndicatorWatch:
             self._heavy = compact(heavy)[1:-1]
             self._since = 0
         light = '{"w":' + compact(self.gate.to_state())
+        if self.rising:
+            light += f',"r":{self.rising}'
         return light + (',"l":true,' if self.latched else ",") + self._heavy + "}"
 
     @classmethod
@@ -248,7 +262,7 @@ class IndicatorWatch:
             Watch.from_state(state["w"]), EWZScore.from_state(state["z"]),
             TrendDetector.from_state(state["t"]) if "t" in state else None,
             AdwinDetector.from_state(state["a"]) if "a" in state else None,
-            bool(state.get("l", False)),
+            bool(state.get("l", False)), int(state.get("r", 0)),
         )
 
 

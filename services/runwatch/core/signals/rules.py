@@ -69,11 +69,22 @@ def _hard(
     )
 
 
+GRAD_OVERFLOW_STEPS = 8
+"""Learning steps in a row with non-finite gradients (and a finite loss) before they page.
+
+Mixed-precision training with a dynamic loss scaler (``torch.cuda.amp.GradScaler``)
+overflows by design: the scaler skips the step and halves its scale, several times
+in a row as a run starts (2^16 down to about 2^10) and now and then after it grows
+the scale again; each such step paged a healthy fp16 run, critical. Eight in a
+row is a scale fallen 256-fold without recovering, or gradients that overflow in
+earnest; a non-finite loss or learning rate pages at once."""
+
+
 def non_finite_learning(
     loss: float | None, grad_norm: float | None, nonfinite_count: int, at_ms: int,
-    lr: float | None = None,
+    lr: float | None = None, overflows: int = GRAD_OVERFLOW_STEPS,
 ) -> Finding | None:
-    """Fire on a NaN/Inf loss, gradient norm or learning rate, or a positive non-finite count.
+    """Fire on a NaN/Inf loss or learning rate, or gradients non-finite for long enough.
 
     Args:
         loss: The reported loss, if any.
@@ -81,21 +92,33 @@ def non_finite_learning(
         nonfinite_count: Non-finite gradient/parameter values the SDK counted.
         at_ms: Event time.
         lr: The reported learning rate, if any (a scheduler that divides by zero).
+        overflows: Learning steps in a row, this one included, whose gradients were
+            non-finite (a non-finite norm or a positive count); they fire from
+            :data:`GRAD_OVERFLOW_STEPS` on.
 
     Returns:
         A critical learning finding, or None.
 
     """
-    for name, value in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr)):
+    for name, value in (("loss", loss), ("lr", lr)):
         if value is not None and not math.isfinite(value):
             return _hard(
                 "non_finite", name, "learning", value, 0.0, at_ms,
                 f"Non-finite {name} ({value})", f"{name}={value}",
             )
+    if overflows < GRAD_OVERFLOW_STEPS:
+        return None
+    if grad_norm is not None and not math.isfinite(grad_norm):
+        return _hard(
+            "non_finite", "grad_norm", "learning", grad_norm, 0.0, at_ms,
+            f"Non-finite grad_norm ({grad_norm}) in {overflows} steps in a row",
+            f"grad_norm={grad_norm}, {overflows} steps in a row",
+        )
     if nonfinite_count > 0:
         return _hard(
             "non_finite", "nonfinite_count", "learning", float(nonfinite_count), 0.0, at_ms,
-            f"{nonfinite_count} non-finite gradient values", f"nonfinite_count={nonfinite_count}",
+            f"{nonfinite_count} non-finite gradient values ({overflows} steps in a row)",
+            f"nonfinite_count={nonfinite_count}, {overflows} steps in a row",
         )
     return None
 

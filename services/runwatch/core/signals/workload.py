@@ -15,7 +15,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Direction = Literal["up", "down"]
@@ -97,14 +98,43 @@ class WatchSpec:
     adwin: bool = False
 
 
+WARMUP_OUTLIER_SIGMAS = 5.0
+"""A warm-up value farther than this many robust standard deviations (1.4826 × the median
+absolute deviation) from the warm-up's median is left out of the baseline it freezes."""
+
+
+def robust_baseline(values: list[float]) -> RunningStats:
+    """Return the statistics of a warm-up without its outliers, counted as all of it.
+
+    A run's first loader batches wait while its workers start, its first step
+    compiles: a few values far out in a short warm-up set the baseline's standard
+    deviation so high that the watch's bound (``k`` of them) was never crossed, and
+    a loader that later slowed threefold did not page. Values beyond
+    :data:`WARMUP_OUTLIER_SIGMAS` robust standard deviations of the median are left
+    out of the mean and the variance; the count stays the warm-up's.
+    """
+    med = statistics.median(values)
+    scale = WARMUP_OUTLIER_SIGMAS * 1.4826 * statistics.median(abs(x - med) for x in values)
+    kept = RunningStats()
+    for x in values:
+        if abs(x - med) <= scale:
+            kept.add(x)
+    return RunningStats(len(values), kept.mean, kept.m2 / kept.n * len(values))
+
+
 @dataclass(slots=True)
 class Watch:
-    """The baseline, recent level and streak of one indicator of one run."""
+    """The baseline, recent level and streak of one indicator of one run.
+
+    ``warm`` holds the warm-up's values until the baseline freezes
+    (:func:`robust_baseline`).
+    """
 
     base: RunningStats
     level: float = math.nan
     streak: int = 0
     seeded: bool = False
+    warm: list[float] = field(default_factory=list)
 
     def bound(self, spec: WatchSpec) -> float:
         """Return the gap the recent level must exceed."""
@@ -126,6 +156,11 @@ class Watch:
             return False, 0.0
         if self.base.n < spec.warmup and not self.seeded:
             self.base.add(x)
+            self.warm.append(x)
+            if self.base.n == spec.warmup:  # frozen now, without the warm-up's outliers
+                if len(self.warm) == self.base.n:  # (not a state an older release wrote)
+                    self.base = robust_baseline(self.warm)
+                self.warm = []
             self.level = self.base.mean
             return False, 0.0
         if math.isnan(self.level):
@@ -135,23 +170,30 @@ class Watch:
             # its family's speed, and a healthy run paged a throughput fall
             self.level = self.base.mean if self.seeded else x
         self.level = (1 - spec.alpha) * self.level + spec.alpha * x
-        gap = self.level - self.base.mean
-        if spec.direction == "down":
-            gap = -gap
+        sign = -1.0 if spec.direction == "down" else 1.0
+        gap = sign * (self.level - self.base.mean)
         bound = self.bound(spec)
-        self.streak = self.streak + 1 if gap > bound else 0
+        # ``persist`` values in a row past the bound, with the level: the smoothed level
+        # alone stayed out for steps after a three-batch transient (a loader's workers
+        # starting again at each epoch) and paged; once firing, the level holds it
+        out = gap > bound and (self.streak >= spec.persist
+                               or sign * (x - self.base.mean) > bound)
+        self.streak = self.streak + 1 if out else 0
         score = min(max(gap / (2 * bound), 0.0), 1.0) if bound > 0 else float(gap > 0)
         return self.streak >= spec.persist, score
 
     def to_state(self) -> dict[str, Any]:
         """Return the watch as a JSON-able dict."""
-        return {"b": self.base.to_state(), "l": self.level, "s": self.streak, "w": self.seeded}
+        out = {"b": self.base.to_state(), "l": self.level, "s": self.streak, "w": self.seeded}
+        if self.warm:
+            out["v"] = self.warm
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Watch:
         """Rebuild from :meth:`to_state` output."""
         return cls(RunningStats.from_state(state["b"]), float(state["l"]), int(state["s"]),
-                   bool(state["w"]))
+                   bool(state["w"]), [float(x) for x in state.get("v", ())])
 
 
 def workload_key(experiment_family: str | None, gpu_model: str | None, gpu_count: int) -> str:

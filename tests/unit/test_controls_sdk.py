@@ -1,0 +1,132 @@
+"""Healthy runs that look alarming, each beside the fault it must still page, through the SDK.
+
+Runs are driven the way users drive them (``runwatch.init(..., clock=)`` and
+``run.step`` with explicit times) and replayed through the processor as
+``runwatch simulate --offline`` does. Each control found a false page on the
+public API: a long linear warm-up, a new gradient-norm level after a
+learning-rate decay, a few slow loader batches at each epoch's start.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sdk_kit import Clock
+
+import runwatch
+from runwatch.adapters.publisher import CaptureTransport
+from runwatch.core.codec import load_codec
+from runwatch.processor.settings import ProcessorSettings
+from runwatch.sim import replay as offline
+
+T0 = 1_700_000_000_000
+
+
+def pages(script: Callable[[Any, Clock], None]) -> list[str]:
+    """Run ``script(run, clock)`` through the SDK, replay it; return the detectors that fired."""
+    t = CaptureTransport()
+    clock = Clock(T0)
+    run = runwatch.init("fam", run_id="r1", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False, strict=True, clock=clock)
+    script(run, clock)
+    run.finish()
+    codec = load_codec()
+    records = [codec.decode(v) for _, _, v in t.messages]
+    alerts = offline.replay(offline.as_messages(records), ProcessorSettings(save_interval_s=0))
+    return sorted({a.detector for a in alerts if a.status == "firing"})
+
+
+def warmup(warm: int, rising: bool = True) -> Callable[[Any, Clock], None]:
+    """A linear warm-up over ``warm`` steps whose loss bumps by up to 90 % as the rate peaks."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(3)
+        for i in range(warm + 400):
+            clock.t = T0 + (i + 1) * 1000
+            lr = 1e-3 * min((i + 1) / warm, 1.0) if rising else 1e-3
+            k = i - (warm - 40)
+            bump = 1.0 + (0.9 * math.exp(-((k - 20) / 15) ** 2) if -20 < k < 80 else 0.0)
+            loss = (3.0 * math.exp(-i / (warm / 4)) + 1.0) * bump * (1 + rng.gauss(0, 0.02))
+            run.step(i, loss=loss, lr=lr, samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+    return script
+
+
+@pytest.mark.parametrize("warm", [60, 2000])
+def test_a_loss_bump_during_a_linear_warmup_does_not_page(warm: int) -> None:
+    # a 2,000-step warm-up rises by less than 1 % a step after its 100th step
+    assert "rule:loss_divergence" not in pages(warmup(warm))
+
+
+def test_the_same_loss_bump_at_a_constant_rate_pages() -> None:
+    assert "rule:loss_divergence" in pages(warmup(2000, rising=False))
+
+
+def grad_norms(after: Callable[[random.Random], float]) -> Callable[[Any, Clock], None]:
+    """Norms about 1.0 (30 % noise) for 1,500 steps, then ``after(rng)`` as the rate decays."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(2)
+        for i in range(2000):
+            clock.t = T0 + (i + 1) * 1000
+            gn = (1 + 0.3 * rng.random()) if i < 1500 else after(rng)
+            run.step(i, loss=1.0 + rng.gauss(0, 0.02), lr=0.1 if i < 1500 else 0.01,
+                     grad_norm=gn, samples=256, step_ms=1000.0, loader_wait_ms=50.0)
+    return script
+
+
+def test_a_new_gradient_norm_level_after_a_rate_decay_does_not_page() -> None:
+    assert pages(grad_norms(lambda rng: 0.3 * (1 + 0.3 * rng.random()))) == []
+
+
+def test_unstable_gradient_norms_after_it_page() -> None:
+    fired = pages(grad_norms(lambda rng: rng.choice((0.3, 3.0)) * (1 + 0.3 * rng.random())))
+    assert "watch:grad_norm_variance" in fired
+
+
+def loader(creep: bool) -> Callable[[Any, Clock], None]:
+    """Each 500-step epoch's first three batches wait 20, 10 and 5 s (workers respawn);
+    with ``creep`` the loader's wait then grows by 1 ms a step from step 700."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(31)
+        t = T0
+        for i in range(1500):
+            wait = {0: 20_000.0, 1: 10_000.0, 2: 5_000.0}.get(i % 500, 30.0 + 10 * rng.random())
+            if creep and i > 700:
+                wait += float(i - 700)
+            t += int(970.0 + wait)
+            clock.t = t
+            run.step(i, loss=1.0, lr=1e-3, samples=64, step_ms=970.0 + wait,
+                     loader_wait_ms=wait, epoch=i // 500)
+    return script
+
+
+def test_slow_loader_batches_at_each_epoch_start_do_not_page() -> None:
+    assert pages(loader(creep=False)) == []
+
+
+def test_a_loader_that_slows_step_by_step_pages() -> None:
+    assert "watch:loader_share" in pages(loader(creep=True))
+
+
+def overflows(at: set[int]) -> Callable[[Any, Clock], None]:
+    """fp16 with a dynamic loss scaler: the steps in ``at`` overflow (an infinite gradient
+    norm, a finite loss: the scaler skips the step and halves its scale)."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(5)
+        for i in range(1500):
+            clock.t = T0 + (i + 1) * 1000
+            gn = math.inf if i in at else 1.0 + 0.1 * rng.random()
+            run.step(i, loss=2.0 - i / 1500 + rng.gauss(0, 0.01), lr=1e-3, grad_norm=gn,
+                     samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+    return script
+
+
+def test_a_loss_scaler_skipping_steps_does_not_page() -> None:
+    # six overflows in a row as the scale falls from 2^16, then one after it grows again
+    assert pages(overflows({1, 2, 3, 4, 5, 6, 1200})) == []
+
+
+def test_gradients_that_keep_overflowing_page() -> None:
+    assert "rule:non_finite" in pages(overflows(set(range(600, 620))))
