@@ -324,7 +324,8 @@ def test_a_decision_kafka_did_not_store_exits_3_not_pass(world: World, capsys,
     code = cli.main([*base, "--topic-prefix", world.h.prefix, "--timeout", "2"])
     err = capsys.readouterr().err
     assert code == 3, err
-    assert "was not delivered: Kafka did not store it within --timeout 2 s" in err
+    assert (f"was not delivered: Kafka did not store it in topic '{world.h.prefix}rw.artifact' "
+            "within --timeout 2 s") in err
 
 
 def test_a_run_nothing_is_stored_for_exits_3_even_with_a_named_policy(world: World,

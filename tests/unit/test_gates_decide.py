@@ -239,3 +239,44 @@ def test_a_primary_metric_no_run_recorded_is_missing_evidence_not_a_failure() ->
         "missing: required metric f1 not evaluated", "missing: slice age_65_plus: no f1",
         "missing: slice income_low: no f1"])
     assert decide(dataclasses.replace(bare, on_missing="fail"), good()).decision == "fail"
+
+
+BOUNDARY_POLICY = """\
+policies:
+  - name: edge
+    match: {family: credit-risk}
+    primary: auc
+    incumbent: {margin: -0.005}
+    slices:
+      required: [age_65_plus, income_low]
+      max_deterioration: 0.02
+      bounds: {age_65_plus: 0.01}
+      max_spread: 0.02
+    stability: {seeds: {min: 2, max_spread: 0.02}}
+    reproducibility: {tolerance: 0.005}
+"""
+
+
+def test_a_candidate_meeting_every_bound_exactly_as_written_passes() -> None:
+    # 0.795 - 0.8 is -0.0050000000000000044 in floats: the gate failed a release whose change
+    # equals the margin, slices deteriorated exactly by their bounds, a rerun exactly within
+    # the tolerance (docs/gates.md: candidate - incumbent >= margin, ... <= bound)
+    policy = parse_policies(BOUNDARY_POLICY, "edge.yaml").policies[0]
+    inc = run("inc", 0.80, lineage="I", incumbent="",
+              slices={"age_65_plus": 0.78, "income_low": 0.77})
+    cand = run("cand", 0.795, slices={"age_65_plus": 0.77, "income_low": 0.75})
+    repeats = (run("rerun", 0.80, lineage="L1"), run("seed2", 0.815, lineage="L2"))
+    d = decide(policy, Evidence(candidate=cand, incumbent=inc, incumbent_run_id="inc",
+                                repeats=repeats))
+    assert (d.decision, d.reasons) == ("pass", [])
+    assert d.measured["delta.auc"] == pytest.approx(-0.005)
+    assert d.measured["slice.income_low.deterioration"] == pytest.approx(0.02)
+    # a hair beyond each bound still fails
+    worse = run("cand", 0.7949, slices={"age_65_plus": 0.7699, "income_low": 0.7499})
+    d = decide(policy, Evidence(candidate=worse, incumbent=inc, incumbent_run_id="inc",
+                                repeats=(run("rerun", 0.80, lineage="L1"),
+                                         run("seed2", 0.8150, lineage="L2"))))
+    assert d.decision == "fail"
+    wanted = ["below the margin", "slice age_65_plus", "slice income_low", "across 2 seeds",
+              "rerun rerun does not reproduce"]
+    assert [next(w for w in wanted if w in r) for r in d.failures] == wanted, d.failures

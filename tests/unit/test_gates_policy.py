@@ -67,6 +67,13 @@ def test_a_model_label_wins_over_the_family() -> None:
      "f.yaml:6: policies[1].name: duplicate policy name 'p'"),
     (GOOD.replace("{family: fam}", "{family: fam, model: m}"),
      "f.yaml:4: policies[0].match: give exactly one of family or model"),
+    # the first of two policies of one family won silently: the second was never applied
+    (GOOD + "  - name: q\n    match: {family: fam}\n    primary: auc\n",
+     "f.yaml:7: policies[1].match: family 'fam' is already matched by policy 'p' "
+     "(policies[0], line 3)"),
+    (GOOD + "  - name: q\n    match: {model: m}\n    primary: auc\n"
+     "  - name: r\n    match: {model: m}\n    primary: loss\n",
+     "f.yaml:10: policies[2].match: model 'm' is already matched by policy 'q'"),
 ])
 def test_an_invalid_policy_fails_at_load_naming_file_line_and_key(text: str, where: str) -> None:
     with pytest.raises(PolicyError) as err:
@@ -87,3 +94,27 @@ def test_a_gate_decision_time_in_the_wrong_unit_exits_3(action: list[str], at: s
     assert cli.main(["gate", *action, "--at-ms", at]) == 3
     err = capsys.readouterr().err
     assert f"error: --at-ms {at}: {at} ms is " in err and "give milliseconds" in err
+
+
+def test_gate_check_refuses_a_policy_file_with_two_policies_of_one_family(
+        tmp_path, capsys, monkeypatch) -> None:
+    from runwatch import cli
+
+    path = tmp_path / "gates.yaml"
+    path.write_text(GOOD + "  - name: q\n    match: {family: fam}\n    primary: auc\n")
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")
+    assert cli.main(["gate", "check", "r1", "--policy", str(path), "--no-publish"]) == 3
+    assert (f"error: {path}:7: policies[1].match: family 'fam' is already matched by policy "
+            "'p'") in capsys.readouterr().err
+
+
+def test_gate_check_refuses_a_database_name_that_is_not_an_identifier(capsys,
+                                                                      monkeypatch) -> None:
+    # it said the database does not exist and to run `runwatch db migrate --database a b`
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("RUNWATCH_GATES_FILE", raising=False)
+    assert cli.main(["gate", "check", "r1", "--database", "a b", "--no-publish"]) == 3
+    err = capsys.readouterr().err
+    assert "error: database name 'a b' is not a plain identifier" in err

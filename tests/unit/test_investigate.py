@@ -191,6 +191,58 @@ def test_deterministic_across_attempts_and_same_lineage_runs() -> None:
     assert got["deterministic"] is None
 
 
+def test_a_failure_still_firing_across_a_restart_is_not_called_non_deterministic() -> None:
+    # the alert of attempt 0 (step 200) kept firing through attempt 1, so attempt 1's failure
+    # at the same step was never sighted again: "deterministic: false" claimed it did not recur
+    jobs = [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": ["n1"], "gpu_count": 8},
+            {"ts_ms": T0 + 30 * MIN, "state": "running", "attempt": 1, "nodes": ["n1"],
+             "gpu_count": 8}]
+    steps = [(T0 + i * MIN, i * 10) for i in range(21)] + [
+        (T0 + 30 * MIN + i * MIN, 100 + i * 10) for i in range(21)]
+    alerts = [_alert("x1", T0 + 20 * MIN, detector="rule:non_finite"),
+              _alert("g1", T0 + 51 * MIN, detector="rule:failed_gate", cause="artifact")]
+    got = investigate(_evidence(jobs=jobs, steps_at=steps, alerts=alerts),
+                      OWN)["deterministic"]
+    assert got["deterministic"] is None, got
+    assert "rule:non_finite at step 200" in got["reason"]
+    assert "failed_gate" not in got["reason"]  # a policy finding is no failure to repeat
+    # resolved before attempt 1 went past step 200 without it: evidence that it did not recur
+    alerts[0] = dict(_alert("x1", T0 + 20 * MIN, detector="rule:non_finite",
+                            status="resolved"), ts_ms=T0 + 25 * MIN)
+    got = investigate(_evidence(jobs=jobs, steps_at=steps, alerts=alerts),
+                      OWN)["deterministic"]
+    assert got["deterministic"] is False, got
+    assert "attempt 1 went past it to step 210 without it" in got["reason"]
+
+
+def test_only_the_dirty_flag_changed_suspects_the_uncommitted_code_not_the_revision() -> None:
+    # the unchanged revision was "new since the reference run", and every run of it affected
+    ev = _evidence(manifests=[manifest("b", T0, code_dirty=True)], quality=[])
+    ev.sharing = [{"run_id": "c", "experiment_family": "fam", "team": "vision",
+                   "state": "succeeded", "manifest": manifest("c", T0), "alerts": []}]
+    assert answers.suspects(ev) == [{"kind": "code", "value": "abc (dirty)",
+                                     "why": "uncommitted changes since the reference run"}]
+    got = investigate(ev, OWN)
+    assert got["affected_runs"]["runs"] == []
+    # a new revision is still a suspect, and its runs affected
+    ev.manifests = [manifest("b", T0, code_revision="def")]
+    ev.sharing[0]["manifest"] = manifest("c", T0, code_revision="def")
+    assert answers.suspects(ev) == [{"kind": "code", "value": "def",
+                                     "why": "new since the reference run"}]
+    assert [r["run_id"] for r in investigate(ev, OWN)["affected_runs"]["runs"]] == ["c"]
+
+
+def test_a_since_window_reaching_before_1970_is_refused_without_a_traceback(
+        capsys, monkeypatch) -> None:
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", "http://127.0.0.1:9")  # not reached
+    assert cli.main(["investigate", "--since", "999999999999d", "--database", "gov"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --since '999999999999d' reaches back before 1970 (the store's time starts "
+        "there)")
+
+
 def test_bad_input_is_answered_as_far_as_the_evidence_goes() -> None:
     nothing = investigate(Evidence(run_id="ghost", database="db", now_ms=T0), OWN)
     assert nothing["found"] is False

@@ -98,9 +98,16 @@ def test_the_shipped_example_covers_every_kind() -> None:
          "slos.yaml:10: spec.alertPolicy.minEvents: must be a positive integer"),
         (doc("{kind: resumability, maxLoss: 30m}").replace("openslo/v1", "openslo/v2"),
          "slos.yaml:1: apiVersion: 'openslo/v2': only 'openslo/v1' is read"),
+        # both lines are the metadata.name lines, not the documents' first lines
         (doc("{kind: resumability, maxLoss: 30m}") + "---\n"
          + doc("{kind: resumability, maxLoss: 30m}"),
-         "metadata.name: 'x' is already defined at slos.yaml:1"),
+         "slos.yaml:14: metadata.name: 'x' is already defined at slos.yaml:4"),
+        # a window reaching back before year 1 crashed `slo status --json` (its start date)
+        (doc("{kind: resumability, maxLoss: 30m}", window="800000d"),
+         "slos.yaml:8: spec.timeWindow[0].duration: '800000d' is longer than ten years"),
+        (doc("{kind: resumability, maxLoss: 30m}", extra=(
+            "  alertPolicy:\n    burnRates: [{budget: 0.1, longWindow: 800000d}]\n")),
+         "slos.yaml:11: spec.alertPolicy.burnRates[0].longWindow: '800000d' is longer than ten"),
         ("apiVersion: [", "slos.yaml:1: invalid YAML"),
     ],
 )
@@ -404,6 +411,21 @@ def test_reproducibility_groups() -> None:
             ind.ReproRow("b3", "g", at, 12.0)]
     assert {e.key: e.good for e in ind.reproducibility(rel, rows, START, NOW)} == {
         "b1": True, "b2": True, "b3": False}
+
+
+def test_reproducibility_a_run_exactly_tolerance_from_the_median_is_good() -> None:
+    # 0.81 - 0.80 is 0.010000000000000009 in floats: "0.01 from the median (at most 0.01)"
+    # was a bad event
+    p = one("{kind: reproducibility, family: f, metric: auc, tolerance: 0.01}").params
+    values = [0.81] * 7 + [0.80, 0.7999]
+    rows = [ind.ReproRow(f"r{i}", "g", NOW - H, v) for i, v in enumerate(values)]
+    got = {e.key: e.good for e in ind.reproducibility(p, rows, START, NOW)}
+    assert (got["r7"], got["r8"]) == (True, False)
+    assert all(got[f"r{i}"] for i in range(7))
+
+
+def test_the_longest_window_is_ten_years() -> None:
+    assert one("{kind: resumability, maxLoss: 30m}", window="3660d").window.duration_ms == 3660 * D
 
 
 @pytest.mark.parametrize("values", [

@@ -290,3 +290,26 @@ def test_an_slo_file_that_is_not_utf8_is_one_error_line(tmp_path, capsys, monkey
     assert cli.main(["slo", "status", "--file", str(bad)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"error: cannot read {bad}: not UTF-8 text (byte 26: 0xeb); save the file as UTF-8")
+
+
+def test_status_on_a_database_without_runwatch_tables_is_one_clean_line(
+        tmp_path, capsys, monkeypatch) -> None:
+    # the store's UNKNOWN_TABLE exception was printed whole, with its SQL
+    from runwatch import cli
+    from runwatch.adapters import clickhouse as ch
+    from runwatch.slo.service import ClickHouseStore
+
+    def unknown_table(self: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        msg = ("Received ClickHouse exception, code: 60, server response: Code: 60. "
+               "DB::Exception: Unknown table expression identifier 'default.artifacts'. "
+               "(UNKNOWN_TABLE) SELECT ... FROM default.artifacts")
+        raise ch.ClickHouseRejected(msg)
+
+    monkeypatch.setattr(ch, "make_client", lambda *a, **k: object())
+    monkeypatch.setattr(ClickHouseStore, "query", unknown_table)
+    path = tmp_path / "slos.yaml"
+    path.write_text(SLO)
+    assert cli.main(["slo", "status", "--database", "default", "--file", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: database 'default' holds no runwatch tables (run `runwatch db migrate "
+        "--database default`, or pass --database)")

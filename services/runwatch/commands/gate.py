@@ -53,8 +53,13 @@ def _store(args: argparse.Namespace) -> Any:
     from runwatch.adapters import clickhouse as ch
     from runwatch.adapters.gates import GateStore
     from runwatch.adapters.settings import ClickHouseSettings
+    from runwatch.core.storage.ddl import DdlError, check_identifier
 
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
+    try:  # as slo: the name is written into the queries
+        check_identifier(settings.database, "database name")
+    except DdlError as exc:
+        raise _Refused(str(exc)) from exc
     try:
         client = ch.make_client(settings, readonly=True)
     except ch.ClickHouseRejected as exc:  # no such database: say so, not "cannot reach"
@@ -90,7 +95,8 @@ def _publish(args: argparse.Namespace, fields: dict[str, Any], at_ms: int | None
         raise _Refused(msg)
     if c.failed or c.in_spool or c.sent + c.replayed < 1:
         why = (f"topic {topic!r} does not exist (check --topic-prefix)" if c.missing_topic
-               else f"Kafka did not store it within --timeout {args.timeout:g} s")
+               else f"Kafka did not store it in topic {topic!r} within --timeout "
+                    f"{args.timeout:g} s")
         msg = (f"the gate decision for {args.run} was not delivered: {why}; nothing was "
                "recorded, run the command again")
         raise _Refused(msg)

@@ -3,8 +3,9 @@
 Reads ClickHouse as the readonly user (like ``runwatch sql``). Output: a
 terminal view, ``--json`` (shape version 1, docs/investigation.md) or
 ``--html FILE`` (one self-contained page). Exit status 0; 1 when the run is
-unknown (nothing recorded); 2 (``error: ...``) when the store cannot be read
-or a file is invalid.
+unknown (nothing recorded); 2 (``error: ...``) when the store cannot be read,
+a file is invalid or an argument is (a ``--since`` reaching back before 1970
+included).
 """
 
 from __future__ import annotations
@@ -75,19 +76,25 @@ def _run(args: argparse.Namespace) -> int:
         msg = ("give a RUN_ID or --since DURATION (e.g. --since 6h), not both" if args.run_id
                else "give a RUN_ID or --since DURATION (e.g. --since 6h)")
         raise FatalError(msg)
+    now_ms = int(time.time() * 1000)
+    window = 0
+    if args.since:  # a bad --since is refused before the store is reached
+        try:
+            window = parse_duration_ms(args.since)
+        except ValueError as exc:
+            msg = f"--since: {exc}"
+            raise FatalError(msg) from exc
+        if window <= 0:
+            msg = f"--since {args.since!r}: the window must be longer than 0 (e.g. 6h)"
+            raise FatalError(msg)
+        if window > now_ms:  # as runwatch cost --since: no date before 1970 to show
+            msg = (f"--since {args.since!r} reaches back before 1970 (the store's time "
+                   "starts there)")
+            raise FatalError(msg)
     ownership = _ownership(args.ownership)
     client, database = _client(args.database)
-    now_ms = int(time.time() * 1000)
     try:
         if args.since:
-            try:
-                window = parse_duration_ms(args.since)
-            except ValueError as exc:
-                msg = f"--since: {exc}"
-                raise FatalError(msg) from exc
-            if window <= 0:
-                msg = f"--since {args.since!r}: the window must be longer than 0 (e.g. 6h)"
-                raise FatalError(msg)
             reader = EvidenceReader(client, database)
             result = answers.hurting(reader.hurting(now_ms - window, args.family), now_ms - window,
                                      now_ms, args.family, ownership, database)

@@ -36,10 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     exp.set_defaults(func=_expire)
 
 
-MAX_SILENCE_MS = 10 * 366 * 86_400_000
-"""Longest silence (about ten years): a longer one is a typo, and its end no date can show."""
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -79,6 +75,7 @@ def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _add(args: argparse.Namespace) -> int:
     from runwatch.core.paging.delivery import parse_matcher
     from runwatch.core.paging.routes import attribute_problem, parse_duration_ms, value_problem
+    from runwatch.core.yamlconf import LONGEST_DURATION_MS
 
     try:
         matchers = tuple(parse_matcher(m) for m in args.match)
@@ -96,7 +93,7 @@ def _add(args: argparse.Namespace) -> int:
         print(f"runwatch silence add: --for {args.duration!r} must be longer than 0 "
               "(e.g. 30m, 2h, 1d)", file=sys.stderr)
         return 2
-    if duration > MAX_SILENCE_MS:
+    if duration > LONGEST_DURATION_MS:
         print(f"runwatch silence add: --for {args.duration!r} is longer than ten years; "
               "expire the silence when it is no longer needed instead", file=sys.stderr)
         return 2

@@ -36,6 +36,11 @@ _WHOLE = re.compile(r"\d+")
 _NULL = "tag:yaml.org,2002:null"
 
 
+LONGEST_DURATION_MS = 10 * 366 * 86_400_000
+"""The longest duration a window or a silence may last (about ten years, ``3660d``): a longer
+one is a typo, and no date can show its far end."""
+
+
 def parse_duration_ms(text: str) -> int:
     """Parse ``90s``, ``15m``, ``2h``, ``1d``, ``500ms`` into milliseconds.
 

@@ -8,7 +8,10 @@ policy's ``on_missing`` says whether that is ``review`` or ``fail``; never a
 silent pass) or a *review* condition (a human must decide). The decision is
 ``fail`` when anything failed, else ``review`` when anything is missing or
 needs review, else ``pass``. Comparisons are direction-aware: for a metric
-where lower is better (a ``*loss``), a rise is a deterioration.
+where lower is better (a ``*loss``), a rise is a deterioration. A bound met
+as written is met: :func:`exceeds` compares a difference of measurements with
+its bound beyond float rounding (``0.795 - 0.8`` is ``-0.0050000000000000044``,
+which meets a margin of ``-0.005``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,30 @@ class Decision:
         """Return every reason, failures first, each prefixed with its kind."""
         return ([f"fail: {r}" for r in self.failures] + [f"missing: {r}" for r in self.missing]
                 + [f"review: {r}" for r in self.reviews])
+
+
+#: Relative tolerance of :func:`exceeds`: far above float rounding (about 1e-16 of the
+#: values), far below any bound a policy or an objective writes.
+REL_TOLERANCE = 1e-12
+
+
+def exceeds(value: float, bound: float, *operands: float) -> bool:
+    """Return whether ``value`` is above ``bound`` by more than float rounding.
+
+    A difference of two measurements carries rounding error relative to the
+    measurements themselves, not to the difference: pass them as ``operands``.
+    ``value`` counts as above ``bound`` only when it is more than
+    :data:`REL_TOLERANCE` of the largest magnitude among value, bound and operands
+    above it, so a bound equal to the measured difference as written holds.
+
+    Args:
+        value: The measured quantity (a difference, a spread, a distance).
+        bound: The most it may be.
+        *operands: The measurements ``value`` was computed from.
+
+    """
+    scale = max(abs(value), abs(bound), *(abs(x) for x in operands))
+    return value - bound > REL_TOLERANCE * scale
 
 
 def _fmt(x: float) -> str:
@@ -195,7 +222,7 @@ def _incumbent(d: Decision, p: Policy, ev: Evidence,
     d.measured[f"delta.{p.primary}"] = delta
     if p.margin is not None:
         d.thresholds[f"margin.{p.primary}"] = p.margin
-        if delta < p.margin:
+        if exceeds(p.margin, delta, cand, base):
             d.failures.append(f"{p.primary} {_fmt(cand)} vs incumbent {_fmt(base)}: change "
                               f"{delta:+.4g} below the margin {p.margin:+.4g}")
     return inc
@@ -246,7 +273,7 @@ def _slices(d: Decision, p: Policy, c: RunEvidence, inc: RunEvidence | None) -> 
                 m[f"incumbent.{p.primary}"] = base
                 m["deterioration"] = det
                 d.measured[f"slice.{name}.deterioration"] = det
-                if det > bound:
+                if exceeds(det, bound, base, value):
                     d.failures.append(f"slice {name}: {p.primary} {_fmt(value)} vs incumbent "
                                       f"{_fmt(base)}, deteriorated by {_fmt(det)} (bound "
                                       f"{_fmt(bound)})")
@@ -260,7 +287,7 @@ def _slices(d: Decision, p: Policy, c: RunEvidence, inc: RunEvidence | None) -> 
             lo, hi = min(values, key=values.__getitem__), max(values, key=values.__getitem__)
             spread = values[hi] - values[lo]
             d.measured["slice_spread"] = spread
-            if spread > p.max_slice_spread:
+            if exceeds(spread, p.max_slice_spread, values[hi], values[lo]):
                 d.failures.append(f"spread of {p.primary} across slices {_fmt(spread)} "
                                   f"({lo} {_fmt(values[lo])} .. {hi} {_fmt(values[hi])}) above "
                                   f"the bound {_fmt(p.max_slice_spread)}")
@@ -285,7 +312,7 @@ def _stability(d: Decision, p: Policy, c: RunEvidence, repeats: tuple[RunEvidenc
             width = hi - lo
             where = f"slice {name}" if name else "the whole set"
             d.measured[f"ci_width.{name or 'all'}"] = width
-            if not math.isfinite(width) or width < 0 or width > p.max_ci_width:
+            if not math.isfinite(width) or width < 0 or exceeds(width, p.max_ci_width, lo, hi):
                 d.failures.append(f"confidence interval of {p.primary} on {where} "
                                   f"[{_fmt(lo)}, {_fmt(hi)}] wider than {_fmt(p.max_ci_width)}")
     mine = _primary_of(p, c)
@@ -306,7 +333,7 @@ def _stability(d: Decision, p: Policy, c: RunEvidence, repeats: tuple[RunEvidenc
             spread = max(by_seed.values()) - min(by_seed.values())
             d.measured[f"seed_spread.{p.primary}"] = spread
             d.thresholds[f"seed_spread.{p.primary}"] = p.max_seed_spread
-            if spread > p.max_seed_spread:
+            if exceeds(spread, p.max_seed_spread, *by_seed.values()):
                 d.failures.append(
                     f"spread of {p.primary} across {len(by_seed)} seeds {_fmt(spread)} "
                     f"({_fmt(min(by_seed.values()))} .. {_fmt(max(by_seed.values()))}) above "
@@ -323,7 +350,7 @@ def _stability(d: Decision, p: Policy, c: RunEvidence, repeats: tuple[RunEvidenc
         rid, v = max(reruns, key=lambda x: abs(x[1] - mine))  # type: ignore[operator]
         diff = abs(v - mine)  # type: ignore[operator]
         d.measured[f"rerun_diff.{p.primary}"] = diff
-        if diff > p.rerun_tolerance:
+        if exceeds(diff, p.rerun_tolerance, v, mine):  # type: ignore[arg-type]
             d.failures.append(f"rerun {rid} does not reproduce the candidate: {p.primary} "
                               f"{_fmt(v)} vs {_fmt(mine)} (difference {_fmt(diff)}, tolerance "  # type: ignore[arg-type]
                               f"{_fmt(p.rerun_tolerance)})")

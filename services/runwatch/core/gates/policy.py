@@ -5,7 +5,8 @@ Size: one file format: every key's parsing and validation, each error naming fil
 A policy file holds ``policies``, a list; each policy names the runs it governs
 (``match``: an experiment family, or a ``model`` label) and the evidence a
 candidate needs. Every key is optional except ``name``, ``match`` and
-``primary``; a check whose key is absent is not made. Unknown keys, wrong
+``primary``; a check whose key is absent is not made. Two policies may not
+match the same family (or the same ``model`` label). Unknown keys, wrong
 types and impossible values are errors that name the file, the line and the
 key (``gates.yaml:14: policies[0].slices.max_deterioration: must be a finite
 number >= 0, got 'high'``), read through :mod:`runwatch.core.yamlconf`. The
@@ -161,10 +162,20 @@ def parse_policies(text: str, source: str = "gates.yaml") -> PolicySet:
     items = r.sequence(top["policies"][1], "policies", non_empty=True)
     policies = [_policy(r, item, f"policies[{i}]") for i, item in enumerate(items)]
     seen: dict[str, int] = {}
+    governs: dict[tuple[str, str], int] = {}  # (family|model, value) -> the policy's index
     for i, p in enumerate(policies):
         if p.name in seen:
             raise r.err(items[i], f"policies[{i}].name", f"duplicate policy name {p.name!r}")
         seen[p.name] = i
+        what = ("model", p.model) if p.model else ("family", p.family)
+        if what in governs:  # for_run would pick the first and never use this one
+            j = governs[what]
+            match = r.mapping(items[i], f"policies[{i}]")["match"][1]
+            raise r.err(match, f"policies[{i}].match",
+                        f"{what[0]} {what[1]!r} is already matched by policy "
+                        f"{policies[j].name!r} (policies[{j}], line {r.line(items[j])}): "
+                        "a run is governed by one policy")
+        governs[what] = i
     return PolicySet(policies=tuple(policies), source=source)
 
 

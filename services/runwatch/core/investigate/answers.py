@@ -29,7 +29,11 @@ Rules:
   attempt's GPUs; the wait between attempts is not lost);
 * **deterministic**: the same detector fired at the same step (within 1 %) in
   two attempts of the run, or in another run of the same lineage without the
-  seed (:func:`~runwatch.core.investigate.lineage.repeat_key`);
+  seed (:func:`~runwatch.core.investigate.lineage.repeat_key`); not
+  deterministic only on evidence that the failure did not recur at its step
+  (an attempt or a run of the same lineage went past it without the failure:
+  :func:`_not_recurred`); else unknown (an alert still firing across a
+  restart is not seen again);
 * **release**: blocked when the latest decision of a gate of the run is
   ``fail`` or ``review``;
 * **owner**: the owner the processor stamped on each alert the run fired
@@ -260,7 +264,11 @@ def _suspects(me: dict[str, Any] | None, changed: dict[str, Any]) -> list[dict[s
         elif c["kind"] == "image":
             add("image", c["new"], "new since the reference run")
         elif c["kind"] == "code":
-            add("code", me["code_revision"], "new since the reference run")
+            old_rev = c["old"].removesuffix(" (dirty)")
+            if me["code_revision"] != old_rev:
+                add("code", me["code_revision"], "new since the reference run")
+            elif me["code_dirty"]:  # the same revision: new is what no other run shares
+                add("code", c["new"], "uncommitted changes since the reference run")
     for q in changed["input_quality"]:
         add("dataset", f"{q['dataset_uri']}@{q['dataset_version']}",
             "data-quality problem: " + "; ".join(q["problems"]))
@@ -344,9 +352,77 @@ def _deterministic(ev: Evidence, firing: list[dict[str, Any]]) -> dict[str, Any]
         return {"deterministic": None, "reason": "one attempt and no other run with "
                 "the same lineage (without the seed) to compare with",
                 "attempts": attempts, "same_lineage_runs": others, "evidence": []}
-    return {"deterministic": False, "reason": "the failure did not recur at the same step "
-            f"in {len(attempts)} attempt(s) and {len(others)} run(s) of the same lineage",
+    failures = _failures(ev, firing)
+    if not failures:
+        return {"deterministic": None, "reason": "no alert about the run's computation fired "
+                "(policy, gate and record findings only)", "attempts": attempts,
+                "same_lineage_runs": others, "evidence": []}
+    checked = [(f"{det} at step {'?' if step is None else step}",
+                _not_recurred(ev, firing, det, step, first)) for det, step, first in failures]
+    unknown = [what for what, why in checked if not why]
+    if unknown:
+        return {"deterministic": None, "reason": "unknown: nothing shows a later attempt or a "
+                "run of the same lineage going past the failing step without the failure ("
+                + ", ".join(unknown) + "; an alert still firing across a restart is not seen "
+                "again)", "attempts": attempts, "same_lineage_runs": others, "evidence": []}
+    return {"deterministic": False, "reason": "the failure did not recur at the same step: "
+            + "; ".join(f"{what} ({why})" for what, why in checked),
             "attempts": attempts, "same_lineage_runs": others, "evidence": []}
+
+
+def _failures(ev: Evidence, firing: list[dict[str, Any]]) -> list[tuple[str, int | None, int]]:
+    """Each computing detector's first failure: (detector, its step, its first sighting)."""
+    first: dict[str, int] = {}
+    for a in firing:
+        if a["detector"] in POLICY_DETECTORS:
+            continue
+        det, at = str(a["detector"]), int(a.get("first_seen_ms") or 0)
+        first[det] = min(first.get(det, at), at)
+    return [(det, step_at(ev.steps_at, at), at) for det, at in sorted(first.items())]
+
+
+def _firing_at(alert: Row, ts_ms: int) -> bool:
+    """Whether an alert (its latest row) was firing at a time (resolved: until its row's time)."""
+    if int(alert.get("first_seen_ms") or 0) > ts_ms:
+        return False
+    return alert.get("status") != "resolved" or int(alert.get("ts_ms") or 0) > ts_ms
+
+
+def _not_recurred(ev: Evidence, firing: list[dict[str, Any]], det: str, step: int | None,
+                  first_ms: int) -> str:
+    """Say what shows that a failure first seen at ``step`` did not recur there ("": nothing).
+
+    Each piece of evidence is one attempt or run going past the other's failing step
+    without the failure: a run of the same lineage fired the detector at another step; a
+    later attempt fired it at an earlier step; a later attempt, started at or before the
+    step, went past it while no alert of the detector was firing.
+    """
+    if step is None:
+        return ""
+    for r in ev.repeats:
+        s = r.get("step")
+        if r.get("detector") == det and s is not None and not _same_step(int(s), step):
+            return f"run {r['run_id']} of the same lineage fired it at step {s}"
+    failed_in = _attempt_at(ev.jobs, first_ms)
+    for a in firing:
+        at = int(a.get("first_seen_ms") or 0)
+        s, att = step_at(ev.steps_at, at), _attempt_at(ev.jobs, at)
+        if a["detector"] == det and att > failed_in and s is not None and s < step \
+                and not _same_step(s, step):
+            return f"attempt {att} fired it at step {s}"
+    later: dict[int, list[tuple[int, int]]] = {}
+    for t, s in ev.steps_at:
+        att = _attempt_at(ev.jobs, t)
+        if t > first_ms and att > failed_in:
+            later.setdefault(att, []).append((t, s))
+    for att, steps in sorted(later.items()):
+        if min(s for _t, s in steps) > step:
+            continue  # resumed past the failing step: it did not run it again
+        for t, s in steps:
+            if s > step and not _same_step(s, step) and not any(
+                    a["detector"] == det and _firing_at(a, t) for a in firing):
+                return f"attempt {att} went past it to step {s} without it"
+    return ""
 
 
 def _attempt_at(jobs: Sequence[Row], ts_ms: int) -> int:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from runwatch.core.gates import registry
+from runwatch.core.gates.evaluate import exceeds
 from runwatch.core.slo.timewin import cutoffs, iso, next_cutoff, previous_cutoff, zone
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -289,7 +290,9 @@ def reproducibility(p: Mapping[str, Any], rows: Sequence[ReproRow], start: int,
     A group (runs sharing a lineage) counts once it holds ``minRepeats``
     runs in the window; ``relative`` tolerances are a share of the median.
     The median is over the group's finite values; a run whose value is NaN
-    or infinite is a bad event (it reproduced nothing) and moves no median.
+    or infinite is a bad event (it reproduced nothing) and moves no median. A run
+    exactly ``tolerance`` from the median as written is good (float rounding of the
+    difference does not count: :func:`~runwatch.core.gates.evaluate.exceeds`).
     """
     groups: dict[str, list[ReproRow]] = defaultdict(list)
     for r in rows:
@@ -310,7 +313,8 @@ def reproducibility(p: Mapping[str, Any], rows: Sequence[ReproRow], start: int,
                                     f"number) among {len(members)} repeats"))
                 continue
             off = abs(m.value - median)
-            out.append(SliEvent(m.run_id, m.at_ms, off <= bound, (m.run_id,), off, bound,
+            good = not exceeds(off, bound, m.value, median)
+            out.append(SliEvent(m.run_id, m.at_ms, good, (m.run_id,), off, bound,
                                 f"run {m.run_id}: {p['metric']} {m.value:.4g}, {off:.4g} from "
                                 f"the median of {len(members)} repeats (at most {bound:.4g})"))
     return out

@@ -39,7 +39,7 @@ import yaml
 from runwatch.core.signals.rules import REGISTERED
 from runwatch.core.slo.burn import BurnTier, default_tiers
 from runwatch.core.slo.timewin import Window, parse_cron
-from runwatch.core.yamlconf import Reader, compose_all
+from runwatch.core.yamlconf import LONGEST_DURATION_MS, Reader, compose_all
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$")
 
@@ -106,6 +106,13 @@ _share: Parser = Reader.share
 _bool: Parser = Reader.boolean
 _positive_int: Parser = Reader.positive_int
 _tz: Parser = Reader.timezone
+
+
+def _window_ms(r: _Reader, node: yaml.Node, key: str) -> int:
+    ms = r.duration(node, key)
+    if ms > LONGEST_DURATION_MS:
+        raise r.err(node, key, f"{node.value!r} is longer than ten years (3660d)")
+    return ms
 
 
 def _non_negative(r: _Reader, node: yaml.Node, key: str) -> float:
@@ -181,14 +188,13 @@ def parse_slos(text: str, source: str = "<slos>") -> list[Objective]:
     """
     r = Reader(source, SloConfigError)
     out: list[Objective] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, str] = {}  # name -> source:line of its metadata.name
     for node in compose_all(text, source, SloConfigError):
-        obj = _objective(node, r)
+        obj, name_at = _objective(node, r)
         if obj.name in seen:
-            msg = (f"{obj.source}: metadata.name: {obj.name!r} is already defined at "
-                   f"{seen[obj.name]}")
+            msg = f"{name_at}: metadata.name: {obj.name!r} is already defined at {seen[obj.name]}"
             raise SloConfigError(msg)
-        seen[obj.name] = obj.source
+        seen[obj.name] = name_at
         out.append(obj)
     if not out:
         msg = f"{source}:1: the file defines no SLO"
@@ -196,7 +202,8 @@ def parse_slos(text: str, source: str = "<slos>") -> list[Objective]:
     return out
 
 
-def _objective(node: yaml.Node, r: _Reader) -> Objective:
+def _objective(node: yaml.Node, r: _Reader) -> tuple[Objective, str]:
+    """Return the document's objective and ``source:line`` of its ``metadata.name``."""
     top = r.mapping(node, "document", {"apiVersion", "kind", "metadata", "spec"})
     api = r.string(r.need(top, "apiVersion", node), "apiVersion")
     if api != "openslo/v1":
@@ -230,7 +237,7 @@ def _objective(node: yaml.Node, r: _Reader) -> Objective:
     alerting = _alerting(spec["alertPolicy"][1], r) if "alertPolicy" in spec else AlertSettings()
     return Objective(name=name, kind=ind_kind, params=params, target=target, window=window,
                      display_name=display, description=description, owner=owner,
-                     alerting=alerting, source=r.at(node))
+                     alerting=alerting, source=r.at(node)), r.at(meta["name"][1])
 
 
 def _indicator(node: yaml.Node, r: _Reader) -> tuple[str, dict[str, Any]]:
@@ -288,7 +295,7 @@ def _window(node: yaml.Node, r: _Reader) -> Window:
     duration = r.need(w, "duration", item, where)
     rolling = r.boolean(w["isRolling"][1], f"{where}.isRolling") if "isRolling" in w else True
     if rolling:
-        return Window(r.duration(duration, f"{where}.duration"))
+        return Window(_window_ms(r, duration, f"{where}.duration"))
     text = r.string(duration, f"{where}.duration")
     periods = {"1d": "day", "1w": "week", "1M": "month"}
     if text not in periods:
@@ -323,8 +330,8 @@ def _tiers(node: yaml.Node, r: _Reader) -> tuple[BurnTier, ...]:
         at = f"{where}[{i}]"
         t = r.mapping(item, at, {"budget", "longWindow", "shortWindow", "severity"})
         share = r.share(r.need(t, "budget", item, at), f"{at}.budget")
-        long_ms = r.duration(r.need(t, "longWindow", item, at), f"{at}.longWindow")
-        short_ms = r.duration(t["shortWindow"][1], f"{at}.shortWindow") \
+        long_ms = _window_ms(r, r.need(t, "longWindow", item, at), f"{at}.longWindow")
+        short_ms = _window_ms(r, t["shortWindow"][1], f"{at}.shortWindow") \
             if "shortWindow" in t else long_ms // 12
         sev = r.string(t["severity"][1], f"{at}.severity") if "severity" in t else "critical"
         if sev not in ("info", "warning", "critical"):
