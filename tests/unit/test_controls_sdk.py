@@ -130,3 +130,32 @@ def test_a_loss_scaler_skipping_steps_does_not_page() -> None:
 
 def test_gradients_that_keep_overflowing_page() -> None:
     assert "rule:non_finite" in pages(overflows(set(range(600, 620))))
+
+
+def language_model(slower_from: int | None, seq_from: int | None,
+                   samples: bool) -> Callable[[Any, Clock], None]:
+    """A language model's steps counting tokens (and samples when ``samples``): the step
+    time doubles from ``slower_from``; the sequence length doubles from ``seq_from`` with
+    the tokens per step and the step time kept (a curriculum: half the samples a step)."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(9)
+        t = T0
+        for i in range(1400):
+            step_ms = 1000.0 * (2 if slower_from is not None and i >= slower_from else 1)
+            step_ms *= 1 + 0.02 * rng.random()
+            per_step = 16 if seq_from is not None and i >= seq_from else 32
+            t += int(step_ms)
+            clock.t = t
+            run.step(i, loss=2.0, lr=1e-3, tokens=32 * 1024,  # sequences of 1,024 or 2,048
+                     samples=per_step if samples else 0, step_ms=step_ms, loader_wait_ms=20.0)
+    return script
+
+
+def test_a_sequence_length_curriculum_at_the_same_tokens_per_second_does_not_page() -> None:
+    assert pages(language_model(None, 1000, samples=True)) == []
+
+
+@pytest.mark.parametrize("samples", [True, False])
+def test_a_language_model_at_half_its_tokens_per_second_pages(samples: bool) -> None:
+    # a job that counts tokens alone reports no samples: its samples/s of 0 could not fall
+    assert "watch:token_throughput" in pages(language_model(1000, None, samples=samples))

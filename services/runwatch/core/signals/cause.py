@@ -78,7 +78,7 @@ _SPEED: frozenset[Effect] = frozenset(("throughput",))
 _SLOW: frozenset[Effect] = frozenset(("throughput", "stop"))  # execution slowness: may hang
 
 #: Symptom indicators that are effects on speed rather than mechanisms.
-THROUGHPUT_SYMPTOMS = frozenset({"throughput", "step_gap_ms"})
+THROUGHPUT_SYMPTOMS = frozenset({"throughput", "token_throughput", "step_gap_ms"})
 
 #: Detector or indicator → the symptom kinds that evidence can explain.
 EXPLAINS: dict[str, frozenset[Effect]] = {
@@ -106,6 +106,7 @@ EXPLAINS: dict[str, frozenset[Effect]] = {
     "loader_share": _SLOW,
     "checkpoint_share": _SLOW,
     "throughput": _SLOW,
+    "token_throughput": _SLOW,
     "step_gap_ms": _SLOW,
     "queue_delay_ms": _SLOW,
 }

@@ -39,6 +39,9 @@ def default_specs() -> dict[str, WatchSpec]:
                                       persist=3, trend=True),
         "throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2, persist=5,
                                 adwin=True),
+        # a step's tokens per second, where its StepTiming counts them (instead of samples)
+        "token_throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2,
+                                      persist=5, adwin=True),
         "effective_batch_size": WatchSpec("down", warmup=10, alpha=0.5, k=3.0, rel_effect=0.1,
                                           persist=2),
         "gpu_utilization": WatchSpec("down", warmup=5, alpha=0.3, k=4.0, min_effect=0.2,
@@ -59,9 +62,11 @@ def default_specs() -> dict[str, WatchSpec]:
 
 # Watches that raise alerts on their own; the rest only feed evidence.
 ALERTING_WATCHES = frozenset({"loader_share", "checkpoint_share", "gpu_occupancy",
-                              "grad_norm_variance", "rejected_sample_rate", "throughput"})
+                              "grad_norm_variance", "rejected_sample_rate", "throughput",
+                              "token_throughput"})
 WATCH_SIGNAL = {
     "loader_share": "execution", "checkpoint_share": "execution", "throughput": "execution",
+    "token_throughput": "execution",
     "effective_batch_size": "execution", "gpu_utilization": "infrastructure",
     "gpu_occupancy": "infrastructure", "interconnect": "infrastructure",
     "grad_norm": "learning",

@@ -275,7 +275,11 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
     out += _stall_over(s, cfg, now, at)
     out += observe(s, cfg, "loader_share", ind.loader_share(e.loader_wait_ms, e.step_ms), at, now,
                    bl, f"loader_wait {e.loader_wait_ms:.0f} ms of step {e.step_ms:.0f} ms")
-    out += observe(s, cfg, "throughput", ind.throughput(e.samples, e.step_ms), at, now, bl,
+    # a step that counts its tokens is judged by them: samples a step may halve by design
+    # (a curriculum doubling the sequence length), and a job that counts tokens alone
+    # reports no samples, whose throughput of 0 could never fall
+    name, done = ("token_throughput", e.tokens) if e.tokens else ("throughput", e.samples)
+    out += observe(s, cfg, name, ind.throughput(done, e.step_ms), at, now, bl,
                    cause=lambda: throughput_cause(s, at, cfg))
     if e.effective_batch_size is not None:
         out += observe(s, cfg, "effective_batch_size", float(e.effective_batch_size), at, now,
