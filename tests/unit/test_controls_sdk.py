@@ -159,3 +159,27 @@ def test_a_sequence_length_curriculum_at_the_same_tokens_per_second_does_not_pag
 def test_a_language_model_at_half_its_tokens_per_second_pages(samples: bool) -> None:
     # a job that counts tokens alone reports no samples: its samples/s of 0 could not fall
     assert "watch:token_throughput" in pages(language_model(1000, None, samples=samples))
+
+
+def diverging(rise: float, every: int = 1) -> Callable[[Any, Clock], None]:
+    """A loss flat at 1.0 for 1,000 steps, then rising by ``rise`` of it a step (logged
+    every ``every``-th step; 1 % noise)."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(2)
+        for i in range(0, 2000, every):
+            clock.t = T0 + (i + 1) * 1000
+            loss = 1.0 + rise * max(i - 1000, 0)
+            run.step(i, loss=loss * (1 + rng.gauss(0, 0.01)), lr=1e-3, samples=64,
+                     step_ms=1000.0, loader_wait_ms=20.0)
+    return script
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_a_loss_rising_half_a_percent_a_step_pages_however_often_it_is_logged(every) -> None:
+    # six times its level by step 2000: logged every step it never reached 1.5 x within
+    # the 50 logged steps the rule looked back over
+    assert "rule:loss_divergence" in pages(diverging(0.005, every))
+
+
+def test_a_flat_loss_does_not_page() -> None:
+    assert pages(diverging(0.0)) == []

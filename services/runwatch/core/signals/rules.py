@@ -637,22 +637,26 @@ mini-batch noise moves a 10-step mean by a few percent, a diverging run by multi
 
 
 def loss_divergence(
-    points: Sequence[Sequence[float]], lr_raised_at_step: float | None, at_ms: int
+    points: Sequence[Sequence[float]], lr_raised_at_step: float | None, at_ms: int,
+    earlier_best: float | None = None,
 ) -> Finding | None:
     """Fire when the training loss has climbed well above its recent best (no convergence).
 
     Over the run's recent (step, loss) window, the loss's 10-step mean now is
-    :data:`LOSS_RISE` times its lowest 10-step mean in the window, and the
-    least-squares slope is positive. A learning-rate increase inside the
-    window (a warm restart, warm-up) raises the loss by design: nothing fires
-    until the window has moved past it. Statistical (not a hard rule): the
-    symptom waits for correlated causes (a data shift, restarts) like other
-    learning symptoms.
+    :data:`LOSS_RISE` times its lowest 10-step mean (in the window, or
+    ``earlier_best`` if lower), and the least-squares slope is positive. A
+    learning-rate increase inside the window (a warm restart, warm-up) raises
+    the loss by design: nothing fires until the window has moved past it.
+    Statistical (not a hard rule): the symptom waits for correlated causes (a
+    data shift, restarts) like other learning symptoms.
 
     Args:
         points: (step, loss) of the run's recent steps, oldest first (finite losses).
         lr_raised_at_step: The step of the run's latest learning-rate increase, if any.
         at_ms: Event time.
+        earlier_best: The lowest 10-step mean of the run's steps before the window
+            (since its latest learning-rate increase), if kept: a steady rise of
+            half a percent a step never reaches 1.5 × within 50 logged steps.
 
     Returns:
         A warning learning finding, or None.
@@ -663,11 +667,14 @@ def loss_divergence(
     if lr_raised_at_step is not None and lr_raised_at_step >= points[0][0]:
         return None
     losses = [p[1] for p in points]
-    if sum(losses[-LOSS_SMOOTH:]) / LOSS_SMOOTH < LOSS_RISE * min(losses):
+    floor = min(losses) if earlier_best is None else min(min(losses), earlier_best)
+    if sum(losses[-LOSS_SMOOTH:]) / LOSS_SMOOTH < LOSS_RISE * floor:
         return None  # cheap: no 10-step mean is below the lowest single loss
     means = [sum(losses[i:i + LOSS_SMOOTH]) / LOSS_SMOOTH
              for i in range(len(losses) - LOSS_SMOOTH + 1)]
     best, now = min(means), means[-1]
+    if earlier_best is not None and earlier_best > 0:
+        best = min(best, earlier_best)
     if best <= 0 or now < LOSS_RISE * best:
         return None
     n = len(points)
@@ -681,6 +688,6 @@ def loss_divergence(
         severity="warning", observed=now, expected=best,
         score=min((now / best - 1.0) / (2 * (LOSS_RISE - 1.0)), 1.0), at_ms=at_ms,
         title=f"Training loss diverging: {now:.4g} from a best of {best:.4g}",
-        detail=f"{LOSS_SMOOTH}-step mean loss, window of {n} steps; no learning-rate increase "
-        "in the window",
+        detail=f"{LOSS_SMOOTH}-step mean loss, window of {n} steps and the lowest levels "
+        "before it; no learning-rate increase in the window",
     )

@@ -342,8 +342,10 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
         prev = s.signals.get("lr")
         if prev is not None and e.lr > prev[1] * (1 + LR_RISE) and e.step > prev[0]:
             s.signals["lr_up"] = e.step
+            s.signals.pop("loss_lows", None)  # the loss before a warm restart is no best
         s.signals["lr"] = [e.step, e.lr]
     _push(s.losses, [float(e.step), e.loss], 50)
+    earlier = _loss_lows(s)
     if len(s.losses) >= 20:
         slope = ind.loss_trend([p[0] for p in s.losses], [p[1] for p in s.losses])
         first = s.losses[0][1]
@@ -351,7 +353,7 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
                                         "warning", slope, 0.0, 0.5, at, "Loss trending up",
                                         alert=False), now, one_shot=True)
-        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at)
+        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier)
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
     if e.grad_norm is not None and math.isfinite(e.grad_norm):
@@ -368,6 +370,34 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
                            now, bl, f"variance of the last {GRAD_WINDOW} gradient norms",
                            cause=(lambda: ("learning", False)) if restarted else None)
     return out
+
+
+LOSS_BLOCKS = 10
+"""Blocks of 50 logged steps whose lowest 10-step mean loss a run keeps
+(``signals["loss_lows"]``: [first step, lowest mean, steps]), so loss divergence measures
+a rise from the best of the last 500 logged steps, not only of the last 50."""
+
+
+def _loss_lows(s: RunState) -> float | None:
+    """Fold the run's latest 10-step mean loss into its blocks; return the lowest kept.
+
+    The blocks hold the steps since the run's latest learning-rate increase (a warm
+    restart clears them). None while fewer than 10 losses are known.
+    """
+    tail = s.losses[-rules.LOSS_SMOOTH:]
+    if len(tail) < rules.LOSS_SMOOTH:
+        return None
+    mean = sum(p[1] for p in tail) / rules.LOSS_SMOOTH
+    if not math.isfinite(mean):
+        return None
+    lows: list[list[float]] = s.signals.setdefault("loss_lows", [])
+    if lows and lows[-1][2] < 50:
+        block = lows[-1]
+        block[1], block[2] = min(block[1], mean), block[2] + 1
+    else:
+        lows.append([tail[-1][0], mean, 1])
+        del lows[:-LOSS_BLOCKS]
+    return min(b[1] for b in lows)
 
 
 def _primary(metrics: dict[str, float], current: str) -> tuple[str, bool] | None:
