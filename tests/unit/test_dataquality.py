@@ -210,3 +210,12 @@ def test_the_fast_cell_checks_agree_with_the_abstract_ones() -> None:
     for v in cells:
         assert dq._is_float(v) == ref_float(v), v
         assert dq.is_null(v) == ref_null(v), v
+
+
+def test_an_integer_beyond_the_float_range_is_infinite_not_an_overflow(tmp_path: Path) -> None:
+    pub = Publisher(ListTransport(), kind="sdk")
+    rec = report("s3://big", "v1", None, {"x": [1, 2, 10**400], "y": [-(10**400), 0, 1]},
+                 baseline_directory=tmp_path, publisher=pub)
+    by = {f.name: f for f in rec.features}
+    assert by["x"].max == math.inf and by["y"].min == -math.inf
+    assert rec.row_count == 3

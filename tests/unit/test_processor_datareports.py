@@ -19,7 +19,7 @@ import runwatch
 from runwatch.adapters.publisher import CaptureTransport, Publisher
 from runwatch.client import data
 from runwatch.client.emit import emit_records
-from runwatch.core.records import Alert, DatasetRef
+from runwatch.core.records import Alert, DataQualityReport, DatasetRef
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings
 
@@ -404,3 +404,53 @@ def test_a_run_that_ended_before_its_report_was_due_is_not_missing_it() -> None:
     m.feed(t.messages)
     m.tick(later + 60_000)
     assert firing(m) == {("C", "rule:missing_data_report", "data")}
+
+
+@pytest.mark.parametrize("named", ["s3://ev@v1", {"uri": "s3://ev", "version": "v1"},
+                                   ("s3://ev", "v1")])
+def test_a_dataset_named_with_its_version_any_way_is_the_version_reported(named,
+                                                                         tmp_path) -> None:
+    t = CaptureTransport()
+    wall = int(time.time() * 1000)
+    run = runwatch.init("fam", run_id="V", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: wall, strict=True,
+                        datasets=[named])
+    data.report("s3://ev", "v1", None, {"x": [1, 2, 3]}, publisher=publisher(t),
+                baseline_directory=tmp_path, now_ms=wall + 1_000)
+    later = wall + DATA_WAIT_MS + 120_000
+    run.step(1, loss=1.0, now_ms=later, step_ms=100.0, loader_wait_ms=1.0)
+    run.finish(now_ms=later + 1_000)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    m.tick(later + 60_000)
+    assert m.p.runs.load(b"V").datasets == ["s3://ev@v1"]
+    assert firing(m) == set()  # the report of v1 is the report of the dataset it named
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"row_count": 100, "schema_failures": 500}, "schema_failures 500 above row_count 100"),
+    ({"row_count": 10, "duplicate_rows": 11}, "duplicate_rows 11 above row_count 10"),
+    ({"row_count": 10, "dataset_uri": " "}, "without a dataset_uri"),
+])
+def test_a_report_that_cannot_be_true_is_refused_by_emit_and_dead_lettered(fields, why) -> None:
+    t = CaptureTransport()
+    wall = int(time.time() * 1000)
+    run = start(t, "A", ("s3://e", "v1"), clock_ms=wall)
+    obj = {"type": "data-quality", "dataset_uri": "s3://e", "dataset_version": "v1",
+           "run_id": "A", "schema_failures": 0, "duplicate_rows": 0,
+           "window_start_ms": wall, "window_end_ms": wall, **fields}
+    res = emit_records(publisher(t), [obj])
+    assert len(res.errors) == 1 and why in res.errors[0], res.errors
+    # a producer that skips emit's checks (its own Avro encoder): the processor says why
+    pub = publisher(t)
+    rec = DataQualityReport(**pub.meta(wall + 1_000, seq=1), run_id="A", dataset_version="v1",
+                            partition=None, window_start_ms=wall, window_end_ms=wall,
+                            **{"dataset_uri": "s3://e", "schema_failures": 0,
+                               "duplicate_rows": 0, **fields})
+    pub.publish([rec])
+    run.finish(now_ms=wall + 2_000)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    assert not any(a.detector == "rule:schema_failures" for a in m.alerts
+                   if isinstance(a, Alert))
+    assert any(why in d.reason for d in m.dead), [d.reason for d in m.dead]

@@ -182,7 +182,8 @@ def init(
         experiment_family: Experiment family.
         team: Owning team.
         config: Config mapping or config file path (hashed and recorded).
-        datasets: DatasetRef objects or URIs.
+        datasets: Datasets the run reads: DatasetRef objects, ``uri@version`` or plain uri
+            strings, ``{"uri", "version"}`` mappings or ``(uri, version)`` pairs.
         run_id: Run id when the environment gives none (``RUNWATCH_RUN_ID``);
             otherwise the id every rank of a distributed job derives alike
             (:func:`shared_run_id`: torchrun's rendezvous id, a multi-task

@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runwatch.client.lineage import dataset_ref, optional_text
 from runwatch.core.gates import sketch as keysketch
 from runwatch.core.records import (
     DataQualityReport,
-    DatasetRef,
     DriftSummary,
     FeatureStats,
     StageEvent,
@@ -334,37 +334,6 @@ def report(
     return rec
 
 
-def dataset_ref(ref: Any) -> DatasetRef:
-    """Read a dataset reference: a DatasetRef, a mapping, ``(uri, version)`` or a string.
-
-    A string ``uri@version`` names a version when the part after the last ``@``
-    holds no ``/`` (``s3://b/clicks@2026-11-30``); otherwise it is an
-    unversioned uri (``s3://user@host/x``).
-
-    Raises:
-        ValueError: Nothing a reference can be read from (an empty uri).
-
-    """
-    if isinstance(ref, DatasetRef):
-        out = ref
-    elif isinstance(ref, Mapping):
-        out = DatasetRef(uri=str(ref.get("uri", "")), version=_opt(ref.get("version")),
-                         content_hash=_opt(ref.get("content_hash")))
-    elif isinstance(ref, tuple) and len(ref) == 2:
-        out = DatasetRef(uri=str(ref[0]), version=_opt(ref[1]))
-    else:
-        text = str(ref).strip()
-        head, at, tail = text.rpartition("@")
-        out = (DatasetRef(uri=head, version=tail) if at and head and tail and "/" not in tail
-               else DatasetRef(uri=text))
-    if not out.uri.strip():
-        msg = f"no dataset uri in {ref!r}"
-        raise ValueError(msg)
-    return out
-
-
-def _opt(value: Any) -> str | None:
-    return None if value is None or str(value) == "" else str(value)
 
 
 class Stage:
@@ -464,7 +433,8 @@ class Stage:
         meta["run_id"] = self.run_id
         stats = self.stats
         return StageEvent(
-            **meta, stage=self.name, code_version=_opt(self.code_version), inputs=tuple(inputs),
+            **meta, stage=self.name, code_version=optional_text(self.code_version),
+            inputs=tuple(inputs),
             dataset_uri=out.uri, dataset_version=out.version, content_hash=out.content_hash,
             window_start_ms=None if start is None else int(start),
             window_end_ms=None if end is None else int(end),

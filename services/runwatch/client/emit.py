@@ -19,7 +19,8 @@ from typing import Any, BinaryIO
 
 from runwatch.adapters.publisher import Publisher, default_topics, record_key
 from runwatch.core import lineage
-from runwatch.core.records import RECORD_TYPES, RunManifest
+from runwatch.core.records import RECORD_TYPES, DataQualityReport, RunManifest
+from runwatch.core.signals import rules
 from runwatch.core.topics import load_topics
 
 logger = logging.getLogger(__name__)
@@ -118,6 +119,12 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
         msg = (f"{cls.__name__} needs a run_id: its topic is keyed by run, and the processor "
                "dead-letters a record that names no run")
         raise ValueError(msg)
+    if isinstance(rec, DataQualityReport):
+        why = rules.report_problem(rec.dataset_uri, rec.row_count, rec.schema_failures,
+                                   rec.duplicate_rows)
+        if why is not None:
+            msg = f"bad value for {cls.__name__}: {why}"
+            raise ValueError(msg)
     if isinstance(rec, RunManifest):  # the producer fills the lineage hashes it left out
         lh, rg = lineage.hashes(rec.to_dict())
         rec = dataclasses.replace(rec, lineage_hash=lh, repeat_group=rg)

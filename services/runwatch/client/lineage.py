@@ -13,7 +13,10 @@ import socket
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runwatch.core.records import DatasetRef
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +172,7 @@ def _coerce(name: str, value: Any) -> Any:
         TypeError: Idem.
 
     """
-    from runwatch.core.records import DatasetRef, Hardware, TransformRef
+    from runwatch.core.records import Hardware, TransformRef
 
     if name == "hardware" and isinstance(value, Mapping):
         unknown = sorted(set(value) - {"nodes", "gpu_count", "gpu_model"})
@@ -184,10 +187,7 @@ def _coerce(name: str, value: Any) -> Any:
         )
     if name == "datasets" and not isinstance(value, str | Mapping):
         return tuple(
-            d if isinstance(d, DatasetRef)
-            else DatasetRef(uri=d) if isinstance(d, str)
-            else DatasetRef.from_dict(d)
-            for d in value
+            dataset_ref(d) for d in value
         )
     if name == "transforms" and not isinstance(value, str | Mapping):
         return tuple(t if isinstance(t, TransformRef) else TransformRef.from_dict(t)
@@ -237,3 +237,39 @@ def manifest_overrides(
             continue
         good[name] = fixed
     return good, bad
+
+
+def dataset_ref(ref: Any) -> DatasetRef:
+    """Read a dataset reference: a DatasetRef, a mapping, ``(uri, version)`` or a string.
+
+    A string ``uri@version`` names a version when the part after the last ``@``
+    holds no ``/`` (``s3://b/clicks@2026-11-30``); otherwise it is an
+    unversioned uri (``s3://user@host/x``).
+
+    Raises:
+        ValueError: Nothing a reference can be read from (an empty uri).
+
+    """
+    from runwatch.core.records import DatasetRef
+
+    if isinstance(ref, DatasetRef):
+        out = ref
+    elif isinstance(ref, Mapping):
+        out = DatasetRef(uri=str(ref.get("uri", "")), version=optional_text(ref.get("version")),
+                         content_hash=optional_text(ref.get("content_hash")))
+    elif isinstance(ref, tuple) and len(ref) == 2:
+        out = DatasetRef(uri=str(ref[0]), version=optional_text(ref[1]))
+    else:
+        text = str(ref).strip()
+        head, at, tail = text.rpartition("@")
+        out = (DatasetRef(uri=head, version=tail) if at and head and tail and "/" not in tail
+               else DatasetRef(uri=text))
+    if not out.uri.strip():
+        msg = f"no dataset uri in {ref!r}"
+        raise ValueError(msg)
+    return out
+
+
+def optional_text(value: Any) -> str | None:
+    """Return ``str(value)``, or None for None and the empty text."""
+    return None if value is None or str(value) == "" else str(value)

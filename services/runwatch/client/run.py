@@ -36,6 +36,7 @@ from runwatch.adapters.publisher import Publisher
 from runwatch.client import lineage
 from runwatch.client.exithooks import ExitHooks
 from runwatch.client.files import file_digest, file_size, normalize_sha256
+from runwatch.client.lineage import dataset_ref
 from runwatch.core import lineage as lineage_hash
 from runwatch.core.records import (
     ArtifactEvent,
@@ -134,9 +135,7 @@ class Run(ExitHooks):
         self._lock = threading.Lock()
         self._manifest_args: dict[str, Any] = dict(
             config=config,
-            datasets=tuple(
-                d if isinstance(d, DatasetRef) else DatasetRef(uri=str(d)) for d in datasets
-            ),
+            datasets=tuple(dataset_ref(d) for d in datasets),  # uri@version, mappings too
             seed_policy=seed_policy,
             resumed_from=resumed_from,
             parent_run_id=parent_run_id,

@@ -58,6 +58,19 @@ def _is_float(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not _is_bool(v)
 
 
+def as_float(v: Any) -> float:
+    """Return a real number as a float; an integer beyond the float range is ±inf.
+
+    ``float(10**400)`` raises OverflowError: a report of such a column failed with
+    it, naming no column. As a float it is infinite, and infinities are kept (min,
+    max; a mean of NaN).
+    """
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def _is_str(v: Any) -> bool:
     return isinstance(v, str)
 
@@ -150,7 +163,7 @@ def epoch_ms(values: Sequence[Any]) -> list[float] | None:
             aware = v if v.tzinfo is not None else v.replace(tzinfo=datetime.UTC)
             out.append(aware.timestamp() * 1000.0)
         elif _is_float(v):
-            out.append(float(v))
+            out.append(as_float(v))
         else:
             return None
     return out
@@ -170,7 +183,7 @@ def numeric(values: Sequence[Any]) -> list[float] | None:
     """
     vals = [v for v in _as_list(values) if not is_null(v)]
     if vals and all(_is_float(v) for v in vals):
-        return [float(v) for v in vals]
+        return [as_float(v) for v in vals]
     return None
 
 

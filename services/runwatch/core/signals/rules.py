@@ -189,6 +189,20 @@ the model trains on. ``RUNWATCH_PROCESSOR_SCHEMA_FAIL_SHARE`` sets it (0 fires
 on any malformed row)."""
 
 
+def report_problem(dataset_uri: str, rows: int, failures: int, duplicates: int) -> str | None:
+    """Return why a data-quality report cannot be true, or None.
+
+    A report needs its dataset, and counts no more failing or duplicate rows than it
+    has rows: 500 schema failures in 100 rows paged "500.0 % of rows fail its schema".
+    """
+    if not dataset_uri.strip():
+        return "a data-quality report without a dataset_uri"
+    for name, n in (("schema_failures", failures), ("duplicate_rows", duplicates)):
+        if n > rows:
+            return f"{name} {n} above row_count {rows}: a report counts its own rows"
+    return None
+
+
 def schema_failures(dataset_ref: str, failures: int, rows: int, tolerance: float,
                     at_ms: int) -> Finding | None:
     """Fire when more than ``tolerance`` of a batch's rows fail the dataset's schema.

@@ -103,8 +103,13 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
     absurd = absurd_event_time(at, now_ms, cfg.min_event_ms, cfg.max_ahead_ms)
     if absurd is not None:  # before the watermark: it must not make later records late
         return state, [dead_letter(state, cfg, absurd, raw, topic, now_ms)]
-    if isinstance(event, DataQualityReport) and report_seen(state, event):
-        return state, []  # the same report twice (redelivered, or forwarded again)
+    if isinstance(event, DataQualityReport):
+        why = rules.report_problem(event.dataset_uri, event.row_count, event.schema_failures,
+                                   event.duplicate_rows)
+        if why is not None:
+            return state, [dead_letter(state, cfg, why, raw, topic, now_ms)]
+        if report_seen(state, event):
+            return state, []  # the same report twice (redelivered, or forwarded again)
     if isinstance(event, StageEvent) and join_lineage.stage_seen(state, event):
         return state, []
     # One watermark per record type: topics (and partitions) are consumed
