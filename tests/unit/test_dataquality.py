@@ -219,3 +219,12 @@ def test_an_integer_beyond_the_float_range_is_infinite_not_an_overflow(tmp_path:
     by = {f.name: f for f in rec.features}
     assert by["x"].max == math.inf and by["y"].min == -math.inf
     assert rec.row_count == 3
+
+
+def test_class_ids_read_as_floats_are_the_same_labels() -> None:
+    # pandas makes an integer column float once one value is null: 1 became "1.0"
+    ints = dq.label_distribution([0, 1, 1, 0, 1])
+    floats = dq.label_distribution([0.0, 1.0, 1.0, 0.0, 1.0, math.nan])
+    assert set(ints) == {"0", "1"} and set(floats) == {"0", "1", "null"}
+    assert dq.label_distribution([np.int64(1), np.float64(2.5), True]) == {
+        "1": 1 / 3, "2.5": 1 / 3, "True": 1 / 3}

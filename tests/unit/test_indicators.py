@@ -120,3 +120,15 @@ def test_grad_norm_variance_is_not_raised_by_a_new_level_or_one_large_norm(norms
     # variance of these windows is 0.12 and 2.3, 600 and 12,000 times the steady one's
     assert ind.grad_norm_variance(norms) < 3 * steady
     assert ind.grad_norm_variance([1.0, 1.5, 0.6, 1.4, 0.5, 1.6, 0.7, 1.3, 0.4, 1.5]) > 100 * steady
+
+
+def test_label_shift_noise_allows_for_small_samples() -> None:
+    mix = {"0": 0.7, "1": 0.3}
+    rng = np.random.default_rng(3)
+    small = [ind.label_balance_shift({"1": float(k), "0": 10.0 - k}, mix)
+             for k in rng.binomial(10, 0.3, size=2000)]
+    noise = ind.label_shift_noise(mix, 10, 10)
+    assert max(small) > 0.15  # ten-row batches of the same mix: a fixed 0.15 marked them
+    assert sum(x > noise for x in small) <= 20  # under 1 % beyond the allowance
+    assert ind.label_shift_noise(mix, 100_000, 100_000) < 0.01
+    assert ind.label_shift_noise(mix, 0, 10) == 0.0

@@ -454,3 +454,26 @@ def test_a_report_that_cannot_be_true_is_refused_by_emit_and_dead_lettered(field
     assert not any(a.detector == "rule:schema_failures" for a in m.alerts
                    if isinstance(a, Alert))
     assert any(why in d.reason for d in m.dead), [d.reason for d in m.dead]
+
+
+@pytest.mark.parametrize(("later", "pages"), [(0.03, False), (0.4, True)])
+def test_small_batches_page_a_rejection_rise_not_their_noise(later: float, pages: bool,
+                                                               tmp_path) -> None:
+    # ten-row batches rejecting 3 % (one rejected row is a tenth of a batch), then `later`
+    t = CaptureTransport()
+    wall = int(time.time() * 1000)
+    run = start(t, "R", ("s3://clicks", "v1"), clock_ms=wall)
+    import random
+    rng = random.Random(7)
+    for k in range(40):
+        at = wall + (k + 1) * 300_000
+        run.step(k, loss=1.0, now_ms=at - 1_000, step_ms=1000.0, loader_wait_ms=10.0)
+        share = 0.03 if k < 20 else later
+        data.report("s3://clicks", "v1", f"p{k}", {"x": [rng.gauss(0, 1) for _ in range(10)]},
+                    rejected_samples=sum(rng.random() < share for _ in range(10)),
+                    publisher=publisher(t), baseline_directory=tmp_path, now_ms=at)
+    run.finish(now_ms=wall + 41 * 300_000)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    fired = {d for _, d, _ in firing(m)}
+    assert ("watch:rejected_sample_rate" in fired) is pages, fired

@@ -339,9 +339,28 @@ def label_distribution(values: Sequence[Any]) -> dict[str, float]:
         return {}
     counts: dict[str, int] = {}
     for v in values:
-        k = "null" if is_null(v) else str(v)
+        k = _label_key(v)
         counts[k] = counts.get(k, 0) + 1
     return {k: c / n for k, c in sorted(counts.items())}
+
+
+def _label_key(v: Any) -> str:
+    """Name a label: a whole number the same as an integer or a float (``1``, ``1.0``).
+
+    A label column read as floats (pandas makes class ids floats once one is null)
+    named every label anew (``1.0`` instead of ``1``): the whole balance read as shifted.
+    """
+    t = type(v)
+    if t is str or t is int:
+        return v if t is str else str(v)
+    if is_null(v):
+        return "null"
+    if isinstance(v, numbers.Integral) and t is not bool:
+        return str(int(v))
+    if _is_float(v):
+        f = as_float(v)
+        return str(int(f)) if f.is_integer() else str(f)
+    return str(v)
 
 
 def schema_failures(

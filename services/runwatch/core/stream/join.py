@@ -711,9 +711,13 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     labels = dict(e.label_distribution)
     ids = [*(prev or {}).get("ids", []), e.event_id][-REPORT_IDS:]
     hist, found = datachecks.check((prev or {}).get("hist"), e, ref, at)
+    rej = [*(prev or {}).get("rej", []), [e.row_count + e.rejected_samples, e.rejected_samples]]
+    while len(rej) > 1 and sum(t for t, _ in rej[1:]) >= REJECT_POOL_ROWS:
+        rej.pop(0)  # the latest reports holding at least REJECT_POOL_ROWS samples
     s.reports[ref] = {"rows": e.row_count, "at_ms": at,
                       "labels0": prev["labels0"] if prev else labels, "labels": labels,
-                      "ids": ids, "hist": hist}
+                      "rows0": prev.get("rows0", 0) if prev else e.row_count,
+                      "ids": ids, "hist": hist, "rej": rej[-REJECT_POOL_MAX:]}
     out += _report_hard_rules(s, e, at, now, cfg)
     # freshness, volume, duplicates, nulls, ranges against the dataset's history: judged on
     # each report, they resolve after healthy reports of the dataset (as the hard report
@@ -724,8 +728,10 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     for name in datachecks.SIGNALS:
         if name not in fired:
             out += clear_healthy(s, cfg, f"watch:{name}", name, now, subject=ref, at_ms=at)
-    shift = ind.label_balance_shift(labels, s.reports[ref]["labels0"])
-    if math.isfinite(shift) and shift > cfg.label_shift:
+    ref0 = s.reports[ref]
+    shift = ind.label_balance_shift(labels, ref0["labels0"])
+    if math.isfinite(shift) and shift > max(cfg.label_shift, ind.label_shift_noise(
+            ref0["labels0"], ref0["rows0"], e.row_count)):
         out += emit(s, cfg, Finding("indicator:label_balance", "label_balance", "data", "warning",
                                     shift, cfg.label_shift, min(shift / (2 * cfg.label_shift),
                                                                 1.0), at,
@@ -737,10 +743,22 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                                     float(len(e.drift.drifted_features)), 0.0, 0.5, at,
                                     f"Feature drift in {ref}: {names}", subject=ref,
                                     alert=False), now, one_shot=True)
-    total = e.row_count + e.rejected_samples
-    out += observe(s, cfg, "rejected_sample_rate",
-                   ind.rejected_sample_rate(e.rejected_samples, total), at, now, bl)
+    # the run's rate: the latest REJECT_POOL_ROWS samples of each of its datasets pooled
+    # (a run reading a dataset that always rejects 20 % beside one that rejects none swung
+    # at every report), as much of it as the samples make sure of (one rejected row in a
+    # batch of 10 moved it by 10 points)
+    pooled = [p for r in s.reports.values() for p in r.get("rej", ())]
+    rejected, total = sum(x for _, x in pooled), sum(t for t, _ in pooled)
+    out += observe(s, cfg, "rejected_sample_rate", ind.rejected_sample_rate(rejected, total,
+                                                                            sure=True),
+                   at, now, bl, f"{rejected} of {total} samples rejected in the latest reports")
     return out
+
+
+REJECT_POOL_ROWS = 200
+"""Samples of a dataset's latest reports its share of the run's rejected-sample rate holds."""
+REJECT_POOL_MAX = 50
+"""Reports a dataset's share keeps at most (batches of a few rows)."""
 
 
 def _report_hard_rules(s: RunState, e: DataQualityReport, at: int, now: int,
