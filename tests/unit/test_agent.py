@@ -13,7 +13,7 @@ from runwatch.adapters.nvml import Nvml
 from runwatch.adapters.publisher import Publisher
 from runwatch.agent.service import NodeAgent, RunAttributor, parse_allocation
 from runwatch.core.codec import load_codec
-from runwatch.testing.nvml_double import FakeNvml8
+from runwatch.testing.nvml_double import FakeNvml8, NVMLError
 
 
 class ListTransport:
@@ -128,6 +128,36 @@ def test_xid_events_land_on_their_gpu() -> None:
     s = agent.sample()
     assert [g.xid for g in s.gpus] == [None] * 6 + [79, None]
     assert all(g.xid is None for g in agent.sample().gpus)
+
+
+class LosingGpus(FakeNvml8):
+    """The double, with GPUs that fail every NVML call once lost (GPU_IS_LOST)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost: set[int] = set()
+
+    def _h(self, h):
+        i = super()._h(h)
+        if i in self.lost:
+            raise NVMLError(15)  # NVML_ERROR_GPU_IS_LOST
+        return i
+
+
+def test_the_xid_of_a_gpu_that_fell_off_the_bus_is_sent_on_the_gpu_as_last_seen(
+        tmp_path: Path) -> None:
+    alloc = tmp_path / "alloc.json"
+    alloc.write_text(json.dumps([{"run_id": "r1", "gpus": [5]}]))
+    fake = LosingGpus()
+    fake.attach_process(5, 999_999_998)
+    agent, _ = make_agent(fake, attributor=RunAttributor(allocation_file=alloc))
+    before = agent.sample().gpus[5]
+    fake.inject_xid(5, 79)
+    fake.lost.add(5)
+    gpus = {g.index: g for g in agent.sample().gpus}
+    assert gpus[5].xid == 79 and gpus[5].uuid == before.uuid
+    assert [p.run_id for p in gpus[5].processes] == ["r1"]  # routed to the run it served
+    assert 5 not in {g.index for g in agent.sample().gpus}  # no XID: left out, as before
 
 
 def test_no_nvml_logs_once_and_host_figures_continue(caplog) -> None:

@@ -211,6 +211,7 @@ class NodeAgent:
         self.host = host or HostSampler()
         self.attributor = attributor or RunAttributor()
         self._nvlink_prev: dict[int, tuple[float, int | None, int | None]] = {}
+        self._last_gpu: dict[int, GpuSample] = {}  # each GPU's latest sample (its identity)
         self.ticks = 0
         self.errors = 0
         self._unreadable: set[int] = set()  # GPUs (and -1: NVML) whose failure was logged
@@ -250,6 +251,23 @@ class NodeAgent:
             nvlink_tx_bps=tx,
             processes=tuple(procs),
         )
+
+    def _lost_gpu(self, index: int, xid: int | None) -> GpuSample | None:
+        """Return the XID of a GPU NVML cannot read any more, on the GPU as last seen.
+
+        A GPU that falls off the bus (XID 79) fails every NVML call after its XID
+        event: left out of the sample, it took the XID with it, and the job it
+        stopped was paged a stall of its own making. Its index, uuid and processes
+        are those of its latest readable sample (the run it served); every figure
+        is 0 (none could be read).
+        """
+        last = self._last_gpu.get(index)
+        if xid is None or last is None:
+            return None
+        return GpuSample(index=index, uuid=last.uuid, util_pct=0.0, mem_used_bytes=0,
+                         mem_total_bytes=0, power_w=0.0, temp_c=0.0, sm_clock_mhz=0,
+                         mem_clock_mhz=0, throttle_reasons=0, ecc_corrected=0,
+                         ecc_uncorrected=0, xid=xid, processes=last.processes)
 
     def _gpu_failed(self, index: int, exc: Exception) -> None:
         """Log a GPU (-1: NVML) that cannot be read: once until it can be read again."""
@@ -294,8 +312,12 @@ class NodeAgent:
                 except Exception as exc:
                     self.errors += 1
                     self._gpu_failed(i, exc)
+                    lost = self._lost_gpu(i, xids.get(i))
+                    if lost is not None:
+                        gpus.append(lost)
                 else:
                     self._gpu_back(i)
+                    self._last_gpu[i] = gpus[-1]
         runs = {p.run_id for g in gpus for p in g.processes if p.run_id}
         return NodeSample(
             **self.publisher.meta(now_ms),
