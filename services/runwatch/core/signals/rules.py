@@ -508,7 +508,9 @@ def gpu_memory_pressure(
     window's peak exceeds the one before by :data:`MEM_MIN_STEP` (a sustained
     creep: a framework that preallocates, an allocator cache that filled once
     at start-up, or one step up at the first evaluation stay flat afterwards
-    and do not fire), and the linear projection reaches a full card within
+    and do not fire), a growth slowing window by window does not tend to a level
+    below a full card (a cache filling ever more slowly after start-up), and the
+    linear projection of the latest window's growth reaches a full card within
     :data:`MEM_HORIZON_MIN` minutes (Prometheus' ``predict_linear`` disk-full
     construction). Memory used/total near 1 is a physical limit, so the bound
     is absolute, not relative to a baseline.
@@ -537,7 +539,13 @@ def gpu_memory_pressure(
     if last < MEM_NEAR_FULL or any(b - a < MEM_MIN_STEP
                                    for a, b in zip(peaks, peaks[1:], strict=False)):
         return None
-    per_min = (last - peaks[0]) / ((MEM_WINDOWS - 1) * MEM_WINDOW_MIN)
+    # a growth that slows down window by window (a cache filling at start-up, fast and
+    # then ever slower) tends to a level: judged where it tends (the geometric series of
+    # its growth); projected from the first window, its ramp filled a card it never did
+    before, growth = peaks[-2] - peaks[-3], last - peaks[-2]
+    if growth < before and last + growth * growth / (before - growth) < 1.0:
+        return None
+    per_min = growth / MEM_WINDOW_MIN
     to_full = max(1.0 - last, 0.0) / per_min
     if to_full > MEM_HORIZON_MIN:
         return None
