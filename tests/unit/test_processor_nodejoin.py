@@ -326,3 +326,24 @@ def test_a_runs_own_xid_still_pages_it(phases) -> None:
     """The control: the same XID while the run holds the GPU is the run's."""
     _m, alerts = _published_run(*phases)
     assert [(a.detector, a.status) for a in alerts] == [("rule:gpu_xid", "firing")]
+
+
+@pytest.mark.parametrize("late_s", [25, 60])
+def test_an_allocation_later_than_the_recent_samples_still_gets_its_xid(late_s: int) -> None:
+    # the agent samples every second; the run's allocation (stamped at its start) reaches
+    # the processor `late_s` seconds of samples later, with an XID on its GPU at +20 s
+    t = CaptureTransport()
+    nv = FakeNvml8()
+    agent = NodeAgent(Publisher(t, kind="agent"), node="n0", nvml=Nvml.open(nv))
+    for k in range(late_s):
+        if k == 20:
+            nv.inject_xid(3, 48)
+        agent.tick(T0 + 1_000 + k * 1_000)
+    hook = Publisher(t, kind="hook")
+    res = emit_records(hook, [{"type": "job-state", "run_id": "D", "state": "running",
+                               "emitted_at_ms": T0, "allocation": ALLOC}])
+    assert not res.errors, res.errors
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    fired = {(a.run_id, a.detector) for a in m.alerts if isinstance(a, Alert)}
+    assert ("D", "rule:gpu_xid") in fired

@@ -37,6 +37,10 @@ from runwatch.processor.outbox import JOB_BY_NODE, NODE_BY_RUN, Outbox
 
 AGG_MS = 1_000  # entries of one node for one run within this span collapse to the newest
 REPLAY_MAX = 8  # recent samples kept per node (in memory) for allocations that arrive late
+ERRORS_KEPT = 8
+"""Samples with an XID or uncorrected ECC errors a node keeps besides its recent ones: an
+allocation later than :data:`REPLAY_MAX` samples (40 s at the agent's 5 s) lost the XID
+of its run's GPU with the ordinary samples, and the XID never paged."""
 BUNDLE_MAX_BYTES = 256 * 1024  # one node-by-run message at most (Kafka's default limit: 1 MiB)
 NodeIndex = rekey.NodeIndex
 Table = Any  # a faust table of bytes → bytes, or a dict in memory
@@ -129,6 +133,7 @@ class NodeRekeyer:
         self.node_runs: Table = table("node-runs")  # node -> {run: [gpu indices]}, local
         # node -> its recent samples: (event time ms, runs routed to, encoded sample)
         self.node_recent: dict[str, deque[tuple[int, tuple[str, ...], bytes]]] = {}
+        self.node_errors: dict[str, deque[tuple[int, tuple[str, ...], bytes]]] = {}
         self.procs_seen: set[str] = set()  # nodes whose samples showed GPU processes
         self.parsed: dict[str, tuple[bytes, NodeIndex]] = {}  # node -> (table bytes, parsed)
 
@@ -180,13 +185,23 @@ class NodeRekeyer:
             recent = self.node_recent[node] = deque(maxlen=REPLAY_MAX)
         if not index and not any(pr.get("run_id") for g in d["gpus"] for pr in g["processes"]):
             self.out.counters["unowned"] += 1  # no run owns a GPU here: skip early
-            recent.append((d["emitted_at_ms"], (), raw))
+            self._keep(node, recent, (d["emitted_at_ms"], (), raw), d)
             return []
         if any(g["processes"] for g in d["gpus"]):
             self.procs_seen.add(node)  # this node's agent reports GPU processes
         entries = rekey.node_entries(d, index, procs_visible=node in self.procs_seen)
-        recent.append((d["emitted_at_ms"], tuple(entries), raw))
+        self._keep(node, recent, (d["emitted_at_ms"], tuple(entries), raw), d)
         return list(entries.items())
+
+    def _keep(self, node: str, recent: deque[tuple[int, tuple[str, ...], bytes]],
+              kept: tuple[int, tuple[str, ...], bytes], d: dict[str, Any]) -> None:
+        """Keep a sample for late allocations: with the recent ones, and with the errors."""
+        recent.append(kept)
+        if any(g["xid"] or g["ecc_uncorrected"] > 0 for g in d["gpus"]):
+            errors = self.node_errors.get(node)
+            if errors is None:
+                errors = self.node_errors[node] = deque(maxlen=ERRORS_KEPT)
+            errors.append(kept)
 
     def _index(self, node: str, cache: dict[str, NodeIndex]) -> NodeIndex:
         """Return the node's index for this batch, parsed once per value the table holds.
@@ -229,6 +244,8 @@ class NodeRekeyer:
             self.as_current(event)  # the local table writes to this event's partition
             self.node_runs[change.node.encode()] = json.dumps(index).encode()
         codec = self.out.codec
+        kept = {id(k): k for k in (*self.node_errors.get(change.node, ()),
+                                   *self.node_recent.get(change.node, ()))}  # once each
         return [(change.run_id, e)
-                for e in rekey.replay_entries(self.node_recent.get(change.node, ()), change,
+                for e in rekey.replay_entries(sorted(kept.values(), key=lambda k: k[0]), change,
                                               lambda raw: codec.decode_dict(raw)[1])]
