@@ -487,3 +487,37 @@ def test_old_steps_trickling_in_do_not_flap_a_stall_and_a_live_step_resolves_it(
     drain(tb)
     stalls = [(x.run_id, x.status) for x in m.alerts if x.detector == "rule:stalled"]
     assert stalls == [("late-b", "firing"), ("late-b", "resolved")]
+
+
+@pytest.mark.parametrize("log_every", [1, 10])
+def test_readings_during_a_reported_checkpoint_write_are_not_an_occupancy_fall(
+        log_every: int) -> None:
+    # one-second steps logged every `log_every`-th; a 15 s checkpoint write every 5 min,
+    # reported with its duration; the GPUs idle while it writes; the agent samples each second
+    transport = CaptureTransport()
+    clock = Clock(T0)
+    node = make_node("n1", Publisher(transport, kind="agent", clock=clock))
+    for g in range(8):
+        node.nvml.attach_process(g, 4242 + g)
+        node.attributor.pids[4242 + g] = "g1"
+    run = runwatch.init("fam", run_id="g1", team="ml", transport=transport,
+                        install_hooks=False, capture_lineage=False, strict=True, clock=clock)
+    step = 0
+    for t in range(1_800):
+        clock.t = T0 + t * 1_000
+        writing = t >= 60 and (t - 60) % 300 < 15
+        if writing and (t - 60) % 300 == 14:
+            run.checkpoint(f"s3://ck/{step}", step=step, duration_ms=15_000.0)
+        elif not writing:
+            step += 1
+            if step % log_every == 0:
+                run.step(step, loss=1.0, samples=32 * log_every, step_ms=1_000.0 * log_every,
+                         loader_wait_ms=20.0)
+        for g in range(8):
+            node.nvml.util[g] = 5.0 if writing else 90.0
+            node.nvml.set_occupancy(g, 3.0 if writing else 63.0)
+        node.agent.tick()
+    run.finish()
+    codec = load_codec()
+    alerts = replay([codec.decode(v) for _, _, v in transport.messages])
+    assert [a.detector for a in alerts if a.status == "firing"] == []

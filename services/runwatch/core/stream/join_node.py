@@ -458,7 +458,8 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
     A reading inside an interval between two consecutive steps at most
     :data:`STEPPING_K` typical step intervals long is training and goes to the GPU
     watches, in event-time order. One inside a longer interval sat in a pause
-    (evaluation, checkpoint) and is dropped; one after the latest step waits for
+    (evaluation, checkpoint) and is dropped, as is one taken during a checkpoint
+    write the run reported (``RunState.checkpoints``); one after the latest step waits for
     the next. A reading older than the steps kept (:data:`STEP_TIMES`) is judged
     by the pauses kept (``RunState.step_gaps``, :data:`STEP_GAPS`).
     Pure event time: the outcome does not depend on whether the node path or
@@ -470,10 +471,15 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
     gap = _stepping_gap(times)
     out: list[Output] = []
     keep: list[list[Any]] = []
+    # the checkpoint writes the run reported (their events precede the next step on its
+    # topic): a pause however short, which a run logging every 10th step hid in its steps
+    writes = [(end - spent, end) for end, spent in s.checkpoints] if s.checkpoints else ()
     for r in s.gpu_pending:
         at = r[0]
         if times[-1] < at:
             keep.append(r)  # no step after it yet: the steps after it may still come
+        elif writes and any(a <= at <= b for a, b in writes):
+            continue  # read while the run wrote a checkpoint
         elif (stepping(times, at, gap) if at > times[0]
               else not any(a < at < b for a, b in s.step_gaps)):
             # training; a reading older than the kept steps (a backfill's node samples
