@@ -50,6 +50,19 @@ def test_small_samples_of_an_unchanged_distribution_are_not_drifted(rows, ref_ro
     assert drifted <= 2  # two features at α = 0.001 each: about 0.2 in 100 expected
 
 
+def test_a_wide_unchanged_table_is_not_drifted_and_a_shift_in_it_still_is() -> None:
+    """500 unchanged columns of 400 rows, each at α = 0.001, marked one drifted in 6 of
+    10 reports; the report as a whole is held to 0.01."""
+    rng = np.random.default_rng(5)
+    names = [f"f{i}" for i in range(500)]
+    base = dq.make_baseline({n: rng.normal(size=400).tolist() for n in names})
+    reports = [dq.compute({n: rng.normal(size=400).tolist() for n in names}, now_ms=0,
+                          baseline=base).drifted for _ in range(10)]
+    assert sum(bool(d) for d in reports) <= 1
+    moved = {n: rng.normal(loc=0.6 if n == "f7" else 0.0, size=400).tolist() for n in names}
+    assert dq.compute(moved, now_ms=0, baseline=base).drifted == ("f7",)
+
+
 @pytest.mark.parametrize(("rows", "shift"), [(200, 0.6), (50, 1.5), (5000, 0.3)])
 def test_a_real_shift_is_still_drifted_in_a_small_sample(rows, shift) -> None:
     rng = np.random.default_rng(rows)
