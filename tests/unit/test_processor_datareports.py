@@ -9,6 +9,7 @@ dataset join, the re-keyed ``rw.internal.data-by-run`` topic and the runs agent.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from typing import Any
@@ -477,3 +478,32 @@ def test_small_batches_page_a_rejection_rise_not_their_noise(later: float, pages
     m.feed(t.messages)
     fired = {d for _, d, _ in firing(m)}
     assert ("watch:rejected_sample_rate" in fired) is pages, fired
+
+
+def test_a_label_mix_that_changed_before_the_run_started_explains_nothing(tmp_path) -> None:
+    # 50/50 labels for 20 reports, then 20/80 for good; a run starts on the 20/80 mix and
+    # its loss goes NaN: no data fault (the dataset's oldest report was its reference)
+    import random
+    rng = random.Random(2)
+    t = CaptureTransport()
+    pub = publisher(t)
+    wall = int(time.time() * 1000) - 100 * 300_000
+
+    def rep(k: int, p1: float) -> None:
+        data.report("s3://ev", "v1", f"p{k}", {"x": [rng.gauss(0, 1) for _ in range(500)],
+                                               "y": [int(rng.random() < p1) for _ in range(500)]},
+                    label="y", publisher=pub, baseline_directory=tmp_path,
+                    now_ms=wall + k * 300_000)
+
+    for k in range(40):
+        rep(k, 0.5 if k < 20 else 0.8)
+    run = start(t, "A", ("s3://ev", "v1"), clock_ms=wall + 40 * 300_000)
+    for k in range(40, 50):
+        rep(k, 0.8)
+        run.step(k, loss=math.nan if k == 49 else 1.0, now_ms=wall + k * 300_000 + 1_000,
+                 step_ms=1000.0, loader_wait_ms=10.0)
+    run.finish(now_ms=wall + 50 * 300_000)
+    m = MemoryProcessor()
+    m.feed(t.messages)
+    m.tick(int(time.time() * 1000) + 60_000)
+    assert firing(m) == {("A", "rule:non_finite", "learning")}

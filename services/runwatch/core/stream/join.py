@@ -714,10 +714,17 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     rej = [*(prev or {}).get("rej", []), [e.row_count + e.rejected_samples, e.rejected_samples]]
     while len(rej) > 1 and sum(t for t, _ in rej[1:]) >= REJECT_POOL_ROWS:
         rej.pop(0)  # the latest reports holding at least REJECT_POOL_ROWS samples
-    s.reports[ref] = {"rows": e.row_count, "at_ms": at,
-                      "labels0": prev["labels0"] if prev else labels, "labels": labels,
-                      "rows0": prev.get("rows0", 0) if prev else e.row_count,
-                      "ids": ids, "hist": hist, "rej": rej[-REJECT_POOL_MAX:]}
+    # the label mix the run started with: the latest report at its start (the data agent
+    # replays a dataset's stored reports oldest first), else its first; the dataset's
+    # oldest report made every run of a dataset whose mix changed long ago "shifted"
+    start = s.manifest_at_ms or s.first_at_ms
+    if prev is None or (labels and prev.get("at0", 0) <= at <= start):
+        labels0, rows0, at0 = labels, e.row_count, at
+    else:
+        labels0, rows0, at0 = prev["labels0"], prev.get("rows0", 0), prev.get("at0", 0)
+    s.reports[ref] = {"rows": e.row_count, "at_ms": at, "labels0": labels0, "labels": labels,
+                      "rows0": rows0, "at0": at0, "ids": ids, "hist": hist,
+                      "rej": rej[-REJECT_POOL_MAX:]}
     out += _report_hard_rules(s, e, at, now, cfg)
     # freshness, volume, duplicates, nulls, ranges against the dataset's history: judged on
     # each report, they resolve after healthy reports of the dataset (as the hard report
