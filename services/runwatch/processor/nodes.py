@@ -197,11 +197,13 @@ class NodeRekeyer:
               kept: tuple[int, tuple[str, ...], bytes], d: dict[str, Any]) -> None:
         """Keep a sample for late allocations: with the recent ones, and with the errors."""
         recent.append(kept)
-        if any(g["xid"] or g["ecc_uncorrected"] > 0 for g in d["gpus"]):
-            errors = self.node_errors.get(node)
-            if errors is None:
-                errors = self.node_errors[node] = deque(maxlen=ERRORS_KEPT)
-            errors.append(kept)
+        for g in d["gpus"]:  # (a loop: a generator per sample cost more than the rest of it)
+            if g["xid"] or g["ecc_uncorrected"] > 0:
+                errors = self.node_errors.get(node)
+                if errors is None:
+                    errors = self.node_errors[node] = deque(maxlen=ERRORS_KEPT)
+                errors.append(kept)
+                break
 
     def _index(self, node: str, cache: dict[str, NodeIndex]) -> NodeIndex:
         """Return the node's index for this batch, parsed once per value the table holds.

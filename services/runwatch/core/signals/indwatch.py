@@ -186,9 +186,9 @@ class IndicatorWatch:
             # a trend latches once the values past the effect bound from its crossing on
             # have held as long as the level must (``persist`` in a row): a few slow loader
             # batches at an epoch's start cross the CUSUM too, and are no creep
-            past = sign * (x - base) > self.effect_bound(spec)
-            crossed = trend_score >= 1.0 and effect
-            self.rising = self.rising + 1 if past and (self.rising or crossed) else 0
+            if self.rising or (trend_score >= 1.0 and effect):
+                past = sign * (x - base) > self.effect_bound(spec)
+                self.rising = self.rising + 1 if past else 0
             if self.rising >= spec.persist:
                 self.latched = True
         if not effect:
