@@ -72,6 +72,19 @@ class ClickHouseRejected(ValueError):
     """ClickHouse (or the client serializer) refused the data; the message says why."""
 
 
+def refusal(exc: ClickHouseRejected, database: str) -> str:
+    """Say in one line what a refused query means.
+
+    A database without runwatch's tables (``UNKNOWN_TABLE``: not migrated, or the
+    wrong one), or the store's own reason.
+    """
+    text = str(exc)
+    if "UNKNOWN_TABLE" in text or "Code: 60." in text:
+        return (f"database {database!r} holds no runwatch tables (run `runwatch db migrate "
+                f"--database {database}`, or pass --database)")
+    return f"the store refused a query (is the database migrated? runwatch db migrate): {exc}"
+
+
 def make_client(
     settings: ClickHouseSettings,
     *,

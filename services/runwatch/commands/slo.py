@@ -192,15 +192,8 @@ def _status(args: argparse.Namespace) -> int:
     except ch.ClickHouseUnavailable as exc:
         msg = f"the store did not answer: {exc}"
         raise FatalError(msg) from None
-    except ch.ClickHouseRejected as exc:
-        if "UNKNOWN_TABLE" in str(exc):  # one line, as runwatch investigate, not the SQL
-            db = ev.db
-            msg = (f"database {db!r} holds no runwatch tables (run `runwatch db migrate "
-                   f"--database {db}`, or pass --database)")
-        else:
-            msg = ("the store refused a query (is the database migrated? runwatch db "
-                   f"migrate): {exc}")
-        raise FatalError(msg) from None
+    except ch.ClickHouseRejected as exc:  # one line, as runwatch investigate, not the SQL
+        raise FatalError(ch.refusal(exc, ev.db)) from None
     if args.json:
         print(json_text([st.to_json() for st in statuses], indent=1))
         return 0

@@ -257,9 +257,9 @@ class Evaluator:
             logger.warning("store unavailable, evaluation paused: %s", exc)
             return Round(now_ms, paused=True, error=str(exc))
         except ch.ClickHouseRejected as exc:  # e.g. a database not migrated: say so, keep serving
-            logger.error("the store refused the evaluator's query (is the database migrated? "
-                         "runwatch db migrate): %s", exc)
-            return Round(now_ms, paused=True, error=f"the store refused a query: {exc}")
+            why = ch.refusal(exc, self.db)
+            logger.error("evaluation paused: %s", why)
+            return Round(now_ms, paused=True, error=why)
         self.books = books
         alerts: list[Alert] = []
         past: list[str] = []
