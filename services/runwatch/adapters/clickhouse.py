@@ -80,9 +80,14 @@ def refusal(exc: ClickHouseRejected, database: str) -> str:
     """
     text = str(exc)
     if "UNKNOWN_TABLE" in text or "Code: 60." in text:
-        return (f"database {database!r} holds no runwatch tables (run `runwatch db migrate "
-                f"--database {database}`, or pass --database)")
+        return no_tables(database)
     return f"the store refused a query (is the database migrated? runwatch db migrate): {exc}"
+
+
+def no_tables(database: str) -> str:
+    """Return the line that says a database holds none of runwatch's tables."""
+    return (f"database {database!r} holds no runwatch tables (run `runwatch db migrate "
+            f"--database {database}`, or pass --database)")
 
 
 def make_client(

@@ -20,7 +20,12 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from runwatch.adapters.clickhouse import ClickHouseRejected, ClickHouseUnavailable, make_client
+from runwatch.adapters.clickhouse import (
+    ClickHouseRejected,
+    ClickHouseUnavailable,
+    make_client,
+    no_tables,
+)
 from runwatch.adapters.settings import ClickHouseSettings
 from runwatch.core.cost.prices import Prices
 from runwatch.core.cost.waste import HISTORY_S, RUN_COST_COLUMNS, run_cost_from_row
@@ -88,9 +93,7 @@ class EvidenceReader:
         self.tables = set(self.columns)
         self._learn_span: tuple[int, int] | None = None
         if "run_manifests" not in self.tables or "alerts" not in self.tables:
-            msg = (f"database {database!r} holds no runwatch tables (run `runwatch db migrate`, "
-                   "or pass --database)")
-            raise EvidenceError(msg)
+            raise EvidenceError(no_tables(database))
 
     # ------------------------------------------------------------------ plumbing
 
