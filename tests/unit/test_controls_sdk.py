@@ -183,3 +183,16 @@ def test_a_loss_rising_half_a_percent_a_step_pages_however_often_it_is_logged(ev
 
 def test_a_flat_loss_does_not_page() -> None:
     assert pages(diverging(0.0)) == []
+
+
+@pytest.mark.parametrize("how", ["no_loss", "nan_metric"])
+def test_a_step_without_a_loss_or_with_a_nan_metric_does_not_page(how: str) -> None:
+    def script(run: Any, clock: Clock) -> None:
+        for i in range(300):
+            clock.t = T0 + (i + 1) * 1000
+            if how == "no_loss":
+                run.step(i, samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+            else:  # accuracy of batches without labelled rows
+                run.step(i, loss=1.0, metrics={"acc": math.nan if i % 50 < 20 else 0.9},
+                         samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+    assert pages(script) == []

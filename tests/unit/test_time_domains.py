@@ -521,3 +521,27 @@ def test_readings_during_a_reported_checkpoint_write_are_not_an_occupancy_fall(
     codec = load_codec()
     alerts = replay([codec.decode(v) for _, _, v in transport.messages])
     assert [a.detector for a in alerts if a.status == "firing"] == []
+
+
+def test_a_new_attempt_after_one_that_died_without_an_end_is_not_stalled_while_it_loads():
+    """Attempt 1 stepped for 20 minutes and died with its node (no end event); attempt 2
+    started 3 minutes later and loaded its checkpoint for 12 minutes: the stall clock kept
+    attempt 1's last step and paged a critical stall in the middle of the load."""
+    t0 = T0
+    first = runwatch.init("fam", run_id="lost", transport=(t := CaptureTransport()),
+                          install_hooks=False, capture_lineage=False, clock=lambda: t0,
+                          attempt=1)
+    for i in range(1_200):
+        first.step(i, loss=1.0, samples=64, now_ms=t0 + i * 1_000, step_ms=1_000.0,
+                   loader_wait_ms=20.0)
+    first.finish("running", now_ms=t0 + 1_199_000)  # (drains it; "running" ends nothing)
+    back = t0 + 1_200_000 + 180_000
+    again = runwatch.init("fam", run_id="lost", transport=t, install_hooks=False,
+                          capture_lineage=False, clock=lambda: back, attempt=2)
+    for i in range(1_200, 1_500):
+        again.step(i, loss=1.0, samples=64, now_ms=back + 720_000 + (i - 1_200) * 1_000,
+                   step_ms=1_000.0, loader_wait_ms=20.0)
+    again.finish(now_ms=back + 1_100_000)
+    codec = load_codec()
+    records = [codec.decode(v) for _, _, v in t.messages]
+    assert [a.detector for a in live(records, after_ms=60_000)] == []

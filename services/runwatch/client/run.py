@@ -832,39 +832,45 @@ class Run(ExitHooks):
                 when, sms, wms, ebs, restarts = extra
                 step_ms = float(sms) if sms is not None else step_ms
                 wait_ms = float(wms) if wms is not None else wait_ms
-            bad = 0
+            bad = 0  # the record's nonfinite_count: its loss, learning rate, gradient norm
             for v in (loss, lr, gn):
                 if v is not None and not math.isfinite(v):
                     bad += 1
             mets = self._step_metrics(metrics) if metrics else {}
-            for v in mets.values():
-                if not math.isfinite(v):
-                    bad += 1
-            if bad:
-                self.counters["nonfinite"] += bad
-            return [
-                LearningStep(
-                    **self._meta(when),
-                    step=step,
-                    epoch=epoch,
-                    loss=float(loss) if loss is not None else math.nan,
-                    metrics=mets,
-                    lr=float(lr) if lr is not None else None,
-                    grad_norm=float(gn) if gn is not None else None,
-                    nonfinite_count=bad,
-                ),
-                StepTiming(
-                    **self._meta(when),
-                    step=step,
-                    loader_wait_ms=wait_ms,
-                    compute_ms=max(step_ms - wait_ms, 0.0),
-                    step_ms=step_ms,
-                    samples=int(samples or 0),
-                    tokens=tokens,
-                    effective_batch_size=int(ebs) if ebs is not None else None,
-                    worker_restarts=int(restarts) if restarts is not None else 0,
-                ),
-            ]
+            # a metric's NaN (accuracy of a batch without labels) is published as it is, and
+            # counted here only: in nonfinite_count the processor read it as a gradient's
+            odd = sum(1 for v in mets.values() if not math.isfinite(v))
+            if bad + odd:
+                self.counters["nonfinite"] += bad + odd
+            learning = None if loss is None else LearningStep(
+                **self._meta(when),  # (before the timing's: seq follows the publishing order)
+                step=step,
+                epoch=epoch,
+                loss=float(loss),
+                metrics=mets,
+                lr=float(lr) if lr is not None else None,
+                grad_norm=float(gn) if gn is not None else None,
+                nonfinite_count=bad,
+            )
+            timing = StepTiming(
+                **self._meta(when),
+                step=step,
+                loader_wait_ms=wait_ms,
+                compute_ms=max(step_ms - wait_ms, 0.0),
+                step_ms=step_ms,
+                samples=int(samples or 0),
+                tokens=tokens,
+                effective_batch_size=int(ebs) if ebs is not None else None,
+                worker_restarts=int(restarts) if restarts is not None else 0,
+            )
+            if learning is None:  # a LearningStep needs a loss, and a NaN one pages at once
+                if mets or lr is not None or gn is not None:
+                    self._count_dropped(
+                        "learning_without_loss", "runwatch run %s: a step without loss= "
+                        "publishes its timing only; its metrics, lr and grad_norm are dropped "
+                        "(counted in learning_without_loss; logged once)")
+                return [timing]
+            return [learning, timing]
         if kind == _REC:
             return [item[1](**self._meta(item[3]), **item[2])]
         return [item[1](item[2])]

@@ -509,10 +509,12 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
     s.known = True
     out: list[Output] = []
     _push(s.states, e.state, 50)
-    if e.state == "running" and (s.job_state in NOT_RUNNING or s.job_state in ENDED):
-        # a resumed attempt (after preemption, a retry, a requeue, or the run id started
-        # again after it failed) loads again before it steps, as at the start: the stall
-        # clock waits for its first step
+    if e.state == "running" and (s.job_state in NOT_RUNNING or s.job_state in ENDED
+                                 or e.attempt > s.attempt):
+        # a resumed attempt (after preemption, a retry, a requeue, the run id started
+        # again after it failed, or a new attempt of a job whose last one died without an
+        # end event: a node lost, a kill -9) loads again before it steps, as at the start:
+        # the stall clock waits for its first step
         s.last_step_at_ms = 0
     if e.state in KILLED and s.job_state not in NOT_RUNNING | ENDED:
         out += _stalled_until_killed(s, at, now, cfg)
