@@ -377,7 +377,7 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
     return out
 
 
-LOSS_BLOCKS = 10
+LOSS_BLOCKS, LOSS_BLOCK_STEPS = 10, 50
 """Blocks of 50 logged steps whose lowest 10-step mean loss a run keeps
 (``signals["loss_lows"]``: [first step, lowest mean, steps]), so loss divergence measures
 a rise from the best of the last 500 logged steps, not only of the last 50."""
@@ -396,7 +396,7 @@ def _loss_lows(s: RunState) -> float | None:
     if not math.isfinite(mean):
         return None
     lows: list[list[float]] = s.signals.setdefault("loss_lows", [])
-    if lows and lows[-1][2] < 50:
+    if lows and lows[-1][2] < LOSS_BLOCK_STEPS:
         block = lows[-1]
         block[1], block[2] = min(block[1], mean), block[2] + 1
     else:
@@ -716,17 +716,9 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     rej = [*(prev or {}).get("rej", []), [e.row_count + e.rejected_samples, e.rejected_samples]]
     while len(rej) > 1 and sum(t for t, _ in rej[1:]) >= REJECT_POOL_ROWS:
         rej.pop(0)  # the latest reports holding at least REJECT_POOL_ROWS samples
-    # the label mix the run started with: the latest report at its start (the data agent
-    # replays a dataset's stored reports oldest first), else its first; the dataset's
-    # oldest report made every run of a dataset whose mix changed long ago "shifted"
-    start = s.manifest_at_ms or s.first_at_ms
-    if prev is None or (labels and prev.get("at0", 0) <= at <= start):
-        labels0, rows0, at0 = labels, e.row_count, at
-    else:
-        labels0, rows0, at0 = prev["labels0"], prev.get("rows0", 0), prev.get("at0", 0)
-    s.reports[ref] = {"rows": e.row_count, "at_ms": at, "labels0": labels0, "labels": labels,
-                      "rows0": rows0, "at0": at0, "ids": ids, "hist": hist,
-                      "rej": rej[-REJECT_POOL_MAX:]}
+    s.reports[ref] = {"rows": e.row_count, "at_ms": at, "labels": labels, "ids": ids,
+                      "hist": hist, "rej": rej[-REJECT_POOL_MAX:],
+                      **_label_reference(s, prev, labels, e.row_count, at)}
     out += _report_hard_rules(s, e, at, now, cfg)
     # freshness, volume, duplicates, nulls, ranges against the dataset's history: judged on
     # each report, they resolve after healthy reports of the dataset (as the hard report
@@ -762,6 +754,20 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                                                                             sure=True),
                    at, now, bl, f"{rejected} of {total} samples rejected in the latest reports")
     return out
+
+
+def _label_reference(s: RunState, prev: dict[str, Any] | None, labels: dict[str, float],
+                     rows: int, at: int) -> dict[str, Any]:
+    """Return the label mix the run started with: ``labels0``, ``rows0``, ``at0``.
+
+    The latest report at the run's start (the data agent replays a dataset's stored
+    reports oldest first), else its first: the dataset's oldest report made every run
+    of a dataset whose mix changed long ago "shifted".
+    """
+    start = s.manifest_at_ms or s.first_at_ms
+    if prev is None or (labels and prev.get("at0", 0) <= at <= start):
+        return {"labels0": labels, "rows0": rows, "at0": at}
+    return {"labels0": prev["labels0"], "rows0": prev.get("rows0", 0), "at0": prev.get("at0", 0)}
 
 
 REJECT_POOL_ROWS = 200
