@@ -185,13 +185,18 @@ def test_a_flat_loss_does_not_page() -> None:
     assert pages(diverging(0.0)) == []
 
 
-@pytest.mark.parametrize("how", ["no_loss", "nan_metric"])
+@pytest.mark.parametrize("how", ["no_loss", "eval_metrics", "nan_metric"])
 def test_a_step_without_a_loss_or_with_a_nan_metric_does_not_page(how: str) -> None:
     def script(run: Any, clock: Clock) -> None:
         for i in range(300):
             clock.t = T0 + (i + 1) * 1000
-            if how == "no_loss":
+            if how == "no_loss":  # a hook whose training step returned nothing
                 run.step(i, samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+            elif how == "eval_metrics":  # every 50th step logs an evaluation, no loss
+                if i % 50 == 49:
+                    run.step(i, metrics={"eval_acc": 0.7}, step_ms=1000.0)
+                else:
+                    run.step(i, loss=1.0, samples=64, step_ms=1000.0, loader_wait_ms=20.0)
             else:  # accuracy of batches without labelled rows
                 run.step(i, loss=1.0, metrics={"acc": math.nan if i % 50 < 20 else 0.9},
                          samples=64, step_ms=1000.0, loader_wait_ms=20.0)

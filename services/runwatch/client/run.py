@@ -842,11 +842,15 @@ class Run(ExitHooks):
             odd = sum(1 for v in mets.values() if not math.isfinite(v))
             if bad + odd:
                 self.counters["nonfinite"] += bad + odd
-            learning = None if loss is None else LearningStep(
+            # a step without a loss, metrics, lr or grad norm (a framework hook whose
+            # training step returned nothing) is timing only: a LearningStep needs a loss,
+            # and the NaN it carried paged a critical non-finite loss
+            learned = loss is not None or mets or lr is not None or gn is not None
+            learning = None if not learned else LearningStep(
                 **self._meta(when),  # (before the timing's: seq follows the publishing order)
                 step=step,
                 epoch=epoch,
-                loss=float(loss),
+                loss=float(loss) if loss is not None else math.nan,
                 metrics=mets,
                 lr=float(lr) if lr is not None else None,
                 grad_norm=float(gn) if gn is not None else None,
@@ -863,14 +867,7 @@ class Run(ExitHooks):
                 effective_batch_size=int(ebs) if ebs is not None else None,
                 worker_restarts=int(restarts) if restarts is not None else 0,
             )
-            if learning is None:  # a LearningStep needs a loss, and a NaN one pages at once
-                if mets or lr is not None or gn is not None:
-                    self._count_dropped(
-                        "learning_without_loss", "runwatch run %s: a step without loss= "
-                        "publishes its timing only; its metrics, lr and grad_norm are dropped "
-                        "(counted in learning_without_loss; logged once)")
-                return [timing]
-            return [learning, timing]
+            return [timing] if learning is None else [learning, timing]
         if kind == _REC:
             return [item[1](**self._meta(item[3]), **item[2])]
         return [item[1](item[2])]

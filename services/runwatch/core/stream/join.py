@@ -340,7 +340,12 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
         s.signals["overflows"] = overflows
     else:
         s.signals.pop("overflows", None)
-    f = rules.non_finite_learning(e.loss, e.grad_norm, e.nonfinite_count, at, e.lr, overflows)
+    loss: float | None = e.loss
+    if loss != loss and not e.nonfinite_count and e.source.kind == "sdk":
+        # the SDK's step with metrics and no loss (an evaluation's): LearningStep needs a
+        # loss, so it sends NaN, and it counts a NaN loss it is given in nonfinite_count
+        loss = None
+    f = rules.non_finite_learning(loss, e.grad_norm, e.nonfinite_count, at, e.lr, overflows)
     if f:
         return out + emit(s, cfg, f, now, one_shot=True)
     if e.lr is not None:  # the latest learning-rate increase (warm-up, a warm restart)
@@ -349,18 +354,8 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             s.signals["lr_up"] = e.step
             s.signals.pop("loss_lows", None)  # the loss before a warm restart is no best
         s.signals["lr"] = [e.step, e.lr]
-    _push(s.losses, [float(e.step), e.loss], 50)
-    earlier = _loss_lows(s)
-    if len(s.losses) >= 20:
-        slope = ind.loss_trend([p[0] for p in s.losses], [p[1] for p in s.losses])
-        first = s.losses[0][1]
-        if math.isfinite(slope) and slope > 0 and s.losses[-1][1] > 1.2 * first:
-            out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
-                                        "warning", slope, 0.0, 0.5, at, "Loss trending up",
-                                        alert=False), now, one_shot=True)
-        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier)
-        if f:
-            out += emit(s, cfg, f, now, one_shot=True)
+    if loss is not None:
+        out += _loss_window(s, float(e.step), loss, at, now, cfg)
     if e.grad_norm is not None and math.isfinite(e.grad_norm):
         out += observe(s, cfg, "grad_norm", e.grad_norm, at, now, bl)
         _push(s.grads, e.grad_norm, GRAD_WINDOW)
@@ -374,6 +369,25 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             out += observe(s, cfg, "grad_norm_variance", ind.grad_norm_variance(s.grads), at,
                            now, bl, f"variance of the last {GRAD_WINDOW} gradient norms",
                            cause=(lambda: ("learning", False)) if restarted else None)
+    return out
+
+
+def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
+                 cfg: RunConfig) -> list[Output]:
+    """Fold a finite loss into the run's loss window: its trend (evidence), its divergence."""
+    out: list[Output] = []
+    _push(s.losses, [step, loss], 50)
+    earlier = _loss_lows(s)
+    if len(s.losses) >= 20:
+        slope = ind.loss_trend([p[0] for p in s.losses], [p[1] for p in s.losses])
+        first = s.losses[0][1]
+        if math.isfinite(slope) and slope > 0 and s.losses[-1][1] > 1.2 * first:
+            out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
+                                        "warning", slope, 0.0, 0.5, at, "Loss trending up",
+                                        alert=False), now, one_shot=True)
+        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier)
+        if f:
+            out += emit(s, cfg, f, now, one_shot=True)
     return out
 
 
