@@ -507,3 +507,18 @@ def test_a_label_mix_that_changed_before_the_run_started_explains_nothing(tmp_pa
     m.feed(t.messages)
     m.tick(int(time.time() * 1000) + 60_000)
     assert firing(m) == {("A", "rule:non_finite", "learning")}
+
+
+def test_a_dataset_without_a_uri_is_left_out_not_raised() -> None:
+    t = CaptureTransport()
+    run = runwatch.init("fam", run_id="E", transport=t, install_hooks=False,
+                        capture_lineage=False, datasets=["", {"version": "v1"}, "s3://ok@v2"])
+    c = run.finish()
+    assert c["datasets_dropped"] == 2
+    from runwatch.core.codec import load_codec
+    manifests = [r for r in (load_codec().decode(v) for _, _, v in t.messages)
+                 if type(r).__name__ == "RunManifest"]
+    assert [(d.uri, d.version) for d in manifests[0].datasets] == [("s3://ok", "v2")]
+    with pytest.raises(ValueError, match="no dataset uri"):
+        runwatch.init("fam", run_id="F", transport=CaptureTransport(), install_hooks=False,
+                      capture_lineage=False, strict=True, datasets=[""])

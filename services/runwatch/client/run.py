@@ -135,7 +135,7 @@ class Run(ExitHooks):
         self._lock = threading.Lock()
         self._manifest_args: dict[str, Any] = dict(
             config=config,
-            datasets=tuple(dataset_ref(d) for d in datasets),  # uri@version, mappings too
+            datasets=self._datasets(datasets),
             seed_policy=seed_policy,
             resumed_from=resumed_from,
             parent_run_id=parent_run_id,
@@ -149,6 +149,23 @@ class Run(ExitHooks):
         self._prev_term: Any = None
         if install_hooks:
             self._install_hooks()
+
+    def _datasets(self, datasets: Sequence[Any]) -> tuple[DatasetRef, ...]:
+        """Read ``datasets=`` (``uri@version`` strings, mappings, pairs too).
+
+        One without a uri is left out and counted in ``datasets_dropped`` (strict:
+        ValueError): a training job does not stop for its telemetry.
+        """
+        out = []
+        for d in datasets:
+            try:
+                out.append(dataset_ref(d))
+            except ValueError as exc:
+                if self.strict:
+                    raise
+                self._count_dropped("datasets_dropped", "runwatch run %s: %s (left out of "
+                                    "the manifest; counted in datasets_dropped)", exc)
+        return tuple(out)
 
     def _check_lineage(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Coerce ``lineage=`` overrides; refuse bad fields one by one (strict: raise)."""
