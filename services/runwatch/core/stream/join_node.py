@@ -438,8 +438,7 @@ def _note_gap(s: RunState, times: list[int], at: int) -> None:
 
 def _stepping_gap(times: list[int]) -> float:
     """Return the longest interval between two steps that is still stepping (``STEPPING_K``)."""
-    diffs = sorted(map(sub, times[1:], times))  # (inline: this runs on every reading's settle)
-    return STEPPING_K * diffs[len(diffs) // 2] if diffs else math.inf
+    return STEPPING_K * step_interval(times)
 
 
 def step_interval(times: list[int]) -> float:
