@@ -168,13 +168,23 @@ def test_release_is_blocked_by_the_latest_failing_gate_with_its_reasons() -> Non
     assert investigate(_evidence(gates=gates[2:]), OWN)["release"]["blocked"] is False
 
 
-def test_deterministic_across_attempts_and_same_lineage_runs() -> None:
-    jobs = [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": ["n1"], "gpu_count": 8},
+def two_attempts() -> list[dict]:
+    """Attempt 0 running at T0, attempt 1 (a restart) 30 minutes later, on one node."""
+    return [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": ["n1"], "gpu_count": 8},
             {"ts_ms": T0 + 30 * MIN, "state": "running", "attempt": 1, "nodes": ["n1"],
              "gpu_count": 8}]
-    # the same detector at step 200 in attempt 0 and again at step 200 after the restart
-    steps = [(T0 + i * MIN, i * 10) for i in range(21)] + [
+
+
+def two_attempt_steps() -> list[tuple[int, int]]:
+    """Steps 0-200 of attempt 0, a step a minute; attempt 1 resumes at step 100."""
+    return [(T0 + i * MIN, i * 10) for i in range(21)] + [
         (T0 + 30 * MIN + i * MIN, 100 + i * 10) for i in range(21)]
+
+
+def test_deterministic_across_attempts_and_same_lineage_runs() -> None:
+    jobs = two_attempts()
+    # the same detector at step 200 in attempt 0 and again at step 200 after the restart
+    steps = two_attempt_steps()
     alerts = [_alert("x1", T0 + 20 * MIN), _alert("x2", T0 + 40 * MIN)]
     got = investigate(_evidence(jobs=jobs, steps_at=steps, alerts=alerts), OWN)["deterministic"]
     assert got["deterministic"] is True and "attempts" in got["reason"]
@@ -194,11 +204,8 @@ def test_deterministic_across_attempts_and_same_lineage_runs() -> None:
 def test_a_failure_still_firing_across_a_restart_is_not_called_non_deterministic() -> None:
     # the alert of attempt 0 (step 200) kept firing through attempt 1, so attempt 1's failure
     # at the same step was never sighted again: "deterministic: false" claimed it did not recur
-    jobs = [{"ts_ms": T0, "state": "running", "attempt": 0, "nodes": ["n1"], "gpu_count": 8},
-            {"ts_ms": T0 + 30 * MIN, "state": "running", "attempt": 1, "nodes": ["n1"],
-             "gpu_count": 8}]
-    steps = [(T0 + i * MIN, i * 10) for i in range(21)] + [
-        (T0 + 30 * MIN + i * MIN, 100 + i * 10) for i in range(21)]
+    jobs = two_attempts()
+    steps = two_attempt_steps()
     alerts = [_alert("x1", T0 + 20 * MIN, detector="rule:non_finite"),
               _alert("g1", T0 + 51 * MIN, detector="rule:failed_gate", cause="artifact")]
     got = investigate(_evidence(jobs=jobs, steps_at=steps, alerts=alerts),
