@@ -202,3 +202,75 @@ def test_feature_range_widens_by_at_most_one_width_per_report() -> None:
     assert datachecks.range_score(state, 0.0, 1.9) < 1 < datachecks.range_score(state, 0.0, 2.5)
     state = datachecks.range_learn(state, -999.0, 1.0)
     assert state[1] == -1.0  # widened by one width, not to the sentinel
+
+
+MIN_MS = 60_000
+
+
+def report_plan(plan: list[tuple[int, str]], tmp_path: Any) -> MemoryProcessor:
+    """Report small batches of ``s3://d@v1`` at (ms after the run's start, partition)."""
+    t0 = int(time.time() * 1000) - 4 * DAY_MS
+    t = CaptureTransport()
+    runwatch.init("fam", run_id="A", transport=t, install_hooks=False, capture_lineage=False,
+                  datasets=[DatasetRef(uri="s3://d", version="v1")], clock=lambda: t0)
+    pub = Publisher(t, kind="sdk")
+    rng = np.random.default_rng(7)
+    for i, (at, part) in enumerate(sorted(plan)):
+        data.report("s3://d", "v1", part, clean(rng, i, 20), publisher=pub,
+                    baseline_directory=tmp_path, now_ms=t0 + at)
+    m = MemoryProcessor()
+    for message in t.messages:  # as they come (in one batch, a run that starts with the
+        m.feed([message])       # reports gets the dataset's first and latest 16 only)
+    assert m.dead == []
+    return m
+
+
+def regions(cycles: int, *, gone_from: int | None = None, outage_at: int | None = None,
+            seed: int = 1) -> list[tuple[int, str]]:
+    """Three regions reported every 10 minutes (each 0-4 minutes into its cycle)."""
+    rng = np.random.default_rng(seed)
+    plan, start = [], 0
+    for c in range(cycles):
+        start += 120 * MIN_MS if c == outage_at else 10 * MIN_MS
+        for k, region in enumerate(("us", "eu", "apac")):
+            if region == "eu" and gone_from is not None and c >= gone_from:
+                continue
+            plan.append((start + int(rng.uniform(0, 4) * MIN_MS) + k, f"region={region}"))
+    return plan
+
+
+def test_a_partition_that_stops_being_reported_while_the_others_go_on_is_missing(
+        tmp_path) -> None:
+    m = report_plan(regions(30, gone_from=20), tmp_path)
+    assert firing(m) == {("watch:partition_missing", "data")}
+    alert = next(a for a in m.alerts if isinstance(a, Alert) and a.status == "firing")
+    assert "region=eu" in alert.title
+    assert "region=us" not in alert.title and "region=apac" not in alert.title
+
+
+def hourly_into_daily(days: int) -> list[tuple[int, str]]:
+    """Hourly appends to the day's partition of two regions (the day's name changes)."""
+    return [(h * 60 * MIN_MS + k * 5_000, f"region={r}/date=2026-11-{1 + h // 24:02d}")
+            for h in range(24 * days) for k, r in enumerate(("us", "eu"))]
+
+
+def shard_sample(cycles: int, seed: int) -> list[tuple[int, str]]:
+    """A random sample of 4 to 8 of 12 shards reported every 5 minutes or so."""
+    rng = np.random.default_rng(seed)
+    plan, start = [], 0
+    for _ in range(cycles):
+        start += int(rng.uniform(4, 6) * MIN_MS)
+        picked = sorted(rng.choice(12, size=int(rng.integers(4, 9)), replace=False))
+        plan += [(start + j * 1000, f"shard={s:02d}") for j, s in enumerate(picked)]
+    return plan
+
+
+@pytest.mark.parametrize("plan", [
+    regions(30),
+    regions(30, outage_at=15),  # the pipeline was down 2 h: its first report finds no one late
+    hourly_into_daily(3),  # yesterday's partition is replaced by today's
+    shard_sample(150, seed=3),  # no shard has a cadence: a sample has nothing to miss
+], ids=["steady", "outage", "daily-rotation", "random-shard-sample"])
+def test_partitions_that_keep_their_cadence_or_are_replaced_are_not_missing(
+        plan: list[tuple[int, str]], tmp_path) -> None:
+    assert firing(report_plan(plan, tmp_path)) == set()

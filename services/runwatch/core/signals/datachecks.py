@@ -19,6 +19,8 @@ signal                    judged as                                  direction
 ``null_share``            per feature, null share against its band   up
 ``feature_range``         per feature, batch min/max against the     out
                           range seen so far, widened by its width
+``partition_missing``     a partition reported on a cadence that     absent
+                          stopped while the others go on
 ========================  =========================================  =========
 
 A *band* (:class:`Band`) is an exponentially weighted mean and mean absolute
@@ -66,7 +68,20 @@ RANGE_REL = 0.5
 MAX_FEATURES = 32
 """Features followed per dataset (the first ones reported); bounds the run state."""
 
-SIGNALS = ("freshness_lag", "row_count", "duplicate_share", "null_share", "feature_range")
+PART_K = 3.0
+"""A partition reported on a cadence is missing past this many of its usual intervals."""
+PART_REGULAR = 2.0
+"""A partition's cadence is regular when its longest kept interval is less than this many
+times their median (an hourly job whose run time varies from 5 to 20 minutes reports
+45-75 minutes apart): one reported at irregular times (a random sample of shards each
+cycle, a source that skips empty batches) has no cadence to miss, and is not judged."""
+PART_KEPT = 8
+"""Intervals between a partition's reports kept (their median is its cadence)."""
+MAX_PARTITIONS = 16
+"""Partitions followed per dataset (the most recently reported); bounds the run state."""
+
+SIGNALS = ("freshness_lag", "row_count", "duplicate_share", "null_share", "feature_range",
+           "partition_missing")
 """The signals :func:`check` judges (``watch:<signal>``, one alert per dataset each)."""
 
 Direction = Literal["up", "both"]
@@ -232,6 +247,8 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
     """
     h: dict[str, Any] = dict(hist or {})
     out: list[Finding] = []
+    if e.partition:
+        out += _partitions(h, e.partition, ref, at_ms)
     rows = int(e.row_count)
     if e.freshness_lag_ms is not None:
         lag = float(e.freshness_lag_ms)
@@ -322,3 +339,70 @@ def _features(h: dict[str, Any], e: DataQualityReport, ref: str, rows: int,
                             f"(seen [{prev[1]:.4g}, {prev[2]:.4g}])",
                             f"features outside their range: {names}"))
     return out
+
+
+def _partitions(h: dict[str, Any], partition: str, ref: str, at_ms: int) -> list[Finding]:
+    """Follow when each partition of a dataset is reported; find those that stopped.
+
+    ``h["parts"]``: partition → ``[first seen ms, last reported ms, [intervals]]``
+    (an interval counts from :data:`MIN_LAG_MS` on: the batches of one report cycle are
+    one report). A partition that had a regular cadence (:data:`PART_REGULAR`, at least
+    :data:`MIN_HISTORY` intervals) is missing when it is more than :data:`PART_K` of its
+    intervals late, judged at a report of another partition that was itself reported on
+    its cadence and after the missing one last was: the dataset goes on without it (a
+    pipeline coming back from an outage reports its partitions one after another, and
+    the first of them must not find the others missing). Every partition reported since
+    the missing one's last report must keep a cadence too: a pipeline that reports a
+    random sample of its shards each cycle gives a shard a regular-looking streak by
+    chance, and then three cycles without it. A partition first seen after the missing
+    one's last report (the next day's ``date=``, a resharding) replaced it: nothing is
+    missing then.
+
+    Returns:
+        One finding naming the missing partitions (the latest-overdue first), or none.
+
+    """
+    parts: dict[str, list[Any]] = dict(h.get("parts", {}))
+    mine = parts.get(partition)
+    prev = mine[1] if mine else None
+    if mine is None:
+        mine = [at_ms, at_ms, []]
+    elif at_ms > mine[1] + MIN_LAG_MS:
+        mine = [mine[0], at_ms, [*mine[2], at_ms - mine[1]][-PART_KEPT:]]
+    else:
+        mine = [mine[0], max(mine[1], at_ms), mine[2]]
+    parts[partition] = mine
+    if len(parts) > MAX_PARTITIONS:
+        oldest = min((p for p in parts if p != partition), key=lambda p: parts[p][1])
+        del parts[oldest]
+    h["parts"] = parts
+    own = _cadence(mine[2])
+    if prev is None or own is None or at_ms - prev > PART_K * own:
+        return []  # this partition was itself silent: the dataset may be resuming
+    cadence = {name: _cadence(gaps) for name, (_, _, gaps) in parts.items()}
+    missing = []
+    for name, (_, last, _) in parts.items():
+        usual = cadence[name]
+        if (name == partition or usual is None or prev < last
+                or at_ms - last <= max(PART_K * usual, MIN_LAG_MS)
+                or any(first > last or (later > last and cadence[other] is None)
+                       for other, (first, later, _) in parts.items() if other != name)):
+            continue
+        missing.append((at_ms - last, name, usual))
+    if not missing:
+        return []
+    age, name, usual = max(missing)
+    names = ", ".join(sorted(n for _, n, _ in missing))
+    return [_finding("partition_missing", ref, float(age), usual, age / (PART_K * usual),
+                     at_ms, f"Partition {name} of {ref} is no longer reported: last "
+                     f"{age / 60_000:.3g} min ago, usually every {usual / 60_000:.3g} min, "
+                     "while the dataset's other partitions go on",
+                     f"partitions missing: {names}")]
+
+
+def _cadence(gaps: list[int]) -> float | None:
+    """Return a partition's usual interval between reports; None without a regular one."""
+    if len(gaps) < MIN_HISTORY:
+        return None
+    usual = float(sorted(gaps)[len(gaps) // 2])
+    return usual if max(gaps) < PART_REGULAR * usual else None
