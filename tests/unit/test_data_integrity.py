@@ -25,6 +25,7 @@ from runwatch.client import data
 from runwatch.core.records import Alert, DatasetRef
 from runwatch.core.signals import datachecks
 from runwatch.core.signals.datachecks import Band
+from runwatch.core.stream.join import DRIFT_PERSIST
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings
 
@@ -274,3 +275,45 @@ def shard_sample(cycles: int, seed: int) -> list[tuple[int, str]]:
 def test_partitions_that_keep_their_cadence_or_are_replaced_are_not_missing(
         plan: list[tuple[int, str]], tmp_path) -> None:
     assert firing(report_plan(plan, tmp_path)) == set()
+
+
+def feature_x(shift: float) -> Batch:
+    def make(rng: np.random.Generator, i: int) -> dict[str, Any]:
+        return {"id": [i * 100_000 + j for j in range(1000)],
+                "x": rng.normal(shift, 1.0, 1000).round(6).tolist()}
+    return make
+
+
+def drift_alerts(batches: list[Batch], tmp_path: Any) -> list[Alert]:
+    t = CaptureTransport()
+    runwatch.init("fam", run_id="A", transport=t, install_hooks=False, capture_lineage=False,
+                  datasets=[DatasetRef(uri="s3://d", version="v1")])
+    pub = Publisher(t, kind="sdk")
+    rng = np.random.default_rng(11)
+    for i, make in enumerate(batches):
+        data.report("s3://d", "v1", None, make(rng, i), baseline="ref", publisher=pub,
+                    baseline_directory=tmp_path)
+    m = MemoryProcessor()
+    for message in t.messages:
+        m.feed([message])
+    assert m.dead == []
+    return [a for a in m.alerts if isinstance(a, Alert) and a.detector == "watch:feature_drift"]
+
+
+def test_a_feature_that_stays_shifted_from_its_baseline_pages_data_drift(tmp_path) -> None:
+    same, moved = feature_x(0.0), feature_x(0.5)
+    assert drift_alerts([same] * 6 + [moved] * 2, tmp_path) == []  # evidence until it persists
+    alerts = drift_alerts([same] * 6 + [moved] * DRIFT_PERSIST, tmp_path / "b")
+    assert [(a.status, a.probable_cause, a.severity) for a in alerts] == [
+        ("firing", "data", "warning")]
+    # the batch's ids drift in every report (each batch has new ones): no level to move from
+    assert alerts[0].title.endswith(": x") and "ref" in alerts[0].title
+
+
+@pytest.mark.parametrize("order", [
+    "sssssmsmss",  # a drifted report among unchanged ones (chance, a bad batch)
+    "smmmmmmmmm",  # drifted from its first report on: the baseline never described it
+], ids=["one-off", "never-at-baseline"])
+def test_drift_that_does_not_persist_from_a_level_does_not_page(order: str, tmp_path) -> None:
+    batches = [feature_x(0.5 if c == "m" else 0.0) for c in order]
+    assert drift_alerts(batches, tmp_path) == []

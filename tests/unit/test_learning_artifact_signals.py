@@ -73,6 +73,74 @@ def test_a_failed_registry_status_pages(status, want) -> None:
     assert firing(t) == want
 
 
+@pytest.mark.parametrize(("kind", "want"), [
+    ("model", [("rule:registry_without_gate", "artifact")]),
+    ("dataset", []),  # a dataset or tokenizer in a catalog is not a release
+    ("tokenizer", []),
+])
+def test_registry_control_is_for_models(kind, want) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    run.artifact(f"s3://bucket/{kind}@v1", kind, sha256="ab" * 32,
+                 registry_status="registered", now_ms=T0 + 1_000)
+    run.finish(now_ms=T0 + 2_000)
+    assert firing(t) == want
+
+
+DIGEST = "3f7a" * 16
+
+
+@pytest.mark.parametrize(("expected", "want"), [
+    (DIGEST, []),
+    (DIGEST.upper(), []),  # PowerShell's Get-FileHash, Java's printHexBinary
+    ("sha256:" + DIGEST, []),  # an OCI digest
+    ("0" * 64, [("rule:checkpoint_checksum", "artifact")]),
+])
+def test_a_restore_check_through_emit_compares_digests_not_their_spelling(expected,
+                                                                          want) -> None:
+    from runwatch.adapters.publisher import Publisher
+    from runwatch.client.emit import emit_records
+
+    t = CaptureTransport()
+    run = start(t)
+    emit_records(Publisher(t, kind="hook"), [{
+        "type": "CheckpointEvent", "run_id": "run-la", "emitted_at_ms": T0 + 30_000,
+        "step": 2000, "started_at_ms": T0, "ended_at_ms": T0 + 30_000, "duration_ms": 30_000.0,
+        "size_bytes": 10**9, "sha256": DIGEST, "expected_sha256": expected,
+        "uri": "s3://bucket/step-2000", "outcome": "ok"}])
+    run.finish(now_ms=T0 + 60_000)
+    assert firing(t) == want
+
+
+@pytest.mark.parametrize(("content", "outcome", "want"), [
+    (b"", "ok", [("rule:artifact_empty", "artifact")]),  # a full disk the writer ignored
+    (b"state", "timeout", [("rule:checkpoint_serialization", "artifact")]),
+    (b"state", "failed", [("rule:checkpoint_serialization", "artifact")]),
+    (b"state", "ok", []),
+])
+def test_a_checkpoint_that_holds_nothing_or_timed_out_pages(content, outcome, want,
+                                                             tmp_path: Path) -> None:
+    t = CaptureTransport()
+    run = start(t)
+    path = tmp_path / "step-100.pt"
+    path.write_bytes(content)
+    run.checkpoint(path, step=100, duration_ms=5_000.0, outcome=outcome, now_ms=T0 + 10_000)
+    run.finish(now_ms=T0 + 20_000)
+    assert firing(t) == want
+
+
+def test_a_model_artifact_that_failed_to_serialize_is_not_called_a_checkpoint() -> None:
+    t = CaptureTransport()
+    run = start(t)
+    run.artifact("s3://bucket/model", "model", serialization_ok=False, now_ms=T0 + 1_000)
+    run.finish(now_ms=T0 + 2_000)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0))
+    m.feed(t.messages)
+    titles = [a.title for a in m.alerts if isinstance(a, Alert)
+              and a.detector == "rule:checkpoint_serialization"]
+    assert titles == ["Artifact model serialization failed"]
+
+
 @pytest.mark.parametrize(("gates", "required", "want"), [
     ([("eval", "pass")], ["safety"], [("rule:missing_gate", "artifact")]),  # never ran
     ([("safety", "review")], ["safety"], [("rule:missing_gate", "artifact")]),  # not passed

@@ -181,3 +181,31 @@ def test_a_silent_run_is_taken_off_its_nodes_when_retired(tmp_path) -> None:
         agent.tick(c.t0 + 8 * DAY + 2000 + k * 10_000)
     c.feed(later_ms=SETTINGS.hold_ms + 1000)
     assert "K" not in c.states() and c.m.dead == []
+
+
+def test_a_run_with_release_evidence_is_kept_for_its_promotion_days_later(tmp_path) -> None:
+    """A model is promoted a day after training; its gate is checked two days after."""
+    c = Cluster(int(time.time() * 1000) - 4 * DAY)
+    c.run("A", steps=list(range(10_000, 600_000, 10_000)), finish_at=600_000)  # a model
+    c.run("G", steps=list(range(10_000, 600_000, 10_000)), finish_at=600_000)  # no evidence
+    pub = Publisher(c.t, kind="hook")
+    sent = emit_records(pub, [{"type": "ArtifactEvent", "run_id": "A",
+                               "emitted_at_ms": c.t0 + 610_000,
+                               "uri": "s3://m/A", "kind": "model", "size_bytes": 10,
+                               "sha256": "ab" * 32}])
+    assert sent.errors == []
+    c.run("B", steps=[DAY], finish_at=DAY + 1000)  # moves the input a day on
+    c.feed()
+    assert "A" in c.states() and "G" not in c.states()  # G had nothing to release
+    emit_records(pub, [{"type": "ArtifactEvent", "run_id": "A", "emitted_at_ms": c.t0 + DAY + 5_000,
+                        "uri": "s3://m/A", "kind": "model", "size_bytes": 10,
+                        "sha256": "ab" * 32, "registry_status": "production"}])
+    # G's gate is checked from the store two days on (its state here long retired)
+    emit_records(pub, [{"type": "GateDecision", "run_id": "G", "emitted_at_ms": c.t0 + 2 * DAY,
+                        "gate": "eval", "decision": "fail", "evaluator": "ci",
+                        "reasons": ["auc 0.71 < 0.75"]}])
+    c.feed()
+    c.feed()  # past the registration's wait for a gate decision
+    assert ("rule:registry_without_gate", "firing") in c.alerts("A")
+    assert ("rule:failed_gate", "firing") in c.alerts("G")
+    assert c.m.dead == []

@@ -245,3 +245,36 @@ def test_a_workloads_usual_evaluation_pause_does_not_page_its_next_runs(wall: Cl
     hang_at = t3 + (1200 + 600) * 1_000
     # about twice the usual 15-minute pause without a step, not the 10-minute floor
     assert hang_at + 29 * 60_000 <= hung[0][1] <= hang_at + 33 * 60_000
+
+
+MIN_MS = 60_000
+
+
+def hook_job_events(deadline_at: int, started_at: int) -> list[tuple[int, Any]]:
+    """A scheduler hook (``runwatch emit``) tells: queued at T0, running at ``started_at``."""
+    from runwatch.client.emit import emit_records
+
+    t = CaptureTransport()
+    emit_records(Publisher(t, kind="hook"), [
+        {"type": "JobEvent", "run_id": "q1", "emitted_at_ms": T0, "state": "queued",
+         "deadline_ms": deadline_at, "experiment_family": "fam", "team": "ml"},
+        {"type": "JobEvent", "run_id": "q1", "emitted_at_ms": started_at, "state": "running",
+         "attempt": 1}])
+    codec = load_codec()
+    return [(int(codec.decode(v).emitted_at_ms), (topic, k, v)) for topic, k, v in t.messages]
+
+
+@pytest.mark.parametrize("late_ms", [45_000, 150_000])
+def test_a_job_that_started_before_its_deadline_is_not_left_paged_when_told_late(
+        wall: Clock, late_ms: int) -> None:
+    """Another run keeps the horizon moving; the start of q1 (30 s before its deadline)
+    arrives ``late_ms`` late: within the lateness allowed it never pages; past it, the
+    page the horizon raised is withdrawn when the start arrives."""
+    queued, started = hook_job_events(T0 + 30 * MIN_MS, T0 + 29 * MIN_MS + 30_000)
+    others = published(steps(2_000))  # one-second steps for 33 minutes
+    msgs = sorted([*others, queued, (started[0] + late_ms, started[1])], key=lambda m: m[0])
+    m = MemoryProcessor(clock=wall)
+    deliver_live(m, wall, msgs)
+    seen = [a.status for a in m.alerts
+            if isinstance(a, Alert) and a.detector == "rule:queue_deadline"]
+    assert seen == ([] if late_ms <= 60_000 else ["firing", "resolved"])

@@ -5,6 +5,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from runwatch.core.signals.rules import normalize_sha256
+
+__all__ = ["file_digest", "file_size", "normalize_sha256"]
+
 
 def file_size(uri: str) -> int:
     """Size of a local file, 0 for remote URIs."""
@@ -41,21 +45,3 @@ def file_digest(uri: str) -> tuple[int, str | None]:
         return 0, None
 
 
-def normalize_sha256(value: str | None) -> str | None:
-    """Return a checksum as hashlib writes it: lowercase hex, no ``sha256:`` prefix.
-
-    Writers record checksums in several spellings (``sha256:<hex>`` as OCI
-    digests do, uppercase hex); comparing them verbatim with the digest
-    computed here would report every such checkpoint as mismatched.
-
-    Args:
-        value: A checksum as the caller gave it, or None.
-
-    Returns:
-        The normalized hex string, or None when empty.
-
-    """
-    if not value:
-        return None
-    text = value.strip().lower()
-    return text.removeprefix("sha256:") or None

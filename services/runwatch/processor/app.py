@@ -145,6 +145,7 @@ class Processor:
             min_event_ms=settings.min_event_ms, max_ahead_ms=settings.max_ahead_ms,
             ended_retention_ms=settings.ended_retention_ms,
             silent_retention_ms=settings.silent_retention_ms,
+            release_retention_ms=settings.release_retention_ms,
             policy=AlertPolicy(per_run_cap=settings.per_run_cap,
                                cooldown_ms=settings.cooldown_ms,
                                ownership=load_ownership(settings.ownership_file)),

@@ -53,6 +53,8 @@ class ProcessorSettings(BaseSettings):
             state is kept before it is retired: deleted from the ``runstate`` table,
             its firing alerts resolved, its dataset subscriptions dropped (0: for ever).
         silent_retention_ms: The same for a run that never ended and sent nothing.
+        release_retention_ms: The same for an ended run with a gate decision or a model
+            artifact (a later registration or gate check is judged against it).
         timer_interval_s: Period of the time-driven rules.
         stall_k: Stall bound in median step times.
         stall_min_ms: Floor of the stall bound.
@@ -115,6 +117,7 @@ class ProcessorSettings(BaseSettings):
     hold_ms: int = 30_000
     ended_retention_ms: int = Field(default=21_600_000, ge=0)
     silent_retention_ms: int = Field(default=604_800_000, ge=0)
+    release_retention_ms: int = Field(default=2_592_000_000, ge=0)
     timer_interval_s: float = 1.0
     stall_k: float = 10.0
     stall_min_ms: int = 600_000

@@ -1,5 +1,8 @@
 """Data-integrity signals of data-quality reports, judged against each dataset's own history.
 
+Size: one judge per signal of a report (its band, its floor, its finding), all reading the
+one history document of a (run, dataset); split, each would take that document apart.
+
 A data-quality report (``runwatch.client.data.report``) carries freshness
 lag, row count, duplicate rows, per-feature null shares and ranges. What is
 normal for them depends on the dataset: a weekly snapshot's rows are days

@@ -298,9 +298,30 @@ def failed_gate(gate: str, passed: bool, reason: str, at_ms: int) -> Finding | N
     )
 
 
+def normalize_sha256(value: str | None) -> str | None:
+    """Return a checksum as hashlib writes it: lowercase hex, no ``sha256:`` prefix.
+
+    Writers record checksums in several spellings (``sha256:<hex>`` as OCI
+    digests do, uppercase hex); comparing them verbatim with the digest
+    computed here would report every such checkpoint as mismatched.
+
+    Args:
+        value: A checksum as the caller gave it, or None.
+
+    Returns:
+        The normalized hex string, or None when empty.
+
+    """
+    if not value:
+        return None
+    text = value.strip().lower()
+    return text.removeprefix("sha256:") or None
+
+
 def checkpoint_integrity(
     expected_sha256: str, actual_sha256: str, serialization_ok: bool, at_ms: int,
-    subject: str = "", *, corrupt: bool = False,
+    subject: str = "", *, corrupt: bool = False, what: str = "Checkpoint",
+    timed_out: bool = False,
 ) -> Finding | None:
     """Fire on a checkpoint checksum mismatch, a reported corruption or failed serialization.
 
@@ -318,12 +339,16 @@ def checkpoint_integrity(
         at_ms: Event time.
         subject: Checkpoint identity (uri or step) for the dedup key.
         corrupt: The producer reported the checkpoint corrupt (outcome ``corrupt``).
+        what: What was written, for the title (``Checkpoint``, ``Artifact model``).
+        timed_out: The write timed out (outcome ``timeout``): no usable checkpoint
+            either, paged as a failed serialization.
 
     Returns:
         A critical artifact finding, or None.
 
     """
-    if expected_sha256 and actual_sha256 and expected_sha256 != actual_sha256:
+    expected, actual = normalize_sha256(expected_sha256), normalize_sha256(actual_sha256)
+    if expected and actual and expected != actual:
         return _hard(
             "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
             "Checkpoint checksum mismatch",
@@ -334,10 +359,11 @@ def checkpoint_integrity(
             "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
             "Checkpoint reported corrupt", subject or "", subject=subject,
         )
-    if not serialization_ok:
+    if not serialization_ok or timed_out:
         return _hard(
             "checkpoint_serialization", "checkpoint", "artifact", 0.0, 1.0, at_ms,
-            "Checkpoint serialization failed", subject or "", subject=subject,
+            f"{what} write timed out" if timed_out else f"{what} serialization failed",
+            subject or "", subject=subject,
         )
     return None
 

@@ -124,7 +124,7 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
         if isinstance(event, DataQualityReport) and state.known:
             late += _report_hard_rules(state, event, at, now_ms, cfg)
         return state, late
-    if not state.known and not isinstance(event, RunManifest | JobEvent):
+    if not state.known and not isinstance(event, RunManifest | JobEvent | GateDecision):
         return state, hold(state, cfg, event, now_ms)
     if baseline is not None and PAUSE_STAT in baseline:  # the workload's usual pause
         state.signals["workload_pause_ms"] = int(baseline[PAUSE_STAT][1])
@@ -310,9 +310,19 @@ def _stall_over(s: RunState, cfg: RunConfig, now: int, at: int) -> list[Output]:
     if (entry is None or entry["status"] != "firing"
             or entry["last_seen_ms"] - at > entry["expected"]):
         return []
+    return _resolve_now(s, cfg, "rule:stalled", "step_gap_ms", now, at)
+
+
+def _resolve_now(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int,
+                 at: int) -> list[Output]:
+    """Resolve a firing alert at once: an event showed its condition over (or never true)."""
+    entries = s.alerts.get("entries")
+    entry = entries.get(alerting.dedup_key(s.run_id, detector, indicator, "")) if entries else None
+    if entry is None or entry["status"] != "firing":
+        return []
     book = AlertBook.from_state(s.alerts)
-    out = alerting.healthy(book, s.run_id, "rule:stalled", "step_gap_ms", "", context(s, cfg),
-                           now, alerting.AlertPolicy(clear_after=1, resolve_ms=0), at)
+    out = alerting.healthy(book, s.run_id, detector, indicator, "", context(s, cfg), now,
+                           alerting.AlertPolicy(clear_after=1, resolve_ms=0), at)
     s.alerts = book.to_state()
     return list(out)
 
@@ -505,7 +515,10 @@ def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConf
     _pause(s, cfg, int(e.started_at_ms or at), int(e.ended_at_ms or at), validation=False)
     f = rules.checkpoint_integrity(e.expected_sha256 or "", e.sha256 or "",
                                    e.outcome != "failed", at, e.uri,
-                                   corrupt=e.outcome == "corrupt")
+                                   corrupt=e.outcome == "corrupt",
+                                   timed_out=e.outcome == "timeout")
+    # a write that "succeeded" into a full disk: the SDK read it back, and it holds no bytes
+    f = f or rules.artifact_empty(e.uri, "checkpoint", e.size_bytes, e.sha256 or "", at)
     if f:
         out += emit(s, cfg, f, now, one_shot=True)
     s.checkpoint_ms += e.duration_ms
@@ -551,6 +564,8 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         f = rules.queue_deadline(s.queued_at_ms, at, now, s.deadline_ms)
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
+        else:  # it left the queue in time: a page the horizon raised before this arrived
+            out += _resolve_now(s, cfg, "rule:queue_deadline", "queue_delay_ms", now, at)
     # restarts: a rising attempt or a retrying/preempted transition, never a repeated running
     restarts = int(ind.restart_count(s.states, [s.attempt]))
     if restarts > s.restarts:
@@ -668,10 +683,11 @@ def retire_due(s: RunState, cfg: RunConfig, horizon_ms: int) -> bool:
     """Return whether a run's state is to be retired (deleted) now.
 
     An ended run once the input's event time is ``ended_retention_ms`` past its last
-    event; a run that never ended (a job killed before its end event) once it is
-    ``silent_retention_ms`` past it; a run never seen whose held events were
-    dropped at once (it keeps nothing). Never while events of it are held or an
-    alert waits for its correlation delay.
+    event (``release_retention_ms`` for a run with a gate decision or a model artifact:
+    a registration or a gate check days later is judged against it); a run that never
+    ended (a job killed before its end event) once it is ``silent_retention_ms`` past it;
+    a run never seen whose held events were dropped at once (it keeps nothing). Never
+    while events of it are held or an alert waits for its correlation delay.
     """
     if s.pending or s.waiting:
         return False
@@ -679,6 +695,9 @@ def retire_due(s: RunState, cfg: RunConfig, horizon_ms: int) -> bool:
         return cfg.ended_retention_ms > 0
     last = max(s.watermark_ms, s.first_at_ms, s.manifest_at_ms)
     keep = cfg.ended_retention_ms if ended_at(s) else cfg.silent_retention_ms
+    if keep and ("gates" in s.signals or "models" in s.signals):
+        # release evidence: a model is promoted, and its gate checked, days after training
+        keep = max(keep, cfg.release_retention_ms) if cfg.release_retention_ms else 0
     return keep > 0 and last > 0 and horizon_ms - last > keep
 
 
@@ -732,7 +751,8 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
         rej.pop(0)  # the latest reports holding at least REJECT_POOL_ROWS samples
     s.reports[ref] = {"rows": e.row_count, "at_ms": at, "labels": labels, "ids": ids,
                       "hist": hist, "rej": rej[-REJECT_POOL_MAX:],
-                      **_label_reference(s, prev, labels, e.row_count, at)}
+                      **_label_reference(s, prev, labels, e.row_count, at),
+                      **({"drift": prev["drift"]} if prev and "drift" in prev else {})}
     out += _report_hard_rules(s, e, at, now, cfg)
     # freshness, volume, duplicates, nulls, ranges against the dataset's history: judged on
     # each report, they resolve after healthy reports of the dataset (as the hard report
@@ -752,12 +772,8 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                                                                 1.0), at,
                                     f"Label balance of {ref} shifted by {shift:.2f}",
                                     subject=ref, alert=False), now, one_shot=True)
-    if e.drift is not None and e.drift.drifted_features:
-        names = ", ".join(e.drift.drifted_features[:5])
-        out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",
-                                    float(len(e.drift.drifted_features)), 0.0, 0.5, at,
-                                    f"Feature drift in {ref}: {names}", subject=ref,
-                                    alert=False), now, one_shot=True)
+    if e.drift is not None:
+        out += _drift(s, e, ref, prev or {}, at, now, cfg)
     # the run's rate: the latest REJECT_POOL_ROWS samples of each of its datasets pooled
     # (a run reading a dataset that always rejects 20 % beside one that rejects none swung
     # at every report), as much of it as the samples make sure of (one rejected row in a
@@ -768,6 +784,55 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                                                                             sure=True),
                    at, now, bl, f"{rejected} of {total} samples rejected in the latest reports")
     return out
+
+
+DRIFT_PERSIST = 3
+"""Reports of a dataset in a row in which a feature drifted before the drift pages, after
+at least as many in which it did not: one report's marks are evidence (chance marks one in
+1,000 per feature, one in 100 reports of a wide table: ``dataquality.drift_bounds``); three
+in a row are the data itself having moved. A feature drifted in nearly every report since
+its baseline (an id or a counter that grows with every batch) has no level to move from."""
+DRIFT_FEATURES = 32
+"""Features whose drift a dataset's reports follow (the first ones reported)."""
+
+
+def _drift(s: RunState, e: DataQualityReport, ref: str, prev: dict[str, Any], at: int,
+           now: int, cfg: RunConfig) -> list[Output]:
+    """Judge a report compared with a baseline: drift evidence, and a page when it persists.
+
+    Drifted features are evidence for the cause of a learning symptom at once
+    (``indicator:drift``). A feature drifted in :data:`DRIFT_PERSIST` reports in a row,
+    after as many in which it was not, pages ``watch:feature_drift`` (data); it resolves
+    after reports in which no such feature drifts. ``s.reports[ref]["drift"]``: feature →
+    ``[reports not drifted, drifted in a row]``.
+    """
+    drifted = set(e.drift.drifted_features) if e.drift is not None else set()
+    seen: dict[str, list[int]] = dict(prev.get("drift", {}))
+    for f in e.features:
+        if f.name not in seen and len(seen) >= DRIFT_FEATURES:
+            continue
+        clean, run = seen.get(f.name, (0, 0))
+        seen[f.name] = [clean, run + 1] if f.name in drifted else [min(clean + 1, 999), 0]
+    s.reports[ref]["drift"] = seen
+    moved = sorted(n for n, (clean, run) in seen.items()
+                   if run >= DRIFT_PERSIST and clean >= DRIFT_PERSIST)
+    out: list[Output] = []
+    if drifted:
+        names = ", ".join(sorted(drifted)[:5])
+        out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",
+                                    float(len(drifted)), 0.0, 0.5, at,
+                                    f"Feature drift in {ref}: {names}", subject=ref,
+                                    alert=False), now, one_shot=True)
+    if not moved:
+        return out + clear_healthy(s, cfg, "watch:feature_drift", "feature_drift", now,
+                                   subject=ref, at_ms=at)
+    run = max(seen[n][1] for n in moved)
+    return out + emit(s, cfg, Finding("watch:feature_drift", "feature_drift", "data", "warning",
+                                      float(len(moved)), 0.0, 0.5, at,
+                                      f"{ref} drifted from its baseline {e.baseline} in "
+                                      f"{run} reports in a row: {', '.join(moved[:5])}",
+                                      f"features drifted since: {', '.join(moved)}",
+                                      subject=ref), now, one_shot=False)
 
 
 def _label_reference(s: RunState, prev: dict[str, Any] | None, labels: dict[str, float],
@@ -858,7 +923,9 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
         if s.started_at_ms is None:
-            f = rules.queue_deadline(s.queued_at_ms, None, hz, s.deadline_ms)
+            # a start may still arrive up to the lateness allowed behind the horizon (a
+            # scheduler hook's spool, a poller): only what is past it is surely queued
+            f = rules.queue_deadline(s.queued_at_ms, None, hz - cfg.lateness_ms, s.deadline_ms)
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.manifest_at_ms:

@@ -5,7 +5,8 @@ artifact, the model registry's verdict, and required gates (safety tests,
 evaluations) that must have passed before a model is registered or promoted.
 Gate decisions are remembered per run (``signals["gates"]``: gate → decision).
 
-Registry control (``rule:registry_without_gate``): a model that reaches a
+Registry control (``rule:registry_without_gate``): a model (artifact kind ``model``;
+a dataset or a tokenizer registered in a catalog is not a release) that reaches a
 registered status without a passing or approved gate decision for its run
 (:func:`runwatch.core.gates.registry.violation`) is a hard alert. The gate
 decision and the registry event come from different producers, so either may
@@ -30,7 +31,8 @@ from runwatch.core.stream.runstate import Output, RunConfig, RunState, emit
 def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -> list[Output]:
     """Fold one artifact event: serialization, emptiness, registry status, required gates."""
     found = [
-        rules.checkpoint_integrity("", "", e.serialization_ok, at, e.uri),
+        rules.checkpoint_integrity("", "", e.serialization_ok, at, e.uri,
+                                   what=f"Artifact {e.kind}"),
         rules.artifact_empty(e.uri, e.kind, e.size_bytes, e.sha256 or "", at),
         rules.registry_status(e.uri, e.registry_status or "", at),
     ]
@@ -42,8 +44,12 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
     for f in found:
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
+    if e.kind == "model":  # release evidence: the run's state is kept for its promotion
+        s.signals["models"] = s.signals.get("models", 0) + 1
     status = e.registry_status or ""
-    if cfg.registry_control and registry.violation(status, _gates_by(s, at, cfg)):
+    # a model in use needs its gate; a dataset or tokenizer in a catalog is no release
+    if (cfg.registry_control and e.kind == "model"
+            and registry.violation(status, _gates_by(s, at, cfg))):
         waiting = s.signals.setdefault("registry_wait", {})
         waiting.setdefault(e.uri, {"since_ms": now, "at_ms": at, "status": status})
         out += registry_due(s, now, cfg)
@@ -128,7 +134,13 @@ def registry_due(s: RunState, now: int, cfg: RunConfig) -> list[Output]:
 
 
 def gate(s: RunState, e: GateDecision, at: int, now: int, cfg: RunConfig) -> list[Output]:
-    """Fold one gate decision: remember it, and alert when it failed (with what failed)."""
+    """Fold one gate decision: remember it, and alert when it failed (with what failed).
+
+    A decision needs no other record of its run: ``runwatch gate check`` judges a run
+    from the store, also days after its state here was retired (or a run this
+    processor never saw), and a failed release check pages then too.
+    """
+    s.known = True
     gates: dict[str, str] = s.signals.setdefault("gates", {})
     gates[e.gate] = e.decision
     s.signals.setdefault("gate_at", {})[e.gate] = at

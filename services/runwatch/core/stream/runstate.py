@@ -84,6 +84,9 @@ class RunConfig:
             past its last event (0: kept for ever).
         silent_retention_ms: The same for a run that never ended but sent nothing for
             this long (0: kept for ever).
+        release_retention_ms: The same for an ended run with release evidence (a gate
+            decision or a model artifact): a model is promoted, and its gate checked,
+            days after its training ended (0: kept for ever).
         policy: Alert lifecycle knobs.
         specs: Indicator → watch spec.
 
@@ -114,6 +117,7 @@ class RunConfig:
     max_ahead_ms: int = 0
     ended_retention_ms: int = 21_600_000
     silent_retention_ms: int = 604_800_000
+    release_retention_ms: int = 2_592_000_000
     policy: AlertPolicy = field(default_factory=AlertPolicy)
     specs: dict[str, WatchSpec] = field(default_factory=default_specs)
 
