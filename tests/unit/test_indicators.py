@@ -30,10 +30,14 @@ def same(a: float, b: float) -> bool:
         (ind.effective_batch_size, (32.0, 8.0, 4.0), 1024.0),
         (ind.effective_batch_size, (32.0, 6.0, 0.0), 192.0),
         (ind.effective_batch_size, (-1.0, 8.0, 1.0), NAN),
-        (ind.grad_norm_variance, ([1.0, 3.0, 5.0, 100.0],), 2.0),  # less 5 -> 100 and one 2
+        # half the mean squared log ratio of consecutive norms, less the two largest
+        (ind.grad_norm_variance, ([1.0, 3.0, 5.0, 100.0],), math.log(5 / 3) ** 2 / 2),
         (ind.grad_norm_variance, ([1.0, 3.0, 5.0],), NAN),
-        (ind.grad_norm_variance, ([1.0, NAN, 3.0, math.inf, 5.0, 4.0, 6.0],), 1.25),
-        (ind.grad_norm_variance, ([1.0, 2.0] * 5,), 0.5),  # unstable: every step swings
+        (ind.grad_norm_variance, ([1.0, NAN, 3.0, math.inf, 5.0, 0.0, 4.0, 6.0],),
+         (math.log(4 / 5) ** 2 + math.log(6 / 4) ** 2) / 4),  # 0 has no log: left out
+        (ind.grad_norm_variance, ([1.0, 2.0] * 5,), math.log(2) ** 2 / 2),  # every step swings
+        # relative: the same swings of norms 250 times larger read the same
+        (ind.grad_norm_variance, ([250.0, 500.0] * 5,), math.log(2) ** 2 / 2),
         (ind.loss_trend, ([0, 1000, 2000], [1.0, 2.0, 3.0]), 1.0),
         (ind.loss_trend, ([0, 500, 1000, 1500], [4.0, 3.0, 2.0, 1.0]), -2.0),
         (ind.loss_trend, ([0, 1], [1.0, 2.0]), NAN),
@@ -111,7 +115,8 @@ STEADY = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 0.98, 1.02, 1.0, 0.99]
 
 
 @pytest.mark.parametrize("norms", [
-    STEADY[:5] + [x - 0.7 for x in STEADY[5:]],  # a new level (an LR decay)
+    STEADY[:5] + [x * 0.3 for x in STEADY[5:]],  # a new level (an LR decay)
+    STEADY[:5] + [x * 2.5 for x in STEADY[5:]],  # a warm restart's higher level
     STEADY[:4] + [6.0] + STEADY[5:],  # one hard batch
 ])
 def test_grad_norm_variance_is_not_raised_by_a_new_level_or_one_large_norm(norms) -> None:

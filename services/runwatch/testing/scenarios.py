@@ -28,6 +28,7 @@ carry a data-quality report every ten steps.
 
 from __future__ import annotations
 
+import math
 import random
 import uuid
 from collections.abc import Callable
@@ -186,9 +187,10 @@ def build(kind: str, run_id: str, t0_ms: int, *, steps: int = 120, step_ms: int 
         loss = 2.0 * (0.995 ** i) + r.rng.uniform(-0.02, 0.02)
         if kind == "nan_loss" and k > 0:
             loss = float("nan")
-        spread = 0.1 * (1 + 0.1 * k) if kind == "grad_variance" and k > 0 else 0.1
+        # unstable gradients: the norms swing by a growing factor from step to step
+        spread = 0.1 * (1 + 0.25 * k) if kind == "grad_variance" and k > 0 else 0.1
         r.add(LearningStep, step=i, epoch=0, loss=loss, metrics={}, lr=1e-3,
-              grad_norm=1.0 + r.rng.uniform(-spread, spread), nonfinite_count=0)
+              grad_norm=math.exp(r.rng.uniform(-spread, spread)), nonfinite_count=0)
         if i % 5 == 0:
             if kind == "gpu_occupancy" and k > 0:
                 # power-capped (evidence, not a page of its own: a sustained HW thermal

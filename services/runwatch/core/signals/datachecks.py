@@ -153,11 +153,23 @@ def range_width(lo: float, hi: float) -> float:
     return max(hi - lo, RANGE_REL * max(abs(lo), abs(hi)), 1e-12)
 
 
+RANGE_WIDTHS = 2.0
+"""A batch's min or max pages beyond this many widths of the range seen: a unit change
+(metres to centimetres) or a sentinel (-999) lands hundreds of widths out, while the
+largest of a skewed feature's next batch (lognormal amounts) passed one width about once
+in twenty runs of 20-row batches."""
+RANGE_MIN_ROWS = 1_000
+"""Rows a feature's range must have seen before it judges: the range of five 20-row
+batches of a skewed feature is narrow, and the next batch's largest value passed it by
+a width about once a run."""
+
+
 def range_score(state: list[float] | None, lo: float, hi: float) -> float:
     """Return how far a batch's ``[lo, hi]`` lies outside a feature's range, in widths.
 
     Args:
-        state: ``[n, min, max]`` of the feature so far (None: unseen).
+        state: ``[n, min, max, rows]`` of the feature so far (None: unseen; a state
+            without its rows, from an older release, judges by its reports alone).
         lo: The batch's minimum.
         hi: The batch's maximum.
 
@@ -165,21 +177,26 @@ def range_score(state: list[float] | None, lo: float, hi: float) -> float:
         The excess in range widths (> 1 fires), 0 while the range is cold.
 
     """
-    if not state or state[0] < MIN_HISTORY:
+    if not state or state[0] < MIN_HISTORY or (len(state) > 3 and state[3] < RANGE_MIN_ROWS):
         return 0.0
     w = range_width(state[1], state[2])
     return max(hi - state[2], state[1] - lo, 0.0) / w
 
 
-def range_learn(state: list[float] | None, lo: float, hi: float) -> list[float]:
-    """Return the feature's range with a batch folded in (widened by at most one width)."""
+def range_learn(state: list[float] | None, lo: float, hi: float,
+                rows: int = RANGE_MIN_ROWS) -> list[float]:
+    """Return the feature's range with a batch of ``rows`` rows folded in.
+
+    Once it judges, the range widens by at most one width per batch.
+    """
     if not state:
-        return [1, lo, hi]
+        return [1, lo, hi, rows]
     n, rlo, rhi = int(state[0]), state[1], state[2]
-    if n >= MIN_HISTORY:
+    seen = state[3] if len(state) > 3 else RANGE_MIN_ROWS
+    if n >= MIN_HISTORY and seen >= RANGE_MIN_ROWS:
         w = range_width(rlo, rhi)
         lo, hi = max(lo, rlo - w), min(hi, rhi + w)
-    return [n + 1, min(rlo, lo), max(rhi, hi)]
+    return [n + 1, min(rlo, lo), max(rhi, hi), min(seen + rows, 10**9)]
 
 
 REFRESH_K = 2.0
@@ -191,13 +208,18 @@ REFRESH_KEPT = 8
 """Intervals between refreshes a dataset keeps (their median is its usual interval)."""
 
 
-def refresh_overdue(h: dict[str, Any], at_ms: int, lag_ms: float) -> float | None:
+def refresh_overdue(h: dict[str, Any], at_ms: int,
+                    lag_ms: float) -> tuple[float, float] | None:
     """Follow when a dataset's newest row advances; return the bound its lag is past, if so.
 
     The newest row's time is the report's time less its freshness lag. Each time it
     advances, the interval since the previous advance (the dataset's refresh cadence:
-    a day for a daily partition, minutes for a stream) is kept (``h["refresh"]``:
-    ``[newest row ms, [intervals]]``, the latest :data:`REFRESH_KEPT`).
+    a day for a daily partition, minutes for a stream) and the lag then (the pipeline's
+    own delay: rows land ten minutes after they happen) are kept (``h["refresh"]``:
+    ``[newest row ms, [intervals], [lags at a refresh]]``, the latest
+    :data:`REFRESH_KEPT`). The bound is the usual delay plus ``REFRESH_K`` intervals:
+    without the delay, a stream reported every two minutes whose rows always land ten
+    minutes late read as not refreshed for five intervals, on every report.
 
     Args:
         h: The dataset's history (updated in place).
@@ -205,22 +227,24 @@ def refresh_overdue(h: dict[str, Any], at_ms: int, lag_ms: float) -> float | Non
         lag_ms: Its freshness lag.
 
     Returns:
-        ``REFRESH_K`` × the median interval when the lag is past it (and
+        (the bound, the median interval) when the lag is past the bound (and
         :data:`MIN_HISTORY` intervals are known), else None.
 
     """
     newest = int(at_ms - lag_ms)
-    last, gaps = h.get("refresh") or [newest, []]
-    gaps = list(gaps)
+    last, gaps, *kept = h.get("refresh") or [newest, []]
+    gaps, lags = list(gaps), list(kept[0]) if kept else []
     if newest > last + MIN_LAG_MS:  # a refresh: rows newer than the dataset had
         gaps = [*gaps, newest - last][-REFRESH_KEPT:]
+        lags = [*lags, int(lag_ms)][-REFRESH_KEPT:]
         last = newest
-    h["refresh"] = [max(last, newest), gaps]
+    h["refresh"] = [max(last, newest), gaps, lags]
     if len(gaps) < MIN_HISTORY:
         return None
     usual = sorted(gaps)[len(gaps) // 2]
-    bound = REFRESH_K * usual
-    return bound if lag_ms > max(bound, MIN_LAG_MS) else None
+    delay = sorted(lags)[len(lags) // 2] if lags else 0
+    bound = delay + REFRESH_K * usual
+    return (bound, float(usual)) if lag_ms > max(bound, MIN_LAG_MS) else None
 
 
 def _share_floor(mean: float, rows: int) -> float:
@@ -258,14 +282,15 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
         band = Band.from_state(h.get("lag"))
         floor = max(REL_FLOOR * abs(band.mean), MIN_LAG_MS)
         excess = band.score_one(lag, floor)
-        stale = refresh_overdue(h, at_ms, lag)
-        if stale is not None and excess <= 1:
+        overdue = refresh_overdue(h, at_ms, lag)
+        if overdue is not None and excess <= 1:
+            stale, every = overdue
             out.append(_finding("freshness_lag", ref, lag, stale, lag / stale, at_ms,
                                 f"Data of {ref} is not being refreshed: newest row "
                                 f"{lag / 3_600_000:.3g} h old (it is usually refreshed every "
-                                f"{stale / REFRESH_K / 3_600_000:.3g} h)",
+                                f"{every / 3_600_000:.3g} h)",
                                 f"freshness_lag_ms={lag:.0f}; bound {stale:.0f} ms "
-                                f"({REFRESH_K:g} refresh intervals)"))
+                                f"(its usual delay and {REFRESH_K:g} refresh intervals)"))
         if excess > 1:
             hours, usual = lag / 3_600_000, band.mean / 3_600_000
             out.append(_finding("freshness_lag", ref, lag, band.mean, excess, at_ms,
@@ -322,9 +347,9 @@ def _features(h: dict[str, Any], e: DataQualityReport, ref: str, rows: int,
             continue
         prev = ranges.get(f.name)
         excess = range_score(prev, f.min, f.max)
-        if excess > 1 and prev is not None:
+        if excess > RANGE_WIDTHS and prev is not None:
             range_hits.append((excess, f.name, f.min, f.max, prev))
-        ranges[f.name] = range_learn(prev, f.min, f.max)
+        ranges[f.name] = range_learn(prev, f.min, f.max, rows)
     h["nulls"], h["ranges"] = nulls, ranges
     out: list[Finding] = []
     if null_hits:
@@ -352,7 +377,7 @@ def _partitions(h: dict[str, Any], partition: str, ref: str, at_ms: int) -> list
     one report). A partition that had a regular cadence (:data:`PART_REGULAR`, at least
     :data:`MIN_HISTORY` intervals) is missing when it is more than :data:`PART_K` of its
     intervals late, judged at a report of another partition that was itself reported on
-    its cadence and after the missing one last was: the dataset goes on without it (a
+    its cadence: the dataset goes on without it (a
     pipeline coming back from an outage reports its partitions one after another, and
     the first of them must not find the others missing). Every partition reported since
     the missing one's last report must keep a cadence too: a pipeline that reports a
@@ -386,7 +411,7 @@ def _partitions(h: dict[str, Any], partition: str, ref: str, at_ms: int) -> list
     missing = []
     for name, (_, last, _) in parts.items():
         usual = cadence[name]
-        if (name == partition or usual is None or prev < last
+        if (name == partition or usual is None
                 or at_ms - last <= max(PART_K * usual, MIN_LAG_MS)
                 or any(first > last or (later > last and cadence[other] is None)
                        for other, (first, later, _) in parts.items() if other != name)):

@@ -172,11 +172,13 @@ def effective_batch_size(per_device_batch: float, world_size: float, grad_accum:
 
 
 def grad_norm_variance(grad_norms: Sequence[float]) -> float:
-    """Step-to-step variance of the recent gradient norms: unstable gradients, not a new level.
+    """Step-to-step variance of the recent log gradient norms: unstable gradients, not a level.
 
-    Half the mean squared difference between consecutive norms (von Neumann's
-    estimator of the variance around a local level), leaving out the two largest
-    differences. A plain variance of the window rose for as many steps as the
+    Half the mean squared difference between consecutive log norms (von Neumann's
+    estimator of the variance around a local level, relative: norms of 250 and of 1
+    with the same relative noise read the same, and a level 2.5 times higher after a
+    warm restart, with noise in proportion, is no more unstable), leaving out the two
+    largest differences. A plain variance of the window rose for as many steps as the
     window holds after any change of level (a learning-rate decay, a change of
     gradient accumulation, the end of warm-up: norms that settle from 1.0 to 0.3)
     and after one large norm (a hard batch), and paged healthy runs; a level
@@ -187,14 +189,15 @@ def grad_norm_variance(grad_norms: Sequence[float]) -> float:
         grad_norms: Recent gradient norms, oldest first.
 
     Returns:
-        The variance estimate from the finite norms, or nan with fewer than four.
+        The variance estimate from the finite positive norms (squared log ratio, so 0.25
+        is a step-to-step spread of about 50 %), or nan with fewer than four.
 
     """
     arr = np.asarray(grad_norms, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
+    arr = arr[np.isfinite(arr) & (arr > 0)]
     if arr.size < 4:
         return NAN
-    d2 = np.sort(np.diff(arr) ** 2)[:-2]
+    d2 = np.sort(np.diff(np.log(arr)) ** 2)[:-2]
     return float(d2.mean() / 2.0)
 
 

@@ -52,9 +52,14 @@ def default_specs() -> dict[str, WatchSpec]:
         # Half the run's own level is a lost link set or a fallback to PCIe, not burstiness.
         "interconnect": WatchSpec("down", warmup=20, alpha=0.3, k=4.0, rel_effect=0.5,
                                   persist=5),
-        "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=1.0, persist=5),
+        # an exploding norm: ten times the run's own level, held (a loss spike's few large
+        # norms move the smoothed level less; a warm restart's 2-3 times is by design)
+        "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=9.0, persist=5),
+        # relative (log) step-to-step variance: at least 0.25 (the norms swinging by about
+        # half from step to step) and 4 times the run's own; the stationary noise of a
+        # healthy run (15 % per step: 0.02) and a clipped norm (0) stay far below it
         "grad_norm_variance": WatchSpec("up", warmup=15, alpha=0.2, k=6.0, rel_effect=3.0,
-                                        min_effect=0.01, persist=5, trend=True),
+                                        min_effect=0.25, persist=5, trend=True),
         "rejected_sample_rate": WatchSpec("up", warmup=2, alpha=0.5, k=4.0, min_effect=0.05,
                                           persist=1),
     }
@@ -62,7 +67,8 @@ def default_specs() -> dict[str, WatchSpec]:
 
 # Watches that raise alerts on their own; the rest only feed evidence.
 ALERTING_WATCHES = frozenset({"loader_share", "checkpoint_share", "gpu_occupancy",
-                              "grad_norm_variance", "rejected_sample_rate", "throughput",
+                              "grad_norm", "grad_norm_variance", "rejected_sample_rate",
+                              "throughput",
                               "token_throughput"})
 WATCH_SIGNAL = {
     "loader_share": "execution", "checkpoint_share": "execution", "throughput": "execution",

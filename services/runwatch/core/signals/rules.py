@@ -679,6 +679,30 @@ def missing_gates(uri: str, status: str, required: Sequence[str], decisions: dic
 
 LOSS_SMOOTH = 10
 """Steps averaged per loss level (a mini-batch loss is noisy step to step)."""
+def successive_noise(values: Sequence[float]) -> float:
+    """Return a robust estimate of a series' noise: its median second difference.
+
+    ``median(|x[i+1] - 2 x[i] + x[i-1]|) / (0.6745 * sqrt 6)``: the standard deviation
+    of independent noise, blind to a steady trend (training still improving, a metric
+    declining evaluation by evaluation) and little moved by a single jump. First
+    differences carry the trend: a validation loss rising 0.2 an evaluation read as
+    noise of that size and was paged five evaluations late. 0 with fewer than five
+    values (too few to tell noise from signal).
+    """
+    if len(values) < 5:
+        return 0.0
+    second = sorted(abs(c - 2 * b + a) for a, b, c in zip(values, values[1:], values[2:],
+                                                          strict=False))
+    mid = len(second) // 2
+    med = second[mid] if len(second) % 2 else 0.5 * (second[mid - 1] + second[mid])
+    return med / (0.6745 * math.sqrt(6.0))
+
+
+LOSS_NOISE_K = 8.0
+"""A divergence must also rise this many standard deviations of a 10-step mean (the run's
+step-to-step noise over the square root of 10) above the best: the best of the 10-step
+means of 500 steps sits up to 3.5 of them under the level, and over a long run the mean
+now reaches 3.5 above it too; 8 leaves a margin for the noise estimate's own error."""
 LOSS_RISE = 1.5
 """A smoothed loss half again above its lowest smoothed level in the window has diverged:
 mini-batch noise moves a 10-step mean by a few percent, a diverging run by multiples."""
@@ -686,7 +710,7 @@ mini-batch noise moves a 10-step mean by a few percent, a diverging run by multi
 
 def loss_divergence(
     points: Sequence[Sequence[float]], lr_raised_at_step: float | None, at_ms: int,
-    earlier_best: float | None = None,
+    earlier_best: float | None = None, noise: float | None = None,
 ) -> Finding | None:
     """Fire when the training loss has climbed well above its recent best (no convergence).
 
@@ -705,6 +729,8 @@ def loss_divergence(
         earlier_best: The lowest 10-step mean of the run's steps before the window
             (since its latest learning-rate increase), if kept: a steady rise of
             half a percent a step never reaches 1.5 × within 50 logged steps.
+        noise: The loss's step-to-step noise (standard deviation) over the run's recent
+            steps, if known; else the window's median successive difference estimates it.
 
     Returns:
         A warning learning finding, or None.
@@ -724,6 +750,12 @@ def loss_divergence(
     if earlier_best is not None and earlier_best > 0:
         best = min(best, earlier_best)
     if best <= 0 or now < LOSS_RISE * best:
+        return None
+    # the best of many noisy 10-step means lies several of their sigmas under the run's
+    # level: a GAN's or an RL policy's loss (25 % from step to step) reached 1.5 x it by
+    # chance; a rise must also clear the run's own noise
+    sigma = successive_noise(losses) if noise is None else noise
+    if now - best < LOSS_NOISE_K * sigma / math.sqrt(LOSS_SMOOTH):
         return None
     n = len(points)
     mx = sum(p[0] for p in points) / n

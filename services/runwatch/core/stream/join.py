@@ -303,22 +303,25 @@ def _stall_over(s: RunState, cfg: RunConfig, now: int, at: int) -> list[Output]:
     gap above the bound: the run is still silent. Resolving on it, the next timer round
     paged the stall again, once per backdated step: a page and a resolve every few seconds.
     """
-    entries = s.alerts.get("entries")
-    if not entries:  # the common case on a step's path: no alert at all
-        return []
-    entry = entries.get(alerting.dedup_key(s.run_id, "rule:stalled", "step_gap_ms"))
-    if (entry is None or entry["status"] != "firing"
-            or entry["last_seen_ms"] - at > entry["expected"]):
+    entry = _firing_entry(s, "rule:stalled", "step_gap_ms")
+    if entry is None or entry["last_seen_ms"] - at > entry["expected"]:
         return []
     return _resolve_now(s, cfg, "rule:stalled", "step_gap_ms", now, at)
+
+
+def _firing_entry(s: RunState, detector: str, indicator: str) -> dict[str, Any] | None:
+    """Return the run's alert book entry of a firing alert (no subject), or None."""
+    entries = s.alerts.get("entries")
+    if not entries:  # the common case on a step's path: no alert at all
+        return None
+    entry = entries.get(alerting.dedup_key(s.run_id, detector, indicator, ""))
+    return entry if entry is not None and entry["status"] == "firing" else None
 
 
 def _resolve_now(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int,
                  at: int) -> list[Output]:
     """Resolve a firing alert at once: an event showed its condition over (or never true)."""
-    entries = s.alerts.get("entries")
-    entry = entries.get(alerting.dedup_key(s.run_id, detector, indicator, "")) if entries else None
-    if entry is None or entry["status"] != "firing":
+    if _firing_entry(s, detector, indicator) is None:
         return []
     book = AlertBook.from_state(s.alerts)
     out = alerting.healthy(book, s.run_id, detector, indicator, "", context(s, cfg), now,
@@ -387,7 +390,12 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
     """Fold a finite loss into the run's loss window: its trend (evidence), its divergence."""
     out: list[Output] = []
     _push(s.losses, [step, loss], 50)
-    earlier = _loss_lows(s)
+    earlier, noise = _loss_lows(s)
+    diverged = _firing_entry(s, "rule:loss_divergence", "loss")
+    if diverged is not None and earlier is not None:
+        # the best it diverged from, until the loss comes back: once 500 steps past the
+        # rise, the window's own best was the diverged level and the page resolved
+        earlier = min(earlier, float(diverged["expected"]))
     if len(s.losses) >= 20:
         slope = ind.loss_trend([p[0] for p in s.losses], [p[1] for p in s.losses])
         first = s.losses[0][1]
@@ -395,7 +403,7 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
             out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
                                         "warning", slope, 0.0, 0.5, at, "Loss trending up",
                                         alert=False), now, one_shot=True)
-        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier)
+        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier, noise)
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
     return out
@@ -403,30 +411,44 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
 
 LOSS_BLOCKS, LOSS_BLOCK_STEPS = 10, 50
 """Blocks of 50 logged steps whose lowest 10-step mean loss a run keeps
-(``signals["loss_lows"]``: [first step, lowest mean, steps]), so loss divergence measures
-a rise from the best of the last 500 logged steps, not only of the last 50."""
+(``signals["loss_lows"]``: [first step, lowest mean, steps, sum of |step-to-step change|]),
+so loss divergence measures a rise from the best of the last 500 logged steps, not only of
+the last 50, against the noise of those steps."""
 
 
-def _loss_lows(s: RunState) -> float | None:
-    """Fold the run's latest 10-step mean loss into its blocks; return the lowest kept.
+def _loss_lows(s: RunState) -> tuple[float | None, float | None]:
+    """Fold the run's latest 10-step mean loss into its blocks.
 
     The blocks hold the steps since the run's latest learning-rate increase (a warm
-    restart clears them). None while fewer than 10 losses are known.
+    restart clears them).
+
+    Returns:
+        The lowest 10-step mean kept (None while fewer than 10 losses are known), and
+        the loss's step-to-step noise over the kept steps (the standard deviation whose
+        normal noise has that mean absolute change: ``sqrt(pi) / 2`` of it; None before
+        50 changes are kept): the median change of the 50-step window alone spread from
+        0.6 to 1.5 times the truth and let a noisy loss page.
+
     """
     tail = s.losses[-rules.LOSS_SMOOTH:]
     if len(tail) < rules.LOSS_SMOOTH:
-        return None
+        return None, None
     mean = sum(p[1] for p in tail) / rules.LOSS_SMOOTH
     if not math.isfinite(mean):
-        return None
+        return None, None
+    change = abs(tail[-1][1] - tail[-2][1])
     lows: list[list[float]] = s.signals.setdefault("loss_lows", [])
     if lows and lows[-1][2] < LOSS_BLOCK_STEPS:
         block = lows[-1]
         block[1], block[2] = min(block[1], mean), block[2] + 1
+        block[3:] = [(block[3] if len(block) > 3 else 0.0) + change]
     else:
-        lows.append([tail[-1][0], mean, 1])
+        lows.append([tail[-1][0], mean, 1, change])
         del lows[:-LOSS_BLOCKS]
-    return min(b[1] for b in lows)
+    steps = sum(b[2] for b in lows if len(b) > 3)
+    noise = (sum(b[3] for b in lows if len(b) > 3) / steps * math.sqrt(math.pi) / 2
+             if steps >= LOSS_BLOCK_STEPS else None)
+    return min(b[1] for b in lows), noise
 
 
 def _primary(metrics: dict[str, float], current: str) -> tuple[str, bool] | None:
@@ -457,21 +479,6 @@ there with probability ~2e-4, while a real decline (a shifted or corrupted input
 metric by many sigmas."""
 
 
-def _noise(values: list[float]) -> float:
-    """Return a robust estimate of evaluation noise: the median successive difference.
-
-    ``median(|x[i] - x[i-1]|) / (0.6745 * sqrt 2)``: the standard deviation of
-    independent noise, insensitive to a trend (training still improving) and
-    to a single jump. 0 with fewer than five values (too few to tell noise from signal).
-    """
-    if len(values) < 5:
-        return 0.0
-    diffs = sorted(abs(b - a) for a, b in zip(values, values[1:], strict=False))
-    mid = len(diffs) // 2
-    med = diffs[mid] if len(diffs) % 2 else 0.5 * (diffs[mid - 1] + diffs[mid])
-    return med / (0.6745 * math.sqrt(2.0))
-
-
 def _validation(s: RunState, e: ValidationResult, at: int, now: int,
                 cfg: RunConfig) -> list[Output]:
     _pause(s, cfg, at, at, validation=True)  # an evaluation pass pauses the steps
@@ -491,13 +498,14 @@ def _validation(s: RunState, e: ValidationResult, at: int, now: int,
     if best is None or signed > best:
         s.val_best = signed
         s.val_declines = 0
-        return []
+        return clear_healthy(s, cfg, "rule:validation_decline", name, now, at_ms=at)
     drop = best - signed
     # the noise of the evaluations before this decline began (the decline is not noise)
-    noise = VAL_NOISE_K * _noise([v for _, v in s.val_history[:-(s.val_declines + 1)]])
+    noise = VAL_NOISE_K * rules.successive_noise([v for _, v in
+                                                s.val_history[:-(s.val_declines + 1)]])
     if drop <= max(cfg.val_decline_abs, cfg.val_decline_rel * abs(best), noise):
         s.val_declines = 0
-        return []
+        return clear_healthy(s, cfg, "rule:validation_decline", name, now, at_ms=at)
     s.val_declines += 1
     if s.val_declines < cfg.val_persist:
         return []
@@ -505,7 +513,9 @@ def _validation(s: RunState, e: ValidationResult, at: int, now: int,
                 best if higher else -best, min(drop / max(abs(best), 1e-9), 1.0), at,
                 f"Validation {name} declined to {value:.4g} from {abs(best):.4g}",
                 f"step {e.step}")
-    return emit(s, cfg, f, now, one_shot=True)
+    # resolved by evaluations back near the best, as a watch, not by 15 minutes without a
+    # repeat: hourly evaluations of one decline fired and resolved it every hour
+    return emit(s, cfg, f, now, one_shot=False)
 
 
 def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConfig,
@@ -751,8 +761,7 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
         rej.pop(0)  # the latest reports holding at least REJECT_POOL_ROWS samples
     s.reports[ref] = {"rows": e.row_count, "at_ms": at, "labels": labels, "ids": ids,
                       "hist": hist, "rej": rej[-REJECT_POOL_MAX:],
-                      **_label_reference(s, prev, labels, e.row_count, at),
-                      **({"drift": prev["drift"]} if prev and "drift" in prev else {})}
+                      **_label_reference(s, prev, labels, e.row_count, at)}
     out += _report_hard_rules(s, e, at, now, cfg)
     # freshness, volume, duplicates, nulls, ranges against the dataset's history: judged on
     # each report, they resolve after healthy reports of the dataset (as the hard report
@@ -772,8 +781,14 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                                                                 1.0), at,
                                     f"Label balance of {ref} shifted by {shift:.2f}",
                                     subject=ref, alert=False), now, one_shot=True)
-    if e.drift is not None:
-        out += _drift(s, e, ref, prev or {}, at, now, cfg)
+    if e.drift is not None and e.drift.drifted_features:
+        # evidence, not a page: against a fixed named baseline, daily and weekly cycles
+        # and time-like columns mark features drifted for hours at a time
+        names = ", ".join(e.drift.drifted_features[:5])
+        out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",
+                                    float(len(e.drift.drifted_features)), 0.0, 0.5, at,
+                                    f"Feature drift in {ref}: {names}", subject=ref,
+                                    alert=False), now, one_shot=True)
     # the run's rate: the latest REJECT_POOL_ROWS samples of each of its datasets pooled
     # (a run reading a dataset that always rejects 20 % beside one that rejects none swung
     # at every report), as much of it as the samples make sure of (one rejected row in a
@@ -784,55 +799,6 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                                                                             sure=True),
                    at, now, bl, f"{rejected} of {total} samples rejected in the latest reports")
     return out
-
-
-DRIFT_PERSIST = 3
-"""Reports of a dataset in a row in which a feature drifted before the drift pages, after
-at least as many in which it did not: one report's marks are evidence (chance marks one in
-1,000 per feature, one in 100 reports of a wide table: ``dataquality.drift_bounds``); three
-in a row are the data itself having moved. A feature drifted in nearly every report since
-its baseline (an id or a counter that grows with every batch) has no level to move from."""
-DRIFT_FEATURES = 32
-"""Features whose drift a dataset's reports follow (the first ones reported)."""
-
-
-def _drift(s: RunState, e: DataQualityReport, ref: str, prev: dict[str, Any], at: int,
-           now: int, cfg: RunConfig) -> list[Output]:
-    """Judge a report compared with a baseline: drift evidence, and a page when it persists.
-
-    Drifted features are evidence for the cause of a learning symptom at once
-    (``indicator:drift``). A feature drifted in :data:`DRIFT_PERSIST` reports in a row,
-    after as many in which it was not, pages ``watch:feature_drift`` (data); it resolves
-    after reports in which no such feature drifts. ``s.reports[ref]["drift"]``: feature →
-    ``[reports not drifted, drifted in a row]``.
-    """
-    drifted = set(e.drift.drifted_features) if e.drift is not None else set()
-    seen: dict[str, list[int]] = dict(prev.get("drift", {}))
-    for f in e.features:
-        if f.name not in seen and len(seen) >= DRIFT_FEATURES:
-            continue
-        clean, run = seen.get(f.name, (0, 0))
-        seen[f.name] = [clean, run + 1] if f.name in drifted else [min(clean + 1, 999), 0]
-    s.reports[ref]["drift"] = seen
-    moved = sorted(n for n, (clean, run) in seen.items()
-                   if run >= DRIFT_PERSIST and clean >= DRIFT_PERSIST)
-    out: list[Output] = []
-    if drifted:
-        names = ", ".join(sorted(drifted)[:5])
-        out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",
-                                    float(len(drifted)), 0.0, 0.5, at,
-                                    f"Feature drift in {ref}: {names}", subject=ref,
-                                    alert=False), now, one_shot=True)
-    if not moved:
-        return out + clear_healthy(s, cfg, "watch:feature_drift", "feature_drift", now,
-                                   subject=ref, at_ms=at)
-    run = max(seen[n][1] for n in moved)
-    return out + emit(s, cfg, Finding("watch:feature_drift", "feature_drift", "data", "warning",
-                                      float(len(moved)), 0.0, 0.5, at,
-                                      f"{ref} drifted from its baseline {e.baseline} in "
-                                      f"{run} reports in a row: {', '.join(moved[:5])}",
-                                      f"features drifted since: {', '.join(moved)}",
-                                      subject=ref), now, one_shot=False)
 
 
 def _label_reference(s: RunState, prev: dict[str, Any] | None, labels: dict[str, float],

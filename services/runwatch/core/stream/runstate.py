@@ -368,7 +368,8 @@ def emit(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: 
                     state.waiting[key] = {"since_ms": now_ms, "f": finding_to_dict(f),
                                           "fired": a.probable_cause}
             return out + fired
-        state.waiting.setdefault(key, {"since_ms": now_ms, "f": finding_to_dict(f)})
+        state.waiting.setdefault(key, {"since_ms": now_ms, "f": finding_to_dict(f),
+                                       **({} if one_shot else {"one_shot": False})})
         return out + flush_waiting(state, cfg, now_ms, force=False)
     return out + _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
 
@@ -443,7 +444,7 @@ def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) 
             continue
         if force or due or verdict.cause != f.signal:  # a cause other than its own default
             del state.waiting[key]
-            out += _fire(state, cfg, f, now_ms, one_shot=True)
+            out += _fire(state, cfg, f, now_ms, one_shot=w.get("one_shot", True))
     return out
 
 
