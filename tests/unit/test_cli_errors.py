@@ -253,3 +253,18 @@ def test_sql_shows_a_zoned_column_in_its_zone_whether_or_not_the_client_gave_the
     assert _cell(naive_utc, "America/New_York") == "2026-06-01 08:00:00"
     assert _cell(aware, "America/New_York") == "2026-06-01 08:00:00"
     assert _cell(naive_utc, None) == "2026-06-01 12:00:00"
+
+
+def test_silence_takes_its_state_dir_after_the_action_too(tmp_path, capsys) -> None:
+    """Every silence command prints "--state-dir to choose another"; written after the action
+    (``silence list --state-dir DIR``) it was refused as an unrecognized argument."""
+    from runwatch import cli
+
+    state = tmp_path / "state"
+    assert cli.main(["silence", "add", "--match", "team=ml", "--for", "1h", "--reason", "x",
+                     "--state-dir", str(state)]) == 0
+    made = capsys.readouterr().out.strip()
+    assert cli.main(["silence", "list", "--state-dir", str(state)]) == 0
+    assert made[:8] in capsys.readouterr().out
+    assert cli.main(["silence", "--state-dir", str(state), "list"]) == 0  # before it, as before
+    assert made[:8] in capsys.readouterr().out

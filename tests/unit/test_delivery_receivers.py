@@ -238,6 +238,8 @@ def test_webhook_signature_verifies(server: Recorder, tmp_path: Path) -> None:
     body = req.json()
     assert isinstance(body, dict)
     assert body["status"] == "firing" and body["alert"]["dedup_key"] == "run-42/loss_divergence"
+    # a delivery sent again (the pager killed mid-request) carries the same key
+    assert req.headers["Idempotency-Key"] == body["alert"]["event_id"] == make_alert().event_id
 
 
 def _deliverer(tmp_path: Path, waits: list[int]) -> Deliverer:
@@ -564,3 +566,14 @@ def test_slack_text_from_a_run_cannot_mention_or_link(server: Recorder, tmp_path
     assert "run-&lt;!channel&gt;-a&amp;b" in flat and "&lt;@U0LAN0Z89&gt;" in flat
     assert "<http://ch:8123/play" in flat  # runwatch's own link is still a link
     assert all(len(t) <= 3000 for t in texts)
+
+
+def test_a_firing_alert_outlives_the_pagers_refresh_round_in_alertmanager() -> None:
+    """A receiver's repeat_interval of one minute gave endsAt one minute on, and the pager's
+    refresh (checked once a minute) came just after it: the alert ended between refreshes."""
+    from runwatch.core.paging.payloads import alertmanager_alert, iso_ms
+
+    short = alertmanager_alert(make_alert(), NOW, "http://x", ttl_ms=60_000)
+    usual = alertmanager_alert(make_alert(), NOW, "http://x", ttl_ms=4 * 3_600_000)
+    assert short["endsAt"] == iso_ms(NOW + 3 * 60_000)  # three refresh rounds
+    assert usual["endsAt"] == iso_ms(NOW + 4 * 3_600_000)

@@ -207,6 +207,9 @@ class HttpReceiver:
             body = payloads.json_bytes(payloads.webhook_body(alert))
             headers[TIMESTAMP_HEADER] = str(now_ms)
             headers[SIGNATURE_HEADER] = sign(s["secret"].encode(), now_ms, body)
+            # the same for every attempt of one alert record: a delivery the pager was
+            # killed in the middle of is sent again after its restart
+            headers["Idempotency-Key"] = str(getattr(alert, "event_id", ""))
             if "token" in s:
                 headers["Authorization"] = f"Bearer {s['token']}"
             return "POST", url, body, headers

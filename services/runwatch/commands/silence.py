@@ -17,8 +17,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(RUNWATCH_PAGER_STATE_DIR)")
     parser.set_defaults(func=lambda _args: (parser.print_help(), 2)[1])
     actions = parser.add_subparsers(dest="silence_command", metavar="ACTION")
+    # --state-dir after the action too (`silence add ... --state-dir DIR`), as its hint says
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument("--state-dir", type=Path, default=argparse.SUPPRESS,
+                       help="pager state directory (RUNWATCH_PAGER_STATE_DIR)")
 
-    add = actions.add_parser("add", help="silence alerts matching every --match")
+    add = actions.add_parser("add", parents=[state],
+                             help="silence alerts matching every --match")
     add.add_argument("--match", action="append", required=True, metavar="K=V",
                      help="matcher: name=value, name!=value or name=~regex (repeatable)")
     add.add_argument("--for", dest="duration", required=True, help="duration, e.g. 30m, 2h, 1d")
@@ -26,12 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--by", default=None, help="who (default: current user)")
     add.set_defaults(func=_add)
 
-    lst = actions.add_parser("list", help="list silences (active ones unless --all)")
+    lst = actions.add_parser("list", parents=[state],
+                             help="list silences (active ones unless --all)")
     lst.add_argument("--all", action="store_true", help="include expired silences")
     lst.add_argument("--json", action="store_true", help="print JSON lines")
     lst.set_defaults(func=_list)
 
-    exp = actions.add_parser("expire", help="end a silence now")
+    exp = actions.add_parser("expire", parents=[state], help="end a silence now")
     exp.add_argument("id", help="silence id (a unique prefix is enough)")
     exp.set_defaults(func=_expire)
 

@@ -155,6 +155,8 @@ def build(kind: str, run_id: str, t0_ms: int, *, steps: int = 120, step_ms: int 
     if kind not in EXPECTED:
         msg = f"unknown scenario {kind!r}; choose from {sorted(EXPECTED)}"
         raise ValueError(msg)
+    if kind == "grad_variance":  # its watch learns the run's level from its first 69 norms
+        steps = max(steps, 240)
     r = _Run(run_id, t0_ms, step_ms, seed, node or f"node-{run_id[-6:]}")
     onset = steps // 3
     r.add(RunManifest, datasets=(dataset_for(run_id),), transforms=(), code_revision="abc123",

@@ -125,7 +125,7 @@ def investigation_query(run_id: str, database: str = "runwatch") -> str:
     safe = run_id.replace("\\", "\\\\").replace("'", "\\'")
     return (
         f"SELECT * FROM {database}.alerts WHERE run_id = '{safe}' "  # noqa: S608 - escaped
-        "ORDER BY emitted_at_ms DESC LIMIT 100"
+        "ORDER BY ts DESC LIMIT 100"
     )
 
 
@@ -172,13 +172,20 @@ identity Alertmanager knows an alert by. A pager keeps them as first sent while 
 fires (``Pager._as_known``), so an update with a new cause and the resolve match it."""
 
 
+AM_TTL_MIN_MS = 180_000
+"""Least time a firing alert stays active in Alertmanager without a resend: three of the
+pager's refresh rounds (one a minute). A receiver's ``repeat_interval`` of one minute gave
+``endsAt = now + 1 min``, the refresh came a fraction of a second after it, and the alert
+ended and started again in Alertmanager between refreshes."""
+
+
 def alertmanager_alert(
     alert: object, now_ms: int, generator_url: str, ttl_ms: int
 ) -> dict[str, Any]:
     """Build one Alertmanager v2 alert.
 
-    A firing alert gets ``endsAt = now + ttl`` so that Alertmanager keeps it
-    active until the next repeat; a resolve sets ``endsAt = now``. See
+    A firing alert gets ``endsAt = now + ttl`` (at least :data:`AM_TTL_MIN_MS`) so that
+    Alertmanager keeps it active until the next repeat; a resolve sets ``endsAt = now``. See
     :func:`alertmanager_window` for ``startsAt`` and why both stamps always
     satisfy Alertmanager's ``startsAt <= endsAt``.
 
@@ -202,7 +209,8 @@ def alertmanager_alert(
     labels["alertname"] = str(a.get("detector") or a.get("indicator") or "runwatch")
     labels = label_set(labels)  # names and values Alertmanager takes, bounded (labels.py)
     starts, ends = alertmanager_window(
-        int(a.get("first_seen_ms") or 0), a.get("status") == "resolved", now_ms, ttl_ms
+        int(a.get("first_seen_ms") or 0), a.get("status") == "resolved", now_ms,
+        max(ttl_ms, AM_TTL_MIN_MS),
     )
     return {
         "labels": labels,

@@ -56,9 +56,11 @@ def default_specs() -> dict[str, WatchSpec]:
         # norms move the smoothed level less; a warm restart's 2-3 times is by design)
         "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=9.0, persist=5),
         # relative (log) step-to-step variance: at least 0.25 (the norms swinging by about
-        # half from step to step) and 4 times the run's own; the stationary noise of a
-        # healthy run (15 % per step: 0.02) and a clipped norm (0) stay far below it
-        "grad_norm_variance": WatchSpec("up", warmup=15, alpha=0.2, k=6.0, rel_effect=3.0,
+        # half from step to step) and 5 times the run's own; the stationary noise of a
+        # healthy run (15 % per step: 0.02) and a clipped norm (0) stay far below it. Its
+        # own level is learnt from 50 windows of 20 norms: 15 windows of 10 (the first 24
+        # norms) came out half the run's level by chance, and a PPO or GAN run's noise paged
+        "grad_norm_variance": WatchSpec("up", warmup=50, alpha=0.2, k=6.0, rel_effect=4.0,
                                         min_effect=0.25, persist=5, trend=True),
         "rejected_sample_rate": WatchSpec("up", warmup=2, alpha=0.5, k=4.0, min_effect=0.05,
                                           persist=1),

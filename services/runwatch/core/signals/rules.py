@@ -698,6 +698,14 @@ def successive_noise(values: Sequence[float]) -> float:
     return med / (0.6745 * math.sqrt(6.0))
 
 
+def loss_rising(points: Sequence[Sequence[float]]) -> bool:
+    """Return whether the least-squares slope of (step, loss) points is positive."""
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    return sum((p[0] - mx) * (p[1] - my) for p in points) > 0
+
+
 LOSS_NOISE_K = 8.0
 """A divergence must also rise this many standard deviations of a 10-step mean (the run's
 step-to-step noise over the square root of 10) above the best: the best of the 10-step
@@ -710,7 +718,7 @@ mini-batch noise moves a 10-step mean by a few percent, a diverging run by multi
 
 def loss_divergence(
     points: Sequence[Sequence[float]], lr_raised_at_step: float | None, at_ms: int,
-    earlier_best: float | None = None, noise: float | None = None,
+    earlier_best: float | None = None, noise: float | None = None, *, rising: bool = True,
 ) -> Finding | None:
     """Fire when the training loss has climbed well above its recent best (no convergence).
 
@@ -730,7 +738,9 @@ def loss_divergence(
             (since its latest learning-rate increase), if kept: a steady rise of
             half a percent a step never reaches 1.5 × within 50 logged steps.
         noise: The loss's step-to-step noise (standard deviation) over the run's recent
-            steps, if known; else the window's median successive difference estimates it.
+            steps, if known; else the window's median second difference estimates it.
+        rising: Also require the window's slope to be positive (:func:`loss_rising`);
+            False judges the level alone.
 
     Returns:
         A warning learning finding, or None.
@@ -758,10 +768,7 @@ def loss_divergence(
     if now - best < LOSS_NOISE_K * sigma / math.sqrt(LOSS_SMOOTH):
         return None
     n = len(points)
-    mx = sum(p[0] for p in points) / n
-    my = sum(losses) / n
-    cov = sum((p[0] - mx) * (p[1] - my) for p in points)
-    if cov <= 0:
+    if rising and not loss_rising(points):
         return None
     return Finding(
         detector="rule:loss_divergence", indicator="loss", signal="learning",

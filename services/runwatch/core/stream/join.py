@@ -69,7 +69,7 @@ CHECKPOINT_WINDOW = 3
 """Checkpoint intervals behind the checkpoint share (:func:`indicators.recent_checkpoint_share`).
 Three: the share follows a growing checkpoint within a few saves, and one irregular interval (an
 extra save after a good validation) moves it by a third, not fully."""
-GRAD_WINDOW = 10  # gradient norms behind one variance value
+GRAD_WINDOW = 20  # gradient norms behind one variance value (10 read chance runs of large steps)
 LR_RISE = 1e-6
 """A learning rate above the previous logged one by more than this share has risen (float
 noise aside). A linear warm-up over 2,000 steps rises by less than 1 % a step after its
@@ -403,10 +403,21 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
             out += emit(s, cfg, Finding("indicator:loss_trend", "loss_trend", "learning",
                                         "warning", slope, 0.0, 0.5, at, "Loss trending up",
                                         alert=False), now, one_shot=True)
-        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier, noise)
-        if f:
+        f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier, noise,
+                                  rising=False)
+        # up for LOSS_PERSIST logged steps, and not coming down: a loss spike that recovers
+        # on its own (an LLM's 30 steps at 1.5 x, a PPO value loss's bursts) is no divergence
+        held = s.signals["loss_up"] = s.signals.get("loss_up", 0) + 1 if f else 0
+        if (f and (held >= LOSS_PERSIST or diverged is not None)
+                and rules.loss_rising(s.losses)):
             out += emit(s, cfg, f, now, one_shot=True)
     return out
+
+
+LOSS_PERSIST = 50
+"""Logged steps in a row the divergence must hold before it pages (then every one repeats
+it): transient loss spikes last tens of steps; a learning rate ten times too high keeps the
+loss up for good."""
 
 
 LOSS_BLOCKS, LOSS_BLOCK_STEPS = 10, 50
