@@ -59,7 +59,7 @@ def test_scenarios_raise_expected_alerts_and_bad_input_is_dead_lettered(harness:
         harness.topic("rw.learning"),
         harness.topic("rw.exec.job"),
     }
-    assert all(d.reason.startswith("undecodable") for d in dead)
+    assert all(d.reason.startswith("undecodable") for d in dead), [d.reason for d in dead]
 
 
 def _sdk_nan_run(t0: int, image: str | None, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list]:

@@ -174,7 +174,8 @@ def range_score(state: list[float] | None, lo: float, hi: float) -> float:
         hi: The batch's maximum.
 
     Returns:
-        The excess in range widths (> 1 fires), 0 while the range is cold.
+        The excess in range widths (past :data:`RANGE_WIDTHS` it fires), 0 while the
+        range is cold.
 
     """
     if not state or state[0] < MIN_HISTORY or (len(state) > 3 and state[3] < RANGE_MIN_ROWS):
