@@ -207,22 +207,36 @@ def test_feature_range_widens_by_at_most_one_width_per_report() -> None:
 MIN_MS = 60_000
 
 
-def report_plan(plan: list[tuple[int, str]], tmp_path: Any) -> MemoryProcessor:
-    """Report small batches of ``s3://d@v1`` at (ms after the run's start, partition)."""
-    t0 = int(time.time() * 1000) - 4 * DAY_MS
+Batches = list[tuple[int, str | None, dict[str, Any], dict[str, Any]]]
+
+
+def reported(batches: Batches, tmp_path: Any, *, t0: int | None = None,
+             run_id: str = "A") -> MemoryProcessor:
+    """A run reading ``s3://d@v1`` from ``t0`` (default four days ago) and its dataset's
+    reports: (ms after ``t0``, partition, table, more ``data.report`` arguments) each,
+    handed to a worker one message at a time, as they come (in one batch, a run that
+    starts with the reports gets the dataset's first and latest 16 only)."""
+    start = int(time.time() * 1000) - 4 * DAY_MS if t0 is None else t0
     t = CaptureTransport()
-    runwatch.init("fam", run_id="A", transport=t, install_hooks=False, capture_lineage=False,
-                  datasets=[DatasetRef(uri="s3://d", version="v1")], clock=lambda: t0)
+    runwatch.init("fam", run_id=run_id, transport=t, install_hooks=False,
+                  capture_lineage=False, datasets=[DatasetRef(uri="s3://d", version="v1")],
+                  clock=lambda: start)
     pub = Publisher(t, kind="sdk")
-    rng = np.random.default_rng(7)
-    for i, (at, part) in enumerate(sorted(plan)):
-        data.report("s3://d", "v1", part, clean(rng, i, 20), publisher=pub,
-                    baseline_directory=tmp_path, now_ms=t0 + at)
+    for at, part, table, more in batches:
+        data.report("s3://d", "v1", part, table, publisher=pub, baseline_directory=tmp_path,
+                    now_ms=start + at, **more)
     m = MemoryProcessor()
-    for message in t.messages:  # as they come (in one batch, a run that starts with the
-        m.feed([message])       # reports gets the dataset's first and latest 16 only)
+    for message in t.messages:
+        m.feed([message])
     assert m.dead == []
     return m
+
+
+def report_plan(plan: list[tuple[int, str]], tmp_path: Any) -> MemoryProcessor:
+    """Report small batches of ``s3://d@v1`` at (ms after the run's start, partition)."""
+    rng = np.random.default_rng(7)
+    return reported([(at, part, clean(rng, i, 20), {}) for i, (at, part)
+                     in enumerate(sorted(plan))], tmp_path)
 
 
 def regions(cycles: int, *, gone_from: int | None = None, outage_at: int | None = None,
@@ -287,17 +301,9 @@ def test_a_persistent_drift_is_evidence_not_a_page(tmp_path) -> None:
     """Drift from a fixed named baseline is evidence for a learning symptom's cause: daily
     and weekly cycles (an hourly basket value against a Monday baseline) and time-like
     columns mark features drifted for hours at a time, and paged every day."""
-    t = CaptureTransport()
-    runwatch.init("fam", run_id="A", transport=t, install_hooks=False, capture_lineage=False,
-                  datasets=[DatasetRef(uri="s3://d", version="v1")])
-    pub = Publisher(t, kind="sdk")
     rng = np.random.default_rng(11)
-    for i, make in enumerate([feature_x(0.0)] * 6 + [feature_x(0.5)] * 6):
-        data.report("s3://d", "v1", None, make(rng, i), baseline="ref", publisher=pub,
-                    baseline_directory=tmp_path)
-    m = MemoryProcessor()
-    for message in t.messages:
-        m.feed([message])
+    m = reported([(i * MIN_MS, None, make(rng, i), {"baseline": "ref"}) for i, make
+                  in enumerate([feature_x(0.0)] * 6 + [feature_x(0.5)] * 6)], tmp_path)
     assert firing(m) == set()
     stored = m.p.runs.load(b"A")
     assert stored is not None and any("indicator:drift" in key for key in stored.evidence)
@@ -310,21 +316,13 @@ def test_a_stream_whose_rows_always_land_late_is_not_stale(stops: bool, fires, t
     happen: that delay is its normal range (it paged as not refreshed for five intervals);
     the same stream stuck on its old rows after an hour is stale."""
     t0 = int(time.time() * 1000) - DAY_MS
-    t = CaptureTransport()
-    runwatch.init("fam", run_id="A", transport=t, install_hooks=False, capture_lineage=False,
-                  datasets=[DatasetRef(uri="s3://d", version="v1")], clock=lambda: t0)
-    pub = Publisher(t, kind="sdk")
+    batches: Batches = []
     for i in range(90):
-        at = t0 + (i + 1) * 2 * MIN_MS
-        newest = min(at, t0 + 60 * MIN_MS) if stops else at
+        at = (i + 1) * 2 * MIN_MS  # after t0
+        newest = t0 + (min(at, 60 * MIN_MS) if stops else at)
         rows = {"x": list(range(50)), "ts": [newest - 10 * MIN_MS - j * 1000 for j in range(50)]}
-        data.report("s3://d", "v1", None, rows, timestamp="ts", publisher=pub,
-                    baseline_directory=tmp_path, now_ms=at)
-    m = MemoryProcessor()
-    for message in t.messages:
-        m.feed([message])
-    assert m.dead == []
-    assert firing(m) == fires
+        batches.append((at, None, rows, {"timestamp": "ts"}))
+    assert firing(reported(batches, tmp_path, t0=t0)) == fires
 
 
 def test_small_batches_of_a_skewed_feature_do_not_leave_its_range(tmp_path) -> None:
@@ -334,18 +332,8 @@ def test_small_batches_of_a_skewed_feature_do_not_leave_its_range(tmp_path) -> N
     rng = np.random.default_rng(5)
     paged = 0
     for run in range(10):
-        t0 = int(time.time() * 1000) - 2 * DAY_MS
-        t = CaptureTransport()
-        runwatch.init("fam", run_id=f"A{run}", transport=t, install_hooks=False,
-                      capture_lineage=False, datasets=[DatasetRef(uri="s3://d", version="v1")],
-                      clock=lambda t0=t0: t0)
-        pub = Publisher(t, kind="sdk")
-        for k in range(200):
-            x = rng.lognormal(3.5, 0.6, 20).round(2).tolist()
-            data.report("s3://d", "v1", None, {"amount": x}, publisher=pub,
-                        baseline_directory=tmp_path / str(run), now_ms=t0 + k * 5 * MIN_MS)
-        m = MemoryProcessor()
-        for message in t.messages:
-            m.feed([message])
-        paged += bool(firing(m))
+        batches: Batches = [(k * 5 * MIN_MS, None,
+                             {"amount": rng.lognormal(3.5, 0.6, 20).round(2).tolist()}, {})
+                            for k in range(200)]
+        paged += bool(firing(reported(batches, tmp_path / str(run), run_id=f"A{run}")))
     assert paged == 0
