@@ -1,8 +1,15 @@
-"""Test scaffolding shared by the SDK tests: an in-memory transport and a hand-set clock."""
+"""Test scaffolding shared by the SDK tests: an in-memory transport, a hand-set clock, and
+live delivery of what the SDK published to a worker driven in memory."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from runwatch.core.codec import load_codec
+
+LAG_MS = 250
+"""How long after its event time a live message reaches the worker."""
 
 
 class ListTransport:
@@ -35,3 +42,26 @@ class Clock:
 
     def __call__(self) -> int:
         return self.t
+
+
+def timed(messages: Iterable[tuple[str, Any, bytes]]) -> list[tuple[int, Any]]:
+    """Return captured ``(topic, key, value)`` messages with their event times, in order."""
+    codec = load_codec()
+    return sorted(((int(codec.decode(m[2]).emitted_at_ms), m) for m in messages),
+                  key=lambda m: m[0])
+
+
+def deliver_live(m: Any, wall: Clock, msgs: list[tuple[int, Any]],
+                 tick_ms: int = 5_000) -> None:
+    """Deliver each message ``LAG_MS`` after its event time; the timer ticks every ``tick_ms``.
+
+    ``m`` is a :class:`~runwatch.processor.memory.MemoryProcessor` whose clock is ``wall``.
+    """
+    next_tick = msgs[0][0] + tick_ms
+    for at, msg in msgs:
+        while next_tick <= at + LAG_MS:
+            wall.t = next_tick
+            m.tick(next_tick)
+            next_tick += tick_ms
+        wall.t = at + LAG_MS
+        m.feed([msg])

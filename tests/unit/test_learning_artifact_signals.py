@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sdk_kit import Clock, deliver_live, timed
 
 import runwatch
 from runwatch.adapters.publisher import CaptureTransport
-from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert
 from runwatch.core.signals import rules
 from runwatch.processor.memory import MemoryProcessor
@@ -329,16 +329,9 @@ def test_a_lasting_decline_between_hourly_evaluations_pages_once() -> None:
         for k in range(60):  # a step a minute between evaluations
             run.step(60 * e + k, loss=1.0, now_ms=T0 + e * hour + (k + 1) * 60_000)
     run.finish(now_ms=T0 + 40 * hour)
-    wall = [T0]
-    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=lambda: wall[0])
-    codec = load_codec()
-    for message in t.messages:  # live: each as it happens, the timer every 5 minutes
-        at = codec.decode(message[2]).emitted_at_ms
-        while wall[0] + 300_000 < at:
-            wall[0] += 300_000
-            m.tick(wall[0])
-        wall[0] = max(wall[0], at + 250)
-        m.feed([message])
+    wall = Clock(T0)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=wall)
+    deliver_live(m, wall, timed(t.messages), tick_ms=300_000)  # the timer every 5 minutes
     assert [a.status for a in m.alerts if isinstance(a, Alert)
             and a.detector == "rule:validation_decline"] == ["firing", "resolved"]
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sdk_kit import Clock, deliver_live, timed
 
 import runwatch
 from runwatch.adapters.nvml import Nvml
@@ -203,22 +204,13 @@ def test_a_stall_is_not_caused_by_its_gpus_idling_or_their_power_cap(xid: bool, 
             run.step(s, loss=1.0, samples=256, now_ms=at, step_ms=1000.0, loader_wait_ms=50.0)
     run.finish(now_ms=T0 + 10**8)
     codec = load_codec()
-    msgs = sorted((m for m in t.messages  # the job never ends
-                   if getattr(codec.decode(m[2]), "state", "") != "succeeded"),
-                  key=lambda m: codec.decode(m[2]).emitted_at_ms)
-    wall = {"t": T0}
-    m = MemoryProcessor(clock=lambda: wall["t"])
-    next_tick = T0 + 5_000
-    for msg in msgs:  # delivered live: each shortly after its event time, the timer ticking
-        at = codec.decode(msg[2]).emitted_at_ms
-        while next_tick <= at:
-            wall["t"] = next_tick
-            m.tick(next_tick)
-            next_tick += 5_000
-        wall["t"] = at + 200
-        m.feed([msg])
-    wall["t"] += 60_000
-    m.tick(wall["t"])
+    msgs = [(at, m) for at, m in timed(t.messages)  # the job never ends
+            if getattr(codec.decode(m[2]), "state", "") != "succeeded"]
+    wall = Clock(T0)
+    m = MemoryProcessor(clock=wall)
+    deliver_live(m, wall, msgs)  # each shortly after its event time, the timer ticking
+    wall.t += 60_000
+    m.tick(wall.t)
     stalls = [a for a in m.alerts if isinstance(a, Alert) and a.detector == "rule:stalled"]
     assert stalls and stalls[0].status == "firing"
     assert {a.probable_cause for a in stalls} == {cause}

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sdk_kit import Clock
+from sdk_kit import Clock, deliver_live, timed
 
 import runwatch
 from runwatch.adapters.publisher import CaptureTransport, Publisher
@@ -25,7 +25,6 @@ from runwatch.processor.memory import MemoryProcessor
 from runwatch.sim.drivers import make_node
 
 T0 = 1_700_000_000_000
-LAG_MS = 250
 
 
 @pytest.fixture
@@ -57,19 +56,6 @@ def published(script: Callable[[Any, Clock, Any], None], *, node: bool = False,
     if not finish:  # the job never ends: leave its end event out
         msgs = [(r, m) for r, m in msgs if getattr(r, "state", "") != "succeeded"]
     return sorted(((int(r.emitted_at_ms), m) for r, m in msgs), key=lambda m: m[0])
-
-
-def deliver_live(m: MemoryProcessor, wall: Clock, msgs: list[tuple[int, Any]],
-                 tick_ms: int = 5_000) -> None:
-    """Deliver each message ``LAG_MS`` after its event time; the timer ticks every ``tick_ms``."""
-    next_tick = msgs[0][0] + tick_ms
-    for at, msg in msgs:
-        while next_tick <= at + LAG_MS:
-            wall.t = next_tick
-            m.tick(next_tick)
-            next_tick += tick_ms
-        wall.t = at + LAG_MS
-        m.feed([msg])
 
 
 def lifecycle(m: MemoryProcessor, detector: str) -> list[tuple[Any, ...]]:
@@ -260,8 +246,7 @@ def hook_job_events(deadline_at: int, started_at: int) -> list[tuple[int, Any]]:
          "deadline_ms": deadline_at, "experiment_family": "fam", "team": "ml"},
         {"type": "JobEvent", "run_id": "q1", "emitted_at_ms": started_at, "state": "running",
          "attempt": 1}])
-    codec = load_codec()
-    return [(int(codec.decode(v).emitted_at_ms), (topic, k, v)) for topic, k, v in t.messages]
+    return timed(t.messages)
 
 
 @pytest.mark.parametrize("late_ms", [45_000, 150_000])
