@@ -5,10 +5,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from runwatch.core.signals.rules import normalize_sha256
-
-__all__ = ["file_digest", "file_size", "normalize_sha256"]
-
 
 def file_size(uri: str) -> int:
     """Size of a local file, 0 for remote URIs."""

@@ -35,7 +35,7 @@ from typing import Any
 from runwatch.adapters.publisher import Publisher
 from runwatch.client import lineage
 from runwatch.client.exithooks import ExitHooks
-from runwatch.client.files import file_digest, file_size, normalize_sha256
+from runwatch.client.files import file_digest, file_size
 from runwatch.client.lineage import dataset_ref
 from runwatch.core import lineage as lineage_hash
 from runwatch.core.records import (
@@ -51,6 +51,7 @@ from runwatch.core.records import (
     StepTiming,
     ValidationResult,
 )
+from runwatch.core.signals.rules import normalize_sha256
 
 logger = logging.getLogger(__name__)
 
