@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runwatch.stack import process
@@ -42,13 +43,31 @@ def test_spawn_runs_in_its_own_session(spawned) -> None:
     [
         ({}, True),
         ({"argv": ("sleep", "60")}, False),  # another command on that pid
-        ({"create_time": 1.0}, False),  # pid reused by a later process
+        ({"start_ticks": -2}, False),  # pid reused by a later process (marker below)
+        ({"create_time": 1.0, "start_ticks": -1}, False),  # the same, in an older record
+        ({"start_ticks": -1}, True),  # an older record of this process
         ({"pid": 2**22 + 7}, False),  # no such process
     ],
 )
 def test_owned_process_checks_pid_start_time_and_cmdline(spawned, change, ours) -> None:
-    rec = replace(spawned(), **change)
+    rec = spawned()
+    assert rec.start_ticks > 0
+    if change.get("start_ticks") == -2:
+        change = {"start_ticks": rec.start_ticks + 1}
+    rec = replace(rec, **change)
     assert (process.owned_process(rec) is not None) is ours
+
+
+def test_a_wall_clock_step_does_not_disown_a_running_service(spawned, monkeypatch) -> None:
+    """CI once found every stack service 'not ours' (port in use) after the clock stepped."""
+    import psutil._pslinux as pslinux
+
+    rec = spawned()
+    boot = pslinux.boot_time()
+    monkeypatch.setattr(pslinux, "boot_time", lambda: boot + 5.0)  # the clock stepped 5 s ahead
+    assert abs(psutil.Process(rec.pid).create_time() - rec.create_time) > 4
+    assert process.owned_process(rec) is not None
+    assert process.owned_process(replace(rec, start_ticks=-1)) is None  # the old comparison
 
 
 def test_stop_not_ours_signals_nothing(spawned) -> None:

@@ -29,6 +29,10 @@ class ProcessRecord:
     create_time: float
     log: str
     started_ms: int
+    #: Clock ticks from boot to the process's start (``/proc/PID/stat`` field
+    #: 22), which wall-clock steps do not move; -1 where unknown (older records,
+    #: other systems), when ``create_time`` is compared instead.
+    start_ticks: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,23 @@ def spawn(
         create_time=create_time,
         log=str(log),
         started_ms=int(time.time() * 1000),
+        start_ticks=_start_ticks(proc.pid),
     )
+
+
+def _start_ticks(pid: int) -> int:
+    """Return when a process started, in clock ticks since boot (-1 when unknown).
+
+    psutil's ``create_time`` adds the boot time as the wall clock sees it now,
+    so a clock step (NTP, a resumed VM) moves it by the step and a long-running
+    broker would stop looking like ours; the tick count never changes.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        # Field 2 (the command) may hold spaces and parentheses: split after its last ')'.
+        return int(stat[stat.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def _await_exec(proc: psutil.Process, timeout_s: float = 5.0) -> None:
@@ -119,7 +139,8 @@ def owned_process(record: ProcessRecord) -> psutil.Process | None:
     """Return the live process of a record, or None when it is gone or not ours.
 
     A PID counts as ours only if it is alive (not a zombie), started when we
-    started it, and runs the recorded command line.
+    started it (same tick count since boot, or, for records without one, a
+    wall-clock start time within a second), and runs the recorded command line.
 
     Args:
         record: The recorded process.
@@ -133,7 +154,11 @@ def owned_process(record: ProcessRecord) -> psutil.Process | None:
         if proc.status() == psutil.STATUS_ZOMBIE:
             _reap(record.pid)
             return None
-        if abs(proc.create_time() - record.create_time) > _CREATE_TIME_SLACK_S:
+        ticks = _start_ticks(record.pid) if record.start_ticks >= 0 else -1
+        if ticks >= 0:
+            if ticks != record.start_ticks:
+                return None
+        elif abs(proc.create_time() - record.create_time) > _CREATE_TIME_SLACK_S:
             return None
         if tuple(proc.cmdline()) != record.argv:
             return None
