@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import logging
 import math
+import operator
 import os
 import sys
 import threading
@@ -62,6 +63,24 @@ _LOSS_COUNTERS = ("dropped_queue_full", "dropped_wrong_type", "dropped_unsent",
                   "encode_errors", "oversize", "transport_failed", "transport_evicted",
                   "transport_in_spool")
 _NUM = (float, int)
+#: Spellings of a state that mean one of the schema's symbols (compared in lower case).
+_JOB_ALIASES = {
+    "success": "succeeded", "successful": "succeeded", "succeed": "succeeded",
+    "completed": "succeeded", "complete": "succeeded", "done": "succeeded",
+    "finished": "succeeded", "ok": "succeeded", "fail": "failed", "failure": "failed",
+    "error": "failed", "errored": "failed", "crashed": "failed", "canceled": "cancelled",
+    "killed": "cancelled", "aborted": "cancelled", "requeued": "retrying",
+    "restarting": "retrying", "pending": "queued", "started": "running",
+}
+_JOB_STATES = ("queued", "scheduled", "running", "preempted", "retrying", "failed",
+               "succeeded", "cancelled")
+_FINAL_STATES = ("succeeded", "failed", "cancelled", "preempted")
+_OUTCOMES = ("ok", "failed", "corrupt", "timeout", "unknown")
+_OUTCOME_ALIASES = {"success": "ok", "succeeded": "ok", "error": "failed", "fail": "failed",
+                    "timed_out": "timeout", "timedout": "timeout", "mismatch": "corrupt"}
+_VERDICTS = ("pass", "fail", "review")
+_VERDICT_ALIASES = {"passed": "pass", "approved": "pass", "ok": "pass", "failed": "fail",
+                    "rejected": "fail", "blocked": "fail", "pending": "review"}
 
 
 class _DataWait:
@@ -107,21 +126,24 @@ class Run(ExitHooks):
         orphans: Sequence[Any] = (),
     ) -> None:
         """Start a run (use :func:`runwatch.init`; its docstring explains the arguments)."""
-        self.run_id = run_id
-        self.publisher = publisher
         self.strict = strict
-        self.experiment_family = experiment_family
-        self.team = team
+        self.counters: dict[str, int] = collections.defaultdict(int)
+        self._warned: set[Any] = set()
+        # A job id as an int, a seed as an int, an attempt read from the environment as
+        # text: taken as what they mean, not left to fail every record of the run
+        self.run_id = _text(run_id)
+        self.publisher = publisher
+        self.experiment_family = _text(experiment_family)
+        self.team = _text(team)
+        attempt = self._whole("attempt", attempt, 0)
         self.attempt = attempt
         self.finished = False
         self._orphans = list(orphans)  # transports replaying spools of exited jobs
-        self.counters: dict[str, int] = collections.defaultdict(int)
         self._q: collections.deque[tuple[Any, ...]] = collections.deque()
         self._qmax = queue_max
         self.forked = False  # True in a process forked from the one that started the run
         self._full_logged = 0  # dropped_queue_full when it was last logged
         self._full_logged_at = 0.0
-        self._warned: set[tuple[str, int]] = set()
         self._wait_ns = 0
         self._last_ns = time.perf_counter_ns()
         self._dw = _DataWait(self)
@@ -137,10 +159,10 @@ class Run(ExitHooks):
         self._manifest_args: dict[str, Any] = dict(
             config=config,
             datasets=self._datasets(datasets),
-            seed_policy=seed_policy,
-            resumed_from=resumed_from,
-            parent_run_id=parent_run_id,
-            labels=dict(labels or {}),
+            seed_policy=_text(seed_policy),
+            resumed_from=_text(resumed_from),
+            parent_run_id=_text(parent_run_id),
+            labels=self._labels(labels),
             capture=capture_lineage,
         )
         self._thread = threading.Thread(target=self._work, name="runwatch-sdk", daemon=True)
@@ -167,6 +189,25 @@ class Run(ExitHooks):
                 self._count_dropped("datasets_dropped", "runwatch run %s: %s (left out of "
                                     "the manifest; counted in datasets_dropped)", exc)
         return tuple(out)
+
+    def _labels(self, labels: Any) -> dict[str, str]:
+        """``labels=`` as text to text; anything but a mapping is left out (strict: TypeError)."""
+        if not labels:
+            return {}
+        if not isinstance(labels, Mapping):
+            self._bad("labels (a mapping of name to value)", labels)
+            return {}
+        return {_text(k): _text(v) for k, v in labels.items()}  # bytes: repaired later
+
+    def _whole(self, what: str, value: Any, default: int) -> int:
+        """A whole number given as one (or as its text, ``"2"``); else ``default``, counted."""
+        if type(value) is int:
+            return value
+        try:
+            return int(value) if not isinstance(value, float | bool) else _integral(value)
+        except (TypeError, ValueError):
+            self._bad(what, value)
+            return default
 
     def _check_lineage(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Coerce ``lineage=`` overrides; refuse bad fields one by one (strict: raise)."""
@@ -238,10 +279,19 @@ class Run(ExitHooks):
             if step is None:
                 return
         if metrics:
-            for v in metrics.values():
-                if type(v) not in _NUM:
-                    metrics = self._fix_metrics(metrics)
-                    break
+            if type(metrics) is not dict and not isinstance(metrics, Mapping):
+                metrics = self._fix_metrics(metrics)
+            else:
+                for v in metrics.values():
+                    if type(v) not in _NUM:
+                        metrics = self._fix_metrics(metrics)
+                        break
+        if ((lr is not None and type(lr) not in _NUM)
+                or (grad_norm is not None and type(grad_norm) not in _NUM)
+                or type(samples) is not int or type(epoch) is not int
+                or (tokens is not None and type(tokens) is not int)):
+            lr, grad_norm, samples, tokens, epoch = self._fix_fields(
+                lr, grad_norm, samples, tokens, epoch)
         if len(self._q) >= self._qmax:
             self._drop_step()
             return
@@ -261,6 +311,8 @@ class Run(ExitHooks):
             if now_ms is None and self._clock is not None:
                 now_ms = self._clock()
             extra = (now_ms, step_ms, loader_wait_ms, effective_batch_size, worker_restarts)
+            if any(v is not None and type(v) not in _NUM for v in extra):
+                extra = self._fix_extra(extra)
         self._q.append(
             (_STEP, step, loss, metrics, lr, grad_norm, samples, tokens, epoch, now - last, wait,
              extra)
@@ -321,21 +373,48 @@ class Run(ExitHooks):
             logger.warning(message, self.run_id, *args)
 
     # ------------------------------------------------------- bad input paths
-    def _bad(self, what: str, value: object) -> None:
+    def _choice(self, what: str, value: Any, allowed: Sequence[str], aliases: Mapping[str, str],
+                fallback: str | None) -> str | None:
+        """One of ``allowed``: as given, in another case or a known spelling, else ``fallback``.
+
+        An unknown value is logged once per call site naming the valid ones
+        (strict: ValueError); with no fallback the call is dropped and counted
+        in ``dropped_wrong_type``.
+        """
+        known = _canonical(value, allowed, aliases)
+        if known is not None:
+            return known
+        if self.strict:
+            msg = f"runwatch: unknown {what} {value!r} (one of {', '.join(allowed)})"
+            raise ValueError(msg)
+        if fallback is None:
+            self.counters["dropped_wrong_type"] += 1
+        site = _call_site()
+        if (site, what) not in self._warned:
+            self._warned.add((site, what))
+            logger.error("runwatch run %s: unknown %s %r at %s:%d (one of %s): %s", self.run_id,
+                         what, value, site[0], site[1], ", ".join(allowed),
+                         f"published as {fallback!r}" if fallback else
+                         "dropped, counted in dropped_wrong_type")
+        return fallback
+
+    def _bad(self, what: str, value: object, *, kept: str = "") -> None:
+        """Count (and log once per call site and field) a value of the wrong type.
+
+        ``kept`` says what is published instead (default: the value is dropped).
+        """
         self.counters["dropped_wrong_type"] += 1
         if self.strict:
-            msg = f"runwatch: {what} has wrong type {type(value).__name__}"
+            msg = f"runwatch: {what} has wrong type {type(value).__name__}: {value!r:.80}"
             raise TypeError(msg)
-        f = sys._getframe(3)
-        site = (f.f_code.co_filename, f.f_lineno)
-        if site not in self._warned:
-            self._warned.add(site)
+        site = _call_site()
+        if (site, what) not in self._warned:
+            self._warned.add((site, what))
             logger.warning(
-                "runwatch dropped %s of type %s at %s:%d (counted; logged once per call site)",
-                what,
-                type(value).__name__,
-                site[0],
-                site[1],
+                "runwatch run %s dropped %s %s of type %s at %s:%d%s (counted in "
+                "dropped_wrong_type; logged once per call site)", self.run_id, what,
+                _short(value), type(value).__name__, site[0], site[1],
+                f"; {kept}" if kept else "",
             )
 
     @staticmethod
@@ -349,35 +428,90 @@ class Run(ExitHooks):
 
     def _fix_step(self, step: Any, loss: Any) -> tuple[Any, Any]:
         if type(step) is not int:
-            try:
-                step = int(step) if not isinstance(step, str | float) else None
-            except (TypeError, ValueError):
-                step = None
-            if step is None:
+            fixed = _whole_number(step)
+            if fixed is None:
                 self._bad("step", step)
                 return None, None
+            if fixed != step and ("fraction", _call_site()) not in self._warned:
+                self._warned.add(("fraction", _call_site()))
+                logger.warning("runwatch run %s: step %r is not a whole number; published as "
+                               "step %d (logged once per call site)", self.run_id, step, fixed)
+            step = fixed
         if loss is not None and type(loss) not in _NUM:
-            fixed = self._num(loss)
-            if fixed is None:
+            number = self._num(loss)
+            if number is None:
                 self._bad("loss", loss)
-            loss = fixed
+            loss = number
         return step, loss
 
-    def _fix_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+    def _fix_metrics(self, metrics: Any, what: str = "metric") -> dict[str, float]:
+        """Name -> number, the entries that are not left out (a non-mapping: all of them)."""
         out: dict[str, float] = {}
+        if not isinstance(metrics, Mapping):
+            self._bad(f"{what}s (a mapping of name to number)", metrics)
+            return out
         for k, v in metrics.items():
             if not isinstance(k, str | bytes):  # bytes: repaired as text by the publisher
-                self._bad(f"metric name {k!r}", k)
+                self._bad(f"{what} name {k!r}", k)
                 continue
             if type(v) in _NUM:
                 out[k] = v  # type: ignore[index]
                 continue
             fixed = self._num(v)
             if fixed is None:
-                self._bad(f"metric {k!r}", v)
+                self._bad(f"{what} {k!r}", v)
             else:
                 out[k] = fixed  # type: ignore[index]
         return out
+
+    def _fix_fields(self, lr: Any, gn: Any, samples: Any, tokens: Any,
+                    epoch: Any) -> tuple[Any, Any, int, int | None, int]:
+        """A step's other numbers, each one that is not a number left out alone.
+
+        A list of numbers as ``lr`` (``scheduler.get_last_lr()``: one per parameter
+        group) is read as its first group's.
+        """
+        if lr is not None and type(lr) not in _NUM:
+            first = lr[0] if isinstance(lr, list | tuple) and lr else lr
+            lr = self._num(first)
+            if lr is None:
+                self._bad("lr", first)
+        if gn is not None and type(gn) not in _NUM:
+            fixed = self._num(gn)
+            if fixed is None:
+                self._bad("grad_norm", gn)
+            gn = fixed
+        return (lr, gn, self._count_field("samples", samples, 0),
+                self._count_field("tokens", tokens, None), self._count_field("epoch", epoch, 0))
+
+    def _count_field(self, what: str, value: Any, default: Any) -> Any:
+        if value is None or type(value) is int:
+            return value if value is not None else default
+        fixed = _whole_number(value)
+        if fixed is None:
+            self._bad(what, value)
+            return default
+        return fixed
+
+    def _fix_extra(self, extra: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A step's explicit times and counts; one that is not a number is left out alone."""
+        now_ms, step_ms, wait_ms, ebs, restarts = extra
+        if now_ms is not None and type(now_ms) not in _NUM:
+            fixed = self._num(now_ms)
+            if fixed is None:
+                self._bad("now_ms", now_ms, kept="the run's clock stamps the step")
+                fixed = self._clock() if self._clock is not None else None
+            now_ms = fixed
+        timed = []
+        for what, v in (("step_ms", step_ms), ("loader_wait_ms", wait_ms)):
+            if v is not None and type(v) not in _NUM:
+                fixed = self._num(v)
+                if fixed is None:
+                    self._bad(what, v, kept="the SDK's own measurement is published")
+                v = fixed
+            timed.append(v)
+        return (now_ms, *timed, self._count_field("effective_batch_size", ebs, None),
+                self._count_field("worker_restarts", restarts, None))
 
     def _step_metrics(self, metrics: Mapping[Any, Any]) -> dict[str, float]:
         """A step's metrics as floats, on the worker; a name that is no text is dropped.
@@ -522,6 +656,8 @@ class Run(ExitHooks):
         """
         end = int(now_ms) if now_ms is not None else self.now_ms()
         dur = float(duration_ms or 0.0)
+        outcome = self._choice("checkpoint outcome", outcome, _OUTCOMES, _OUTCOME_ALIASES,
+                               "unknown") or "unknown"
         start = started_at_ms if started_at_ms is not None else end - int(dur)
         self._put(
             _FN,
@@ -622,14 +758,17 @@ class Run(ExitHooks):
             now_ms: Event time (UTC epoch ms); default: the run's clock.
 
         """
+        verdict = self._choice("gate decision", decision, _VERDICTS, _VERDICT_ALIASES, "review")
+        if verdict is None:
+            return
         self._put(
             _REC,
             GateDecision,
             dict(
                 gate=gate,
-                decision=decision,
-                thresholds=dict(thresholds or {}),
-                measured=dict(measured or {}),
+                decision=verdict,
+                thresholds=self._fix_metrics(thresholds or {}, "threshold"),
+                measured=self._fix_metrics(measured or {}, "measured value"),
                 slices=tuple(slices),
                 reasons=tuple(reasons),
                 evaluator=evaluator,
@@ -655,8 +794,10 @@ class Run(ExitHooks):
 
         """
         if attempt is not None:
-            self.attempt = int(attempt)
-        self._put(_REC, JobEvent, self._job_fields(state, reason), self._when(now_ms))
+            self.attempt = self._whole("attempt", attempt, self.attempt)
+        known = self._choice("job state", state, _JOB_STATES, _JOB_ALIASES, None)
+        if known is not None:
+            self._put(_REC, JobEvent, self._job_fields(known, reason), self._when(now_ms))
 
     def _job_fields(self, state: str, reason: str | None) -> dict[str, Any]:
         return dict(
@@ -693,7 +834,13 @@ class Run(ExitHooks):
         with self._lock:
             if self.finished:
                 return dict(self.counters)
-            final = (_REC, JobEvent, self._job_fields(status, reason), self._when(now_ms))
+            # an unknown status still ends the run (else it pages as stalled later)
+            known = _canonical(status, _FINAL_STATES, _JOB_ALIASES)
+            if known is None:
+                known = self._choice("finish status", status, _FINAL_STATES, {}, "failed")
+                reason = f"run.finish({status!r})" + (f": {reason}" if reason else "")
+            final = (_REC, JobEvent, self._job_fields(known or "failed", reason),
+                     self._when(now_ms))
             self._q.append(final)
             self.finished = True
             self._qmax = -1  # later steps take the drop path (dropped_after_finish)
@@ -915,3 +1062,59 @@ def _after_fork(ref: weakref.ReferenceType[Run]) -> None:
     run._qmax = -1  # every step takes the drop path (counted in dropped_forked)
     run._q = collections.deque()  # the parent's pending records: the parent publishes them
     run._lock = threading.Lock()  # the parent's may have been held at the fork
+
+
+def _text(value: Any) -> Any:
+    """Text fields given as another type (an int seed, a job id) as their text; None stays."""
+    return value if value is None or isinstance(value, str | bytes) else str(value)
+
+
+def _canonical(value: Any, allowed: Sequence[str], aliases: Mapping[str, str]) -> str | None:
+    """``value`` as one of ``allowed`` (as given, in another case, a known spelling), or None."""
+    if value in allowed:
+        return str(value)
+    key = str(value).strip().lower()
+    known = key if key in allowed else aliases.get(key)
+    return known if known in allowed else None
+
+
+def _integral(value: float) -> int:
+    """A float that holds a whole number, as an int (else ValueError)."""
+    if isinstance(value, bool) or not math.isfinite(value) or value != int(value):
+        msg = f"{value!r} is not a whole number"
+        raise ValueError(msg)
+    return int(value)
+
+
+def _whole_number(value: Any) -> int | None:
+    """A step or count given as a numpy int, a float or a 0-d tensor, as an int (floored).
+
+    None for what is no number (text, bool, None, NaN, a list).
+    """
+    if isinstance(value, str | bytes | bool) or value is None:
+        return None
+    try:
+        return operator.index(value)  # numpy integers
+    except TypeError:
+        pass
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return math.floor(f) if math.isfinite(f) else None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_CLIENT_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _call_site() -> tuple[str, int]:
+    """File and line of the first caller outside the SDK (the user's call)."""
+    f = sys._getframe(1)
+    while f.f_back is not None and os.path.dirname(f.f_code.co_filename) == _CLIENT_DIR:
+        f = f.f_back
+    return f.f_code.co_filename, f.f_lineno
