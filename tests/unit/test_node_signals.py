@@ -131,6 +131,9 @@ def test_slowdown_rule_table() -> None:
 @pytest.mark.parametrize(("case", "want"), [
     # NVLink falls to a twentieth and the run slows by a third: the interconnect explains it
     ("nvlink_down", [("watch:throughput", "infrastructure")]),
+    # one GPU's links fall back (a twentieth) and the run slows by a third: its slowest
+    # GPU explains it (the node's mean per GPU hid it: the fall was blamed on execution)
+    ("one_link_down", [("watch:throughput", "infrastructure")]),
     # the run slows by a third and nothing outside it changed: it still pages
     ("slower", [("watch:throughput", "execution")]),
     # the loader explains the fall: its own watch pages, the throughput fall does not again
@@ -145,17 +148,58 @@ def test_falling_throughput_pages_with_its_cause(case: str, want: list, tmp_path
     for k in range(600):
         late = k >= 300
         for g in GPUS:
-            c.fake.set_nvlink(g, 20 if case == "nvlink_down" and late else 400_000)
+            down = late and (case == "nvlink_down" or (case == "one_link_down" and g == 2))
+            c.fake.set_nvlink(g, 20 if down else 400_000)
             if case == "thermal" and late:
                 c.fake.set_throttle(g, 0x20, temp_c=91, sm_clock_mhz=1200)  # SW thermal
         step, loader = 1000.0, 50.0
-        if late and case in ("nvlink_down", "slower", "thermal"):
+        if late and case in ("nvlink_down", "one_link_down", "slower", "thermal"):
             step = 1500.0
         if late and case == "loader":
             loader = 50.0 + 2.0 * (k - 300)
             step = 950.0 + loader
         c.second(T0 + k * 1000, step_ms=step, loader_ms=loader)
     assert c.alerts() == want
+
+
+@pytest.mark.parametrize(("idle_node", "want"), [
+    (True, [("watch:gpu_occupancy", "infrastructure")]),
+    (False, []),
+])
+def test_one_node_of_a_multi_node_run_whose_gpus_fall_idle_pages(
+        idle_node: bool, want: list, tmp_path: Path) -> None:
+    """The run's two nodes' readings alternate; the GPU watches judged each reading against
+    the run's level, so one node at 2 % between the other's 65 % never fell three readings
+    in a row and nothing paged while the run kept stepping on one node's pace."""
+    c = Cluster(tmp_path)
+    fake1 = FakeNvml8()
+    alloc = tmp_path / "alloc1.json"
+    alloc.write_text(json.dumps({str(g): RUN for g in GPUS}))
+    for g in GPUS:
+        fake1.attach_process(g, 999_999_100 + g)
+    agent1 = NodeAgent(Publisher(c.t, kind="agent"), node="n1", nvml=Nvml.open(fake1),
+                       attributor=RunAttributor(allocation_file=alloc))
+    for k in range(900):  # 15 minutes; n1's GPUs idle from minute 10 (a rank lost its work)
+        if idle_node and k == 600:
+            for g in GPUS:
+                fake1.set_occupancy(g, 2.0)
+        agent1.tick(now_ms=T0 + k * 1000 + 500)
+        c.second(T0 + k * 1000)
+    assert c.alerts() == want
+
+
+def test_a_few_seconds_of_low_occupancy_at_the_agents_1s_interval_do_not_page(
+        tmp_path: Path) -> None:
+    """A healthy run opens a new data shard every 10 minutes: two slower steps, the GPUs at
+    18 % for 6 s. Three readings below the run's level were three seconds at the agent's
+    default interval: it paged a fall of occupancy each time (at a 5 s interval it did not)."""
+    c = Cluster(tmp_path)
+    for k in range(60 * 35):
+        dip = k >= 300 and k % 600 < 6
+        for g in GPUS:
+            c.fake.set_occupancy(g, 18.0 if dip else 65.0)
+        c.second(T0 + k * 1000, step_ms=1500.0 if dip else 1000.0)
+    assert c.alerts() == []
 
 
 class IdlingNvml(FakeNvml8):

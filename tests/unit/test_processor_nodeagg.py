@@ -198,6 +198,9 @@ def test_occupancy_falls_back_to_utilization(kind, gpm, util_declines, alerts, s
 def test_node_entry_feeds_the_occupancy_watch_from_the_right_source(gpus, value, source):
     st = runstate.new_state("run-y")
     join_node.node_entry(st, NodeEntry("n0", T0, tuple(gpus)), T0, T0, CFG, None)
+    assert "gpu_occupancy" not in st.stats  # the round goes on (join_node.GPU_ROUND_MS)
+    later = T0 + join_node.GPU_ROUND_MS
+    join_node.node_entry(st, NodeEntry("n0", later, tuple(gpus)), later, later, CFG, None)
     n, mean, _ = st.stats["gpu_occupancy"]
     assert n == 1 and mean == pytest.approx(value)
     assert ind.occupancy_or_utilization([g[2] for g in gpus], [g[1] for g in gpus]) == (

@@ -343,9 +343,11 @@ def node_entry(s: RunState, e: NodeEntry, at: int, now: int, cfg: RunConfig,
             out += memory_pressure(s, e.node, max(mem), at, now, cfg)
         link = [g[9] for g in gpus if len(g) > 9 and g[9] is not None]
         if link and started and util >= BUSY:  # idle phases move no gradients
-            out += observe(s, cfg, "interconnect", sum(link) / len(link), at, now, bl,
-                           f"node {e.node}: NVLink {sum(link) / len(link) / 1e9:.2f} GB/s "
-                           "per GPU")
+            # the slowest GPU's links (one GPU's lost link set slows every all-reduce), on
+            # the run's slowest node (its nodes' readings alternate: see GPU_ROUND_MS)
+            node, rate = slowest_node(s, "link", e.node, at, min(link))
+            out += observe(s, cfg, "interconnect", rate, at, now, bl,
+                           f"node {node}: NVLink {rate / 1e9:.2f} GB/s on its slowest GPU")
         if not started:
             return out
         occ, source = occupancy_or_utilization([g[2] for g in gpus], [g[1] for g in gpus])
@@ -372,9 +374,85 @@ PENDING_MAX = 64
 """Node readings of a run kept waiting for its steps (a long pause drops the oldest)."""
 
 
+GPU_ROUND_MS = 5_000
+"""The GPU watches read a run's nodes in rounds at least this long: each node's mean over
+the round, the run's value the slowest node's. A round ends when a node reports again
+after this long (so every node of the run had its turn, whatever the agents' interval).
+Per reading, two problems: a multi-node run's readings alternate between its nodes, so
+one node whose GPUs fell idle was never three readings in a row below the run's level
+(and was never paged); and at the agent's 1 s interval three readings are three seconds,
+so a healthy run's 6 s input hiccup when it opened a new shard paged a fall."""
+
+
+def node_round(s: RunState, key: str, node: str, at: int, values: tuple[float, ...],
+               tag: str = "") -> tuple[int, str, tuple[float, ...], str] | None:
+    """Add a node's reading to the run's current round of ``key``; return a round it ends.
+
+    Args:
+        s: The run state (the rounds live in ``s.signals["rounds"]``).
+        key: Which round (GPU watches, interconnect).
+        node: The node read.
+        at: The reading's event time.
+        values: Its values (non-finite ones are left out of the means).
+        tag: Kept with the node's values (the last one of the round).
+
+    Returns:
+        None while the round goes on; else (event time of the round's last reading,
+        the slowest node (lowest mean of the last value), its means, its tag).
+
+    """
+    rounds = s.signals.setdefault("rounds", {})
+    cur = rounds.get(key)
+    done = None
+    if cur is not None and node in cur[1] and at - cur[0] >= GPU_ROUND_MS:
+        done, cur = cur, None
+    if cur is None:
+        cur = rounds[key] = [at, {}, at]
+    acc = cur[1].get(node)
+    if acc is None:
+        acc = cur[1][node] = [0.0] * (2 * len(values)) + [tag]
+    for i, v in enumerate(values):
+        if math.isfinite(v):
+            acc[2 * i] += v
+            acc[2 * i + 1] += 1
+    acc[-1] = tag
+    cur[2] = max(cur[2], at)
+    if done is None:
+        return None
+    means = {n: tuple(a[2 * i] / a[2 * i + 1] if a[2 * i + 1] else math.nan
+                      for i in range(len(values))) + (a[-1],)
+             for n, a in done[1].items()}
+    slowest = min(means, key=lambda n: (means[n][-2] if math.isfinite(means[n][-2])
+                                        else math.inf))
+    m = means[slowest]
+    return int(done[2]), slowest, m[:-1], str(m[-1])
+
+
+NODE_FRESH_MS = 60_000
+"""A node's latest reading stands for it this long in :func:`slowest_node`."""
+
+
+def slowest_node(s: RunState, key: str, node: str, at: int, value: float) -> tuple[str, float]:
+    """Record a node's latest ``key`` value; return the run's lowest one of those still fresh.
+
+    Each reading is judged as it comes (an evidence watch's pace), but against
+    every node of the run: the lowest latest value of the nodes read within
+    :data:`NODE_FRESH_MS` before it.
+    """
+    last = s.signals.setdefault("latest", {}).setdefault(key, {})
+    last[node] = [at, value]
+    for n in [n for n, (t, _) in last.items() if at - t > NODE_FRESH_MS]:
+        del last[n]
+    low = min(last, key=lambda n: last[n][1])
+    return low, float(last[low][1])
+
+
 def _gpu_reading(s: RunState, r: list[Any], now: int, cfg: RunConfig,
                  bl: Baseline | None) -> list[Output]:
-    at, node, util, occ, source = r
+    done = node_round(s, "gpu", r[1], r[0], (r[2], r[3]), r[4])
+    if done is None:
+        return []
+    at, node, (util, occ), source = done
     out = observe(s, cfg, "gpu_utilization", util, at, now, bl, f"node {node}")
     what = "SM occupancy" if source == "sm_occupancy" else "GPU utilization (no SM occupancy)"
     return out + observe(s, cfg, "gpu_occupancy", occ, at, now, bl,
