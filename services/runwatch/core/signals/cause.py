@@ -111,6 +111,9 @@ EXPLAINS: dict[str, frozenset[Effect]] = {
     "queue_delay_ms": _SLOW,
 }
 
+#: Indicators of hard GPU faults: a stall they come with is theirs, whatever else was seen.
+GPU_FAULTS = frozenset({"xid", "ecc_uncorrected"})
+
 #: Default reach of evidence not named in :data:`EXPLAINS`, by signal class.
 EXPLAINS_BY_SIGNAL: dict[str, frozenset[Effect]] = {
     "data": _MODEL,
@@ -229,6 +232,13 @@ def classify(symptom: Finding, evidence: Sequence[Finding], window_ms: int) -> V
     if total <= 0:
         own = tuple(f for f in near if f.signal == symptom.signal) + (symptom,)
         return Verdict(symptom.signal, 1.0, own)
+    gpu_faults = [f for f in plausible if f.indicator in GPU_FAULTS]
+    if kind == "stop" and gpu_faults:
+        # a hard GPU fault stops a job by itself; a loader that was slow before it does not
+        # outvote it (several execution findings did: a GPU that fell off the bus was
+        # called an execution stall)
+        return Verdict("infrastructure", weights["infrastructure"] / total,
+                       (*gpu_faults, symptom))
     best = max(PRIORITY, key=lambda c: (weights[c], -PRIORITY.index(c)))
     support = tuple(f for f in plausible if f.signal == best) + (symptom,)
     return Verdict(best, weights[best] / total, support)

@@ -398,6 +398,14 @@ def stalled(
     )
 
 
+XID_CLEANUP = frozenset({45})
+"""XIDs that report the driver cleaning up after a process, not a GPU fault: XID 45
+("preemptive cleanup") is logged on every GPU of a job killed with SIGKILL (``scancel
+--signal=KILL``, a pod deleted past its grace period) and after an earlier error, which
+pages on its own XID. Kept as evidence (info); each one paged the user's own cancel as
+eight critical infrastructure alerts."""
+
+
 def gpu_errors(
     node: str, gpu_index: int, xid: int, ecc_uncorrected: int, at_ms: int
 ) -> Finding | None:
@@ -415,6 +423,13 @@ def gpu_errors(
 
     """
     subject = f"{node}/gpu{gpu_index}"
+    if xid in XID_CLEANUP:
+        return Finding(
+            detector="rule:gpu_xid", indicator="xid_cleanup", signal="infrastructure",
+            severity="info", observed=float(xid), expected=0.0, score=0.3, at_ms=at_ms,
+            title=f"GPU XID {xid} (channels cleaned up) on {subject}", detail=f"xid={xid}",
+            subject=subject, alert=False,
+        )
     if xid > 0:
         return _hard(
             "gpu_xid", "xid", "infrastructure", float(xid), 0.0, at_ms,
