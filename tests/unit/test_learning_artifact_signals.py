@@ -336,6 +336,46 @@ def test_a_lasting_decline_between_hourly_evaluations_pages_once() -> None:
             and a.detector == "rule:validation_decline"] == ["firing", "resolved"]
 
 
+@pytest.mark.parametrize("redelivered", [False, True])
+def test_one_low_evaluation_delivered_twice_is_still_one_evaluation(redelivered: bool) -> None:
+    """At-least-once delivery: the same ValidationResult (same bytes, same event id) read a
+    second time counted as a second low evaluation in a row and paged a decline."""
+    t = CaptureTransport()
+    run = start(t)
+    rng = random.Random(2)
+    for e in range(20):  # every 10 minutes, rising 0.70 -> 0.78; one evaluation reads low
+        acc = 0.70 + 0.004 * e + rng.gauss(0.0, 0.004) - (0.06 if e == 10 else 0.0)
+        run.validation(100 * e, {"val_accuracy": acc}, now_ms=T0 + e * 600_000)
+        for k in range(10):
+            run.step(100 * e + k, loss=1.0, now_ms=T0 + e * 600_000 + (k + 1) * 60_000)
+    run.finish(now_ms=T0 + 20 * 600_000)
+    msgs = timed(t.messages)
+    if redelivered:
+        low = next(i for i, (at, m) in enumerate(msgs)
+                   if at == T0 + 10 * 600_000 and b"val_accuracy" in m[2])
+        msgs.insert(low + 1, (msgs[low][0] + 3_000, msgs[low][1]))
+    wall = Clock(T0)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=wall)
+    deliver_live(m, wall, msgs)
+    assert [a for a in m.alerts if isinstance(a, Alert)
+            and a.detector == "rule:validation_decline"] == []
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_small_noisy_evaluation_sets_do_not_page_before_their_noise_is_known(seed: int) -> None:
+    """An accuracy of 0.78 measured on 256 images (binomial noise 0.026), every 200 steps:
+    with no noise estimate yet, only the 0.02 and 5 % bounds applied, and a third of such
+    healthy runs paged at their 3rd to 6th evaluation."""
+    t = CaptureTransport()
+    run = start(t)
+    rng = random.Random(seed)
+    for e in range(8):
+        acc = sum(rng.random() < 0.78 for _ in range(256)) / 256
+        run.validation(200 * e, {"val_acc": acc}, now_ms=T0 + e * 300_000)
+    run.finish(now_ms=T0 + 8 * 300_000)
+    assert firing(t) == []
+
+
 @pytest.mark.parametrize(("calls", "want"), [
     # a camelCase loss was read as higher-is-better from its second evaluation on
     ([lambda i: {"valLoss": 3.6 - 0.05 * i}], []),
