@@ -1109,12 +1109,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_CLIENT_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
 def _call_site() -> tuple[str, int]:
     """File and line of the first caller outside the SDK (the user's call)."""
     f = sys._getframe(1)
-    while f.f_back is not None and os.path.dirname(f.f_code.co_filename) == _CLIENT_DIR:
+    while f.f_back is not None and f.f_globals.get("__name__", "").startswith("runwatch.client"):
         f = f.f_back
     return f.f_code.co_filename, f.f_lineno
