@@ -204,6 +204,43 @@ def test_a_diverging_loss_pages_unless_the_learning_rate_was_raised(case, want) 
     assert firing(t) == want
 
 
+def sgdr(case: str, seed: int) -> list[tuple[float, float]]:
+    """(loss, lr) of an SGDR run: a 2,000-step cosine cycle (0.1 down to 5e-4, the loss 2.3
+    down to 0.12), then the rate back at 0.1; 15 % noise a step."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(5_000):
+        k = i % 2_000 if i < 2_000 else i - 2_000
+        cycle = 2_000 if i < 2_000 else 3_000
+        lr = 5e-4 + 0.5 * 0.0995 * (1 + math.cos(math.pi * k / cycle))
+        if i < 2_000:
+            level = 0.12 + 2.18 * (1 - k / 2_000) ** 2
+        elif case == "restart":  # the loss rises with a lag (35 steps) to 0.35, then falls
+            level = 0.06 + 0.29 * (1 - k / 3_000) ** 2
+            level = 0.12 + (level - 0.12) * (1 - math.exp(-k / 35))
+        else:  # the restart sends the loss up for good: 0.5 % a step
+            level = 0.12 * 1.005 ** min(k, 600)
+        out.append((level * math.exp(rng.gauss(0.0, 0.15)), lr))
+    return out
+
+
+@pytest.mark.parametrize(("case", "seed", "want"), [
+    ("restart", 0, []),
+    ("restart", 1, []),
+    ("diverges", 0, [("rule:loss_divergence", "learning")]),
+])
+def test_a_warm_restart_raises_the_loss_with_a_lag_and_does_not_page(case, seed, want) -> None:
+    """SGDR: the rate back at its first value raises the loss over tens of steps and keeps
+    it 2-3 x up for much of the next cycle. Judged from the first steps after the restart
+    (still at the last cycle's level), it paged a divergence 100 steps in, every time."""
+    t = CaptureTransport()
+    run = start(t)
+    for i, (loss, lr) in enumerate(sgdr(case, seed)):
+        run.step(i, loss=loss, lr=lr, now_ms=T0 + i * 120)
+    run.finish(now_ms=T0 + 10**6)
+    assert firing(t) == want
+
+
 @pytest.mark.parametrize(("cv", "rise", "want"), [
     (0.25, 1.0, []),  # a GAN's or an RL policy's loss: steady, 25 % from step to step
     (0.40, 1.0, []),

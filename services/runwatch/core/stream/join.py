@@ -366,6 +366,11 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
         if prev is not None and e.lr > prev[1] * (1 + LR_RISE) and e.step > prev[0]:
             s.signals["lr_up"] = e.step
             s.signals.pop("loss_lows", None)  # the loss before a warm restart is no best
+            top = s.signals.get("lr_max")
+            if top is not None and e.lr <= top * (1 + WARM_LR_SLACK):  # back to a known rate
+                s.signals["warm"] = [e.step, -math.inf, 0]
+        if math.isfinite(e.lr):
+            s.signals["lr_max"] = max(s.signals.get("lr_max", e.lr), e.lr)
         s.signals["lr"] = [e.step, e.lr]
     if loss is not None:
         out += _loss_window(s, float(e.step), loss, at, now, cfg)
@@ -390,6 +395,8 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
     """Fold a finite loss into the run's loss window: its trend (evidence), its divergence."""
     out: list[Output] = []
     _push(s.losses, [step, loss], 50)
+    if "warm" in s.signals:
+        _warm_rise(s, step)
     earlier, noise = _loss_lows(s)
     diverged = _firing_entry(s, "rule:loss_divergence", "loss")
     if diverged is not None and earlier is not None:
@@ -412,6 +419,41 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
                 and rules.loss_rising(s.losses)):
             out += emit(s, cfg, f, now, one_shot=True)
     return out
+
+
+WARM_LR_SLACK = 0.05
+"""A learning rate that rises back to at most this share above the highest the run had
+before is a warm restart (SGDR, a cyclic schedule): the loss it raises rises with a lag.
+A rise above every rate the run had (ten times the rate at a resume) is not."""
+WARM_POINTS = 200
+"""Logged steps after a warm restart while the loss it raises may still be rising."""
+
+
+def _warm_rise(s: RunState, step: float) -> None:
+    """Follow the loss a warm restart raises until it turns; its peak is where judging starts.
+
+    A restart back to a rate the run had raises the loss with a lag (tens to hundreds
+    of steps) and keeps it up for much of the next cycle: judged from the first steps
+    after the restart, still at the end of the last cycle, a 2-4 x rise paged as a
+    divergence 100 steps in. While the 10-step mean makes new highs (for at most
+    :data:`WARM_POINTS` logged steps), each new high clears the lows and counts as the
+    learning-rate increase (nothing is judged for 50 logged steps after it); a loss
+    that keeps rising after that is judged from there.
+    """
+    warm = s.signals["warm"]
+    warm[2] += 1
+    tail = s.losses[-rules.LOSS_SMOOTH:]
+    mean = sum(p[1] for p in tail) / len(tail)
+    if math.isfinite(mean) and mean > warm[1]:
+        warm[1] = mean
+        s.signals["lr_up"] = step
+        s.signals.pop("loss_lows", None)
+    if warm[2] >= WARM_POINTS or mean < WARM_TURN * warm[1]:
+        del s.signals["warm"]
+
+
+WARM_TURN = 0.9
+"""The loss a warm restart raised has turned once its 10-step mean is this share of its peak."""
 
 
 LOSS_PERSIST = 50
