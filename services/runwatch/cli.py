@@ -21,6 +21,9 @@ from runwatch import commands
 from runwatch._version import __version__
 from runwatch.errors import FatalError
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+"""What ``--log-level`` takes (in any case)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the full argument parser from every command module.
@@ -33,8 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Monitor ML training pipelines: telemetry, detectors, storage, paging.",
     )
     parser.add_argument("--version", action="version", version=f"runwatch {__version__}")
-    parser.add_argument(
-        "--log-level", default="INFO", help="logging level (DEBUG, INFO, WARNING, ERROR)"
+    parser.add_argument(  # a level logging does not know was a ValueError traceback
+        "--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+        help="logging level (DEBUG, INFO, WARNING, ERROR, CRITICAL; any case)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):

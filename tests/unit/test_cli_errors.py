@@ -268,3 +268,15 @@ def test_silence_takes_its_state_dir_after_the_action_too(tmp_path, capsys) -> N
     assert made[:8] in capsys.readouterr().out
     assert cli.main(["silence", "--state-dir", str(state), "list"]) == 0  # before it, as before
     assert made[:8] in capsys.readouterr().out
+
+
+def test_an_unknown_log_level_is_a_usage_error(capsys) -> None:
+    """``runwatch --log-level LOUD ...`` ended in logging's ValueError traceback, exit 1."""
+    from runwatch import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--log-level", "LOUD", "schemas", "list"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --log-level: invalid choice: 'LOUD'" in err and "Traceback" not in err
+    assert cli.main(["--log-level", "warning", "schemas", "list"]) == 0  # any case

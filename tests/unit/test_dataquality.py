@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -241,3 +242,65 @@ def test_class_ids_read_as_floats_are_the_same_labels() -> None:
     assert set(ints) == {"0", "1"} and set(floats) == {"0", "1", "null"}
     assert dq.label_distribution([np.int64(1), np.float64(2.5), True]) == {
         "1": 1 / 3, "2.5": 1 / 3, "True": 1 / 3}
+
+
+def test_report_takes_integer_versions_and_whole_counts(tmp_path: Path) -> None:
+    """``data.report(uri, 3, 7, df)`` (a version number) could not be encoded: the report
+    was lost at publish with one ERROR line, and the runs reading the dataset paged it
+    missing."""
+    t = ListTransport()
+    pub = Publisher(t, kind="sdk")
+    cols = {"x": [1.0, 2.0, 3.0]}
+    for version, partition, rejected in ((3, 7, "5"), (np.int64(3), 7, 5.0)):
+        rec = report("s3://ds", version, partition, cols, rejected_samples=rejected,
+                     publisher=pub, baseline_directory=tmp_path)
+        assert (rec.dataset_version, rec.partition, rec.rejected_samples) == ("3", "7", 5)
+    assert pub.encode_errors == 0
+    assert [load_codec().decode(v).dataset_version for _, _, v in t.out] == ["3", "3"]
+
+
+@pytest.mark.parametrize(("args", "kwargs", "error", "match"), [
+    ((None, "v1", "p"), {}, TypeError, "dataset must be text"),
+    ((5, "v1", "p"), {}, TypeError, "dataset must be text"),
+    (("", "v1", "p"), {}, ValueError, "dataset is empty"),  # an unset environment variable
+    (("  ", "v1", "p"), {}, ValueError, "dataset is empty"),
+    (("s3://ds", 3.5, "p"), {}, TypeError, "version must be text or an integer"),
+    (("s3://ds", "v1", ["p"]), {}, TypeError, "partition must be text or an integer"),
+    (("s3://ds", "v1", "p"), {"rejected_samples": "five"}, TypeError,
+     "rejected_samples must be a whole number"),
+    (("s3://ds", "v1", "p"), {"rejected_samples": 2.5}, TypeError,
+     "rejected_samples must be a whole number"),
+    (("s3://ds", "v1", "p"), {"rejected_samples": -1}, ValueError,
+     "rejected_samples must not be negative"),
+    # a list raised a bare AttributeError from the statistics
+    (("s3://ds", "v1", "p"), {"schema": ["x"]}, TypeError,
+     "schema must map column names to type names"),
+    (("s3://ds", "v1", "p"), {"schema": {"x": float}}, TypeError,
+     "schema type for column 'x' must be a type name"),
+])
+def test_report_misuse_raises_naming_the_argument_and_publishes_nothing(
+        args, kwargs, error, match, tmp_path: Path) -> None:
+    t = ListTransport()
+    with pytest.raises(error, match=match):
+        report(*args, {"x": [1.0, 2.0]}, publisher=Publisher(t, kind="sdk"),
+               baseline_directory=tmp_path, **kwargs)
+    assert t.out == []
+
+
+def test_a_label_or_timestamp_column_the_batch_lacks_is_said(tmp_path: Path, caplog) -> None:
+    """A mistyped ``label=`` or ``timestamp=`` left label balance and freshness out without
+    a word (a missing ``key=`` column was logged)."""
+    cols = {"is_clicked": [True, False], "event_time": [1000, 2000]}
+    with caplog.at_level(logging.WARNING, logger="runwatch.client.data"):
+        rec = report("s3://ds", "v1", "p", cols, label="clicked", timestamp="event_ms",
+                     publisher=Publisher(ListTransport(), kind="sdk"),
+                     baseline_directory=tmp_path, now_ms=3000)
+    assert rec.label_distribution == {} and rec.freshness_lag_ms is None
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("no label column 'clicked'" in m for m in said) == 1, said
+    assert sum("no timestamp column 'event_ms'" in m for m in said) == 1, said
+    caplog.clear()
+    report("s3://ds", "v1", "p", cols, label="is_clicked", timestamp="event_time",
+           publisher=Publisher(ListTransport(), kind="sdk"), baseline_directory=tmp_path,
+           now_ms=3000)
+    assert not [r for r in caplog.records if "column" in r.getMessage()]

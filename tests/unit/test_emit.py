@@ -56,6 +56,28 @@ def pub():
             '{"type":"StepTiming","step":1,"loader_wait_ms":1,"compute_ms":2,"step_ms":3}',
             "StepTiming needs a run_id",
         ),
+        # a value of the wrong kind is named by its field (the reasons were "'<' not supported
+        # between instances of 'str' and 'int'", "'int' object has no attribute 'get'"...)
+        ('{"type":"JobEvent","run_id":"r","state":"queued","emitted_at_ms":"now"}',
+         'bad value for JobEvent: field emitted_at_ms is "now", not an integer'),
+        ('{"type":"JobEvent","run_id":"r","state":"queued","source":"slurm"}',
+         'bad value for JobEvent: field source is "slurm", not an object'),
+        ('{"type":"JobEvent","run_id":"r","state":"queued","allocation":5}',
+         "bad value for JobEvent: field allocation is 5, not an object"),
+        ('{"type":"LearningStep","run_id":"r","step":1,"loss":1.0,"metrics":[1,2]}',
+         "bad value for LearningStep: field metrics is [1, 2], not an object"),
+        ('{"type":"ValidationResult","run_id":"r","step":10,"metrics":{"val_loss":"1.9"}}',
+         'bad value for ValidationResult: field metrics.val_loss is "1.9", not a number'),
+        # an unknown key of a nested record was dropped without a word
+        ('{"type":"JobEvent","run_id":"r","state":"queued",'
+         '"allocation":{"nodes":["n1"],"gpu_indices":[0],"gpus_typo":8}}',
+         "bad value for JobEvent: unknown field(s) in allocation: gpus_typo"),
+        # a deadline in epoch seconds was published, and the queue rule paged a job that
+        # started two minutes after it was queued (its deadline 1970-01-21)
+        ('{"type":"JobEvent","run_id":"r","state":"queued","deadline_ms":1800003600}',
+         "deadline_ms 1800003600 is before 2000 (epoch seconds? give milliseconds)"),
+        ('{"type":"JobEvent","run_id":"r","state":"queued","deadline_ms":1800003600000}', None),
+        ('{"type":"JobEvent","run_id":"r","state":"queued","deadline_ms":0}', None),  # none
     ],
 )
 def test_each_line(line, error) -> None:
@@ -81,6 +103,24 @@ def test_bad_lines_do_not_stop_the_batch() -> None:
     assert [r.run_id for r in recs] == [f"r{i}" for i in range(5)]
     assert [r.seq for r in recs] == [1, 2, 3, 4, 5]  # rejected lines take no sequence number
     assert all(k == r.run_id for (_, k, _), r in zip(p.transport.out, recs, strict=True))
+
+
+def test_objects_that_are_no_lines_and_keys_that_are_no_text_are_named() -> None:
+    """``emit_lines`` given objects raised a bare AssertionError; ``emit_records`` given a
+    key that is no text said "sequence item 0: expected str instance, int found"."""
+    p = pub()
+    res = emit_records(p, [{"type": "JobEvent", 1: 2, "run_id": "r", "state": "queued"},
+                           {"type": "JobEvent", "run_id": "r", "state": "queued",
+                            "allocation": {"nodes": ["n1"], 0: 1}}])
+    assert res.errors == [
+        "record 1: bad value for JobEvent: a field name is 1, not a string",
+        "record 2: bad value for JobEvent: a field name in allocation is 0, not a string",
+    ]
+    res = emit_lines(p, [{"type": "JobEvent", "run_id": "r", "state": "queued"},
+                         '{"type":"JobEvent","run_id":"r","state":"queued"}'])
+    assert res.errors == ["line 1: a line must be text or bytes, not dict (emit_records "
+                          "takes objects)"]
+    assert res.published == 1 and len(p.transport.out) == 1
 
 
 def test_given_event_id_is_kept() -> None:

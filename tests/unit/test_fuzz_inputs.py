@@ -134,7 +134,7 @@ GOOD = b'{"type":"JobEvent","run_id":"r","state":"queued"}'
     (b"[" * 100_000 + b"]" * 100_000, "invalid JSON: nested too deeply"),
     (b'{"type":"Martian"}', "unknown record type 'Martian'"),
     (b'{"type":"JobEvent","run_id":"r","state":"queued","attempt":"two"}',
-     "cannot encode runwatch.v1.JobEvent: TypeError('an integer is required on field attempt')"),
+     'bad value for JobEvent: field attempt is "two", not an integer'),
     (b'{"type":"JobEvent","run_id":"r","state":"queued","attempt":1e400}',
      "int field attempt out of 32-bit range (inf)"),
     (b'{"type":"JobEvent","run_id":"r","state":"queued","attempt":99999999999}', "attempt"),

@@ -433,28 +433,32 @@ def test_a_dataset_named_with_its_version_any_way_is_the_version_reported(named,
     ({"row_count": 10, "duplicate_rows": 11}, "duplicate_rows 11 above row_count 10"),
     ({"row_count": 10, "dataset_uri": " "}, "without a dataset_uri"),
 ])
-def test_a_report_that_cannot_be_true_is_refused_by_emit_and_dead_lettered(fields, why) -> None:
+@pytest.mark.parametrize("run_id", ["A", None])
+def test_a_report_that_cannot_be_true_is_refused_by_emit_and_dead_lettered(
+        fields, why, run_id: str | None) -> None:
+    """Without a run_id, a report without a dataset_uri reached no run and was never
+    dead-lettered: the data agent says why now, once, whether it names a run or not."""
     t = CaptureTransport()
     wall = int(time.time() * 1000)
     run = start(t, "A", ("s3://e", "v1"), clock_ms=wall)
     obj = {"type": "data-quality", "dataset_uri": "s3://e", "dataset_version": "v1",
-           "run_id": "A", "schema_failures": 0, "duplicate_rows": 0,
+           "run_id": run_id, "schema_failures": 0, "duplicate_rows": 0,
            "window_start_ms": wall, "window_end_ms": wall, **fields}
     res = emit_records(publisher(t), [obj])
     assert len(res.errors) == 1 and why in res.errors[0], res.errors
     # a producer that skips emit's checks (its own Avro encoder): the processor says why
     pub = publisher(t)
-    rec = DataQualityReport(**pub.meta(wall + 1_000, seq=1), run_id="A", dataset_version="v1",
-                            partition=None, window_start_ms=wall, window_end_ms=wall,
-                            **{"dataset_uri": "s3://e", "schema_failures": 0,
-                               "duplicate_rows": 0, **fields})
+    rec = DataQualityReport(**pub.meta(wall + 1_000, seq=1), run_id=run_id,
+                            dataset_version="v1", partition=None, window_start_ms=wall,
+                            window_end_ms=wall, **{"dataset_uri": "s3://e", "schema_failures": 0,
+                                                   "duplicate_rows": 0, **fields})
     pub.publish([rec])
     run.finish(now_ms=wall + 2_000)
     m = MemoryProcessor()
     m.feed(t.messages)
     assert not any(a.detector == "rule:schema_failures" for a in m.alerts
                    if isinstance(a, Alert))
-    assert any(why in d.reason for d in m.dead), [d.reason for d in m.dead]
+    assert [why in d.reason for d in m.dead] == [True], [d.reason for d in m.dead]
 
 
 @pytest.mark.parametrize(("later", "pages"), [(0.03, False), (0.4, True)])

@@ -127,8 +127,7 @@ class RegistryCodec:
         try:
             schemaless_writer(buf, self.codec.current(name).parsed, datum)
         except Exception as exc:
-            msg = f"cannot encode {name}: {exc!r}"
-            raise EncodeError(msg) from exc
+            raise self.codec.encode_error(name, datum, exc) from exc
         return buf.getvalue()
 
     def encode_many(self, records: Iterable[Any]) -> list[bytes]:

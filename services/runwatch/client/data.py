@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -154,6 +155,11 @@ def compute_stats(
     base_name: str | None = None
     base: Mapping[str, Any] | None = None
     cols = to_columns(table_or_stats)
+    for arg, column, left_out in ((label, "label", "label balance"),
+                                  (timestamp, "timestamp", "freshness")):
+        if arg is not None and arg not in cols:  # a typo, or a column renamed upstream
+            logger.warning("data quality of %s: no %s column %r in the batch; no %s reported",
+                           dataset, column, arg, left_out)
     if isinstance(baseline, str):
         base_name = baseline
         base = load_baseline(dataset, baseline, baseline_directory)
@@ -239,6 +245,58 @@ def build_report(
     )
 
 
+def _dataset(dataset: Any) -> str:
+    """The dataset argument of :func:`report`: text that is not blank."""
+    if not isinstance(dataset, str):
+        msg = ("data.report: dataset must be text (a dataset id or URI), "
+               f"not {type(dataset).__name__}")
+        raise TypeError(msg)
+    if not dataset.strip():  # an unset environment variable, say: no dataset to report on
+        msg = f"data.report: dataset is empty ({dataset!r}): name the dataset id or URI"
+        raise ValueError(msg)
+    return dataset
+
+
+def _name_arg(name: str, value: Any) -> str | None:
+    """A version, partition or run id of :func:`report`: text, None, or an integer as text.
+
+    ``data.report(uri, 3, 7, df)`` could not be encoded: the report was lost at publish
+    with one ERROR line, and the runs reading the dataset paged its report missing.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) or _integral(value):
+        return str(int(value))
+    msg = f"data.report: {name} must be text or an integer, not {type(value).__name__}"
+    raise TypeError(msg)
+
+
+def _integral(value: Any) -> bool:
+    """An integer of another library (numpy's int64...), not a bool."""
+    return hasattr(value, "__index__") and not isinstance(value, bool | float | str)
+
+
+def _count(name: str, value: Any) -> int:
+    """A count of :func:`report`: a whole number, given as int, integral float or numeric text."""
+    n: Any = value
+    if isinstance(value, str):
+        try:
+            n = float(value.strip()) if value.strip() else None
+        except ValueError:
+            n = None
+    if isinstance(n, float) and math.isfinite(n) and n.is_integer():
+        n = int(n)
+    elif _integral(n):
+        n = int(n)
+    if not isinstance(n, int) or isinstance(n, bool):
+        msg = f"data.report: {name} must be a whole number, not {value!r}"
+        raise TypeError(msg)
+    if n < 0:
+        msg = f"data.report: {name} must not be negative, not {value!r}"
+        raise ValueError(msg)
+    return n
+
+
 def report(
     dataset: str,
     version: str | None,
@@ -295,7 +353,20 @@ def report(
     Returns:
         The published report.
 
+    Raises:
+        TypeError: A dataset that is no text, a version, partition or run id that is
+            neither text nor an integer, a ``rejected_samples`` that is no whole
+            number, a batch that is no table (:func:`to_columns`), a schema that is
+            no mapping of column names to type names.
+        ValueError: An empty dataset, a negative ``rejected_samples``, columns of
+            different lengths, an unknown schema type.
+
     """
+    dataset = _dataset(dataset)
+    version = _name_arg("version", version)
+    partition = _name_arg("partition", partition)
+    run_id = _name_arg("run_id", run_id)
+    rejected_samples = _count("rejected_samples", rejected_samples)
     if now_ms is None:
         clock = clock or getattr(publisher, "clock", None)
         now_ms = clock() if clock is not None else int(time.time() * 1000)

@@ -94,13 +94,8 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
         msg = "missing 'type'"
         raise ValueError(msg)
     cls = record_class(str(obj["type"]))
-    fields = {f.name for f in dataclasses.fields(cls)}
     data = {k: v for k, v in obj.items() if k != "type"}
-    unknown = sorted(set(data) - fields)
-    if unknown:
-        msg = f"unknown field(s) for {cls.__name__}: {', '.join(unknown)}"
-        raise ValueError(msg)
-    _check_symbols(cls, data)
+    _check_fields(publisher, cls, data)
     meta = publisher.meta(data.get("emitted_at_ms"), seq=0)
     meta["source"] = meta["source"].to_dict()
     merged = {**meta, **{k: v for k, v in data.items() if v is not None or k not in _STAMP}}
@@ -128,25 +123,60 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
     if isinstance(rec, RunManifest):  # the producer fills the lineage hashes it left out
         lh, rg = lineage.hashes(rec.to_dict())
         rec = dataclasses.replace(rec, lineage_hash=lh, repeat_group=rg)
-    _check_storable(rec)
+    _check_storable(rec, _schema(publisher, cls))
     return rec
 
 
-def _check_storable(rec: Any) -> None:
+def _schema(publisher: Publisher, cls: type[Any]) -> Any:
+    """The current parsed Avro schema of a record class."""
+    codec = getattr(publisher.codec, "codec", publisher.codec)  # a registry codec wraps one
+    return codec.schemas.current[cls.AVRO_NAME].parsed
+
+
+def _check_fields(publisher: Publisher, cls: type[Any], data: Mapping[str, Any]) -> None:
+    """Refuse an unknown field (nested too) or a value of the wrong kind, naming it.
+
+    ``"allocation": 5`` failed in ``from_dict`` (``'int' object has no attribute 'get'``),
+    and ``"allocation": {"gpus_typo": 8}`` lost the key without a word. Null stamps pass.
+    """
+    from runwatch.core.codec import shape  # the codec package loads numpy: not at import
+
+    why = shape.key_problem(data)  # before sorting names: 1 and "run_id" do not compare
+    if why is not None:
+        msg = f"bad value for {cls.__name__}: {why}"
+        raise ValueError(msg)
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        msg = f"unknown field(s) for {cls.__name__}: {', '.join(unknown)}"
+        raise ValueError(msg)
+    _check_symbols(cls, data)
+    schema = _schema(publisher, cls)
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    named = schema.get("__named_schemas", {})
+    for name, value in data.items():
+        if name not in types or value is None and name in _STAMP:
+            continue
+        why = shape.misfit(types[name], value, name, named)
+        if why is not None:
+            msg = f"bad value for {cls.__name__}: {why}"
+            raise ValueError(msg)
+
+
+def _check_storable(rec: Any, schema: Any) -> None:
     """Refuse a record the store cannot hold (an unsigned column given -1, say).
 
     Avro's int and long are signed: ``"attempt": -1`` or ``"step": -1`` is a valid record
     that the sink dead-letters at insert, while emit said "published". The sink's rules
-    for unsigned columns, and an event time before 2000 (a replay's or a simulator's
-    clock may run ahead of this machine's: the future is not judged here).
+    for unsigned columns, and an instant before 2000 in an epoch-ms field (``deadline_ms``
+    too: :func:`~runwatch.core.codec.shape.epoch_problem`; a replay may run ahead).
     """
+    from runwatch.core.codec import shape
     from runwatch.core.storage.rows import Origin, RowError, rows_for, unsigned_problem
     from runwatch.core.stream.eventtime import MIN_EVENT_MS
 
-    at = getattr(rec, "emitted_at_ms", MIN_EVENT_MS)
-    if at < MIN_EVENT_MS:
-        msg = (f"the store cannot hold this {type(rec).__name__}: emitted_at_ms {at} is "
-               "before 2000 (epoch seconds? give milliseconds)")
+    why = shape.epoch_problem(schema, rec.to_dict(), MIN_EVENT_MS)
+    if why is not None:
+        msg = f"the store cannot hold this {type(rec).__name__}: {why}"
         raise ValueError(msg)
     try:
         rows = rows_for(type(rec).AVRO_NAME, rec.to_dict(), Origin("emit", 0, 0))
@@ -250,8 +280,6 @@ def _mismatch(given: Any, got: Any, path: str = "") -> tuple[str, Any, str] | No
     return (name, given, _kind(got))
 
 
-
-
 def emit_records(publisher: Publisher, objs: Iterable[Mapping[str, Any]]) -> EmitResult:
     """Validate, encode and hand over records one by one.
 
@@ -301,17 +329,23 @@ def read_lines(stream: BinaryIO, max_bytes: int = MAX_LINE_BYTES) -> Iterator[by
         yield None
 
 
-def _comment(line: str | bytes | None) -> bool:
+def _comment(line: Any) -> bool:
     """Whether a line that is not UTF-8 text is a ``#`` comment."""
-    if isinstance(line, bytes):
-        line = line.decode("utf-8", "replace")
-    return line is not None and line.strip().startswith("#")
+    if isinstance(line, bytes | bytearray | memoryview):
+        line = bytes(line).decode("utf-8", "replace")
+    return isinstance(line, str) and line.strip().startswith("#")
 
 
-def _text(line: str | bytes | None, max_bytes: int) -> str:
+def _text(line: Any, max_bytes: int) -> str:
     """Return a line as text, or raise ValueError naming why it is refused."""
     if line is None:
         msg = f"line over {max_bytes} bytes, not parsed"
+        raise ValueError(msg)
+    if isinstance(line, bytearray | memoryview):
+        line = bytes(line)
+    if not isinstance(line, str | bytes):
+        msg = (f"a line must be text or bytes, not {type(line).__name__} "
+               "(emit_records takes objects)")
         raise ValueError(msg)
     raw = line
     if isinstance(line, str):  # text read with surrogateescape keeps bad bytes as surrogates

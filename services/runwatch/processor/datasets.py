@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runwatch.core.records import DataQualityReport, StageEvent
+from runwatch.core.signals import rules
 from runwatch.core.stream import rekey
 from runwatch.processor.outbox import DATA_BY_RUN, MANIFEST_BY_DATASET, Outbox
 
@@ -116,7 +117,10 @@ class DatasetRekeyer:
 
         Each copy is keyed by the run it goes to (the runs agent folds it into
         that run whatever the report's own ``run_id``): every run whose manifest
-        names the dataset gets it once, and so does the run the report names.
+        names the dataset gets it once, and so does the run the report names. A report
+        that cannot be true (:func:`runwatch.core.signals.rules.report_problem`: no
+        dataset, more failing rows than rows) is dead-lettered here, once, whether or
+        not it names a run, and reaches no run.
         """
         out = self.out
         rec = out.decode(event.message.topic, event.value)
@@ -126,6 +130,11 @@ class DatasetRekeyer:
         if isinstance(rec, str) or not isinstance(rec, DataQualityReport):
             reason = rec if isinstance(rec, str) else "not a DataQualityReport"
             await out.dead(event.message, reason, event.value, event.key)
+            return
+        why = rules.report_problem(rec.dataset_uri, rec.row_count, rec.schema_failures,
+                                   rec.duplicate_rows)
+        if why is not None:  # as a run's join does; one naming no run reached none, unsaid
+            await out.dead(event.message, why, event.value, event.key, run_id=rec.run_id)
             return
         value = bytes(event.value)
         ref = rekey.report_ref(rec)

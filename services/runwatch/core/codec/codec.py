@@ -28,6 +28,7 @@ from runwatch.core.codec.fast import AVAILABLE as FAST_AVAILABLE
 from runwatch.core.codec.fast import FastBodies
 from runwatch.core.codec.ranges import Check, OutOfRange, range_checker
 from runwatch.core.codec.schemas import SchemaSet, SchemaVersion, load_schema_set
+from runwatch.core.codec.shape import misfit
 from runwatch.core.records import RECORD_TYPES
 
 T = TypeVar("T")
@@ -248,7 +249,7 @@ class Codec:
         try:
             schemaless_writer(buf, parsed, datum)
         except Exception as exc:
-            raise self._encode_error(name, datum, exc) from exc
+            raise self.encode_error(name, datum, exc) from exc
 
     def _full_check(self, name: str) -> Check | None:
         if name not in self._full_checks:
@@ -256,8 +257,13 @@ class Codec:
             self._full_checks[name] = range_checker(parsed, longs=True, tolerant=True)
         return self._full_checks[name]
 
-    def _encode_error(self, name: str, datum: Any, exc: Exception) -> EncodeError:
-        """Explain a writer failure; a value out of range is named by its field."""
+    def encode_error(self, name: str, datum: Any, exc: Exception) -> EncodeError:
+        """Explain a writer failure, naming the field: out of range, or not of its kind.
+
+        fastavro's own text names the field at best, twice for a map's value
+        (``must be real number, not str on field metrics on field metrics``);
+        it is the last resort.
+        """
         full = self._full_check(name)
         try:
             if full is not None:
@@ -267,6 +273,9 @@ class Codec:
             return EncodeError(msg)
         except Exception:  # noqa: BLE001, S110 - the writer's own error explains it
             pass
+        why = misfit(self.schemas.current[name].parsed, datum)
+        if why is not None:
+            return EncodeError(f"cannot encode {name}: {why}"[:500])
         msg = f"cannot encode {name}: {exc!r}"
         return EncodeError(msg[:500])
 

@@ -369,6 +369,31 @@ def _label_key(v: Any) -> str:
     return str(v)
 
 
+def check_schema(schema: Any) -> None:
+    """Refuse a schema that is not ``{column: type name}`` with known type names.
+
+    ``schema=["user_id", "price"]`` raised a bare AttributeError ('list' object has
+    no attribute 'items') from deep in the statistics.
+
+    Raises:
+        TypeError: Not a mapping, or a type that is no text (``{"a": int}``).
+        ValueError: An unknown type name.
+
+    """
+    if not isinstance(schema, Mapping):
+        msg = (f"schema must map column names to type names (e.g. {{'user_id': 'int'}}), "
+               f"not {type(schema).__name__}")
+        raise TypeError(msg)
+    for name, tname in schema.items():
+        if not isinstance(tname, str):
+            msg = (f"schema type for column {name!r} must be a type name such as 'int' or "
+                   f"'float?', not {tname!r}")
+            raise TypeError(msg)
+        if tname.rstrip("?") not in _TYPES:
+            msg = f"unknown schema type {tname!r} for column {name!r}"
+            raise ValueError(msg)
+
+
 def schema_failures(
     columns: Mapping[str, Sequence[Any]], schema: Mapping[str, str], rows: int
 ) -> int:
@@ -383,16 +408,15 @@ def schema_failures(
         The number of non-conforming rows.
 
     Raises:
+        TypeError: A schema that is no mapping of type names (:func:`check_schema`).
         ValueError: An unknown type name.
 
     """
+    check_schema(schema)
     bad = [False] * rows
     for name, tname in schema.items():
         nullable = tname.endswith("?")
         base = tname.rstrip("?")
-        if base not in _TYPES:
-            msg = f"unknown schema type {tname!r} for column {name!r}"
-            raise ValueError(msg)
         if name not in columns:
             bad = [True] * rows
             continue
@@ -498,9 +522,12 @@ def compute(
         The statistics.
 
     Raises:
-        ValueError: Columns of different lengths or a bad schema.
+        TypeError: A schema that is no mapping of column names to type names.
+        ValueError: Columns of different lengths or an unknown schema type.
 
     """
+    if schema is not None:
+        check_schema(schema)
     lengths = {len(v) for v in columns.values()}
     if len(lengths) > 1:
         msg = f"columns have different lengths: {sorted(lengths)}"
