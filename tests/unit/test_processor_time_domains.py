@@ -130,6 +130,48 @@ def test_a_backlog_read_after_an_outage_pages_nothing(wall: Clock, tmp_path) -> 
     assert [a for a in m.alerts if isinstance(a, Alert)] == []
 
 
+def steps_with_samples(run: Any, clock: Clock, agent: Any) -> None:
+    """40 minutes of 2-second steps, the node agent sampling every 5 s."""
+    for t in range(1, 1_201):
+        clock.t = T0 + t * 2_000
+        run.step(t, loss=1.0, samples=32, step_ms=2_000.0, loader_wait_ms=20.0)
+        if t % 5 == 0:
+            agent.tick()
+
+
+@pytest.mark.parametrize("sdk_after_ms", [0, 2_000])
+def test_spools_drained_one_after_another_after_a_broker_outage_page_nothing(
+        wall: Clock, sdk_after_ms: int) -> None:
+    """The broker is away for 12 minutes; both producers spool. When it returns the node
+    agent's spool lands first and the SDK's two seconds later: the agent's moved the
+    horizon over the whole outage while the run's partition, idle for a minute, no longer
+    held it back, and a timer round between them paged the run stalled (critical)."""
+    msgs = published(steps_with_samples, node=True)
+    o0, o1 = T0 + 10 * 60_000, T0 + 22 * 60_000
+    back = []
+    for at, msg in msgs:
+        if o0 <= at < o1:  # spooled: delivered when the broker returns
+            late = sdk_after_ms if msg[0] != "rw.exec.node" else 0
+            back.append((o1 + late + (at - o0) // 1_000, at, msg))
+    live = [(at, msg) for at, msg in msgs if not o0 <= at < o1]
+    m = MemoryProcessor(clock=wall)
+    deliver_live(m, wall, [x for x in live if x[0] < o0], tick_ms=1_000)
+    while wall.t < o1:  # the timer runs on through the outage
+        wall.t += 1_000
+        m.tick(wall.t)
+    for when, _, msg in sorted(back, key=lambda b: (b[0], b[1])):
+        while wall.t + 1_000 <= when:
+            wall.t += 1_000
+            m.tick(wall.t)
+        wall.t = max(wall.t, when)
+        m.feed([msg])
+    deliver_live(m, wall, [x for x in live if x[0] >= o1], tick_ms=1_000)
+    for _ in range(20):
+        wall.t += 60_000
+        m.tick(wall.t)
+    assert [(a.detector, a.status) for a in m.alerts if isinstance(a, Alert)] == []
+
+
 def hang(run: Any, clock: Clock, agent: Any) -> None:
     """Steps for two minutes, then the job hangs; the node agent samples on (13 minutes)."""
     for t in range(1, 901):

@@ -41,9 +41,17 @@ class InputHorizon:
 
     idle_ms: int = IDLE_MS
     marks: dict[Hashable, list[int]] = field(default_factory=dict)
+    last_wall_ms: int = 0
 
     def observe(self, source: Hashable, event_ms: int, wall_ms: int) -> None:
         """Count one record read from ``source`` (e.g. a topic partition).
+
+        The first record after every input was idle (an outage of the broker or of
+        the processor) makes every input active again: each gets ``idle_ms`` from now
+        to deliver what its producers spooled meanwhile. Else the first producer to
+        drain its spool moved the horizon over the whole outage while the others' had
+        not arrived, and a timer round between them paged every run of theirs as
+        stalled or missing its data report (critical), to resolve a second later.
 
         Args:
             source: The input it came from.
@@ -51,6 +59,10 @@ class InputHorizon:
             wall_ms: The wall clock when it was read.
 
         """
+        if self.marks and wall_ms - self.last_wall_ms >= self.idle_ms:
+            for m in self.marks.values():
+                m[1] = max(m[1], int(wall_ms))
+        self.last_wall_ms = max(self.last_wall_ms, int(wall_ms))
         mark = self.marks.get(source)
         if mark is None:
             self.marks[source] = [int(event_ms), int(wall_ms)]
