@@ -99,6 +99,32 @@ def test_gpu_memory_creeping_toward_oom_pages(case: str, fires: bool, tmp_path: 
     assert all(d == "rule:gpu_memory_pressure" for d, _ in got)
 
 
+@pytest.mark.parametrize(("case", "fires"), [
+    # evaluation outputs kept on the GPU: 3 GiB every 10 minutes, flat between, to an OOM
+    ("staircase", True),
+    # the allocator's cache emptied at each evaluation and refilled to 95 % after it
+    ("refill", False),
+])
+def test_gpu_memory_that_grows_in_steps_toward_oom_pages(case: str, fires: bool,
+                                                         tmp_path: Path) -> None:
+    """Three 5-minute windows in a row must each grow: a leak that grows every 10 minutes
+    has a flat window between its steps, and ran into its OOM unpaged."""
+    c = Cluster(tmp_path, steps=False)
+    for k in range(100 * 6):  # 100 minutes, a sample every 10 s
+        minute = k / 6
+        if case == "staircase":
+            frac = 0.60 + 0.0375 * int(minute // 10)
+        else:
+            since = minute % 10
+            frac = 0.95 - 0.35 * math.exp(-since / 3)
+        for g in GPUS:
+            c.fake.set_memory_used(g, used(min(frac, 0.999)))
+        c.second(T0 + k * 10_000)
+    got = c.alerts()
+    assert (("rule:gpu_memory_pressure", "execution") in got) is fires
+    assert all(d == "rule:gpu_memory_pressure" for d, _ in got)
+
+
 @pytest.mark.parametrize(("reasons", "seconds", "fires"), [
     (0x40, 120, True),  # HW thermal slowdown for two minutes
     (0x80, 120, True),  # HW power brake

@@ -536,6 +536,10 @@ MEM_MIN_STEP = 0.001
 """Least growth between windows that counts (~80 MB on an 80 GB card: allocator granularity)."""
 MEM_HORIZON_MIN = 30.0
 """Projected time to a full card within which the rule fires (time to act before the OOM)."""
+MEM_SCALES = (MEM_WINDOW_MIN, 15)
+"""Window lengths (minutes) the creep is judged at, three windows each. A leak that grows
+in steps (evaluation outputs kept on the GPU: 3 GiB every 10 minutes, flat between) has
+flat 5-minute windows and never grew in three in a row; in 15-minute windows it does."""
 
 
 def gpu_memory_pressure(
@@ -565,14 +569,24 @@ def gpu_memory_pressure(
         A critical execution finding, or None.
 
     """
+    for minutes in MEM_SCALES:
+        f = _memory_creep(buckets, at_ms, subject, minutes)
+        if f is not None:
+            return f
+    return None
+
+
+def _memory_creep(buckets: Sequence[tuple[int, float]], at_ms: int, subject: str,
+                  minutes: int) -> Finding | None:
+    """:func:`gpu_memory_pressure` judged in windows of ``minutes``."""
     if not buckets:
         return None
     newest = buckets[-1][0]
-    start = newest - MEM_WINDOWS * MEM_WINDOW_MIN + 1
+    start = newest - MEM_WINDOWS * minutes + 1
     peaks: list[float] = []
     for w in range(MEM_WINDOWS):
-        lo = start + w * MEM_WINDOW_MIN
-        vals = [v for m, v in buckets if lo <= m < lo + MEM_WINDOW_MIN]
+        lo = start + w * minutes
+        vals = [v for m, v in buckets if lo <= m < lo + minutes]
         if not vals:
             return None  # not enough history (or a gap): no trend to judge
         peaks.append(max(vals))
@@ -586,14 +600,14 @@ def gpu_memory_pressure(
     before, growth = peaks[-2] - peaks[-3], last - peaks[-2]
     if growth < before and last + growth * growth / (before - growth) < 1.0:
         return None
-    per_min = growth / MEM_WINDOW_MIN
+    per_min = growth / minutes
     to_full = max(1.0 - last, 0.0) / per_min
     if to_full > MEM_HORIZON_MIN:
         return None
     return _hard(
         "gpu_memory_pressure", "gpu_memory", "execution", last, 1.0, at_ms,
         f"GPU memory on {subject} at {last:.1%} and growing: full in ~{to_full:.0f} min",
-        f"peak used/total per {MEM_WINDOW_MIN} min: "
+        f"peak used/total per {minutes} min: "
         + " -> ".join(f"{p:.3f}" for p in peaks), subject=subject,
     )
 

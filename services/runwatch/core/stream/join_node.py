@@ -706,7 +706,7 @@ def memory_pressure(s: RunState, node: str, frac: float, at: int, now: int,
     if buckets and minute < buckets[-1][0]:
         return []  # late sample of a closed minute: the peak it could raise is already judged
     buckets.append([minute, frac])
-    del buckets[:-rules.MEM_WINDOWS * rules.MEM_WINDOW_MIN]
+    del buckets[:-rules.MEM_WINDOWS * max(rules.MEM_SCALES)]
     f = rules.gpu_memory_pressure([(int(m), v) for m, v in buckets], at, node)
     return emit(s, cfg, f, now, one_shot=True, node=node) if f else []
 
