@@ -241,6 +241,33 @@ def test_a_warm_restart_raises_the_loss_with_a_lag_and_does_not_page(case, seed,
     assert firing(t) == want
 
 
+@pytest.mark.parametrize(("jump", "spike_only", "paged_within_min"), [
+    (5.0 / 2.4, False, 15),  # the loss jumps and stays: paged 66 minutes late before
+    (3.0, True, None),  # one logged step caught a spike that recovered: no page
+])
+def test_a_run_logging_every_50th_step_is_judged_in_training_steps(
+        jump: float, spike_only: bool, paged_within_min: int | None) -> None:
+    """Lightning's default ``log_every_n_steps=50``, 1.5 s steps: the divergence had to hold
+    for 50 logged steps, 2,500 training steps (an hour)."""
+    t = CaptureTransport()
+    run = start(t)
+    rng = random.Random(11)
+    for i in range(0, 6_000, 50):
+        level = 2.4 * (jump if i >= 3_000 and (not spike_only or i == 3_000) else 1.0)
+        run.step(i, loss=level * math.exp(rng.gauss(0.0, 0.02)), lr=3e-4,
+                 now_ms=T0 + i * 1_500)
+    run.finish(now_ms=T0 + 6_000 * 1_500)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0))
+    m.feed(t.messages)
+    m.tick(int(time.time() * 1000) + 60_000)
+    paged = [a for a in m.alerts if isinstance(a, Alert) and a.status == "firing"]
+    if paged_within_min is None:
+        assert paged == []
+    else:
+        assert [a.detector for a in paged] == ["rule:loss_divergence"]
+        assert paged[0].first_seen_ms - (T0 + 3_000 * 1_500) <= paged_within_min * 60_000
+
+
 @pytest.mark.parametrize(("cv", "rise", "want"), [
     (0.25, 1.0, []),  # a GAN's or an RL policy's loss: steady, 25 % from step to step
     (0.40, 1.0, []),

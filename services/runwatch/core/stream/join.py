@@ -415,7 +415,14 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
         # up for LOSS_PERSIST logged steps, and not coming down: a loss spike that recovers
         # on its own (an LLM's 30 steps at 1.5 x, a PPO value loss's bursts) is no divergence
         held = s.signals["loss_up"] = s.signals.get("loss_up", 0) + 1 if f else 0
-        if (f and (held >= LOSS_PERSIST or diverged is not None)
+        if held == 1:
+            s.signals["loss_up_at"] = step
+        # held LOSS_PERSIST logged steps, or LOSS_PERSIST training steps over at least
+        # LOSS_PERSIST_POINTS logged ones (a run logging every 50th step paged an hour late)
+        steps_held = step - s.signals.get("loss_up_at", step)
+        lasting = held >= LOSS_PERSIST or (held >= LOSS_PERSIST_POINTS
+                                           and steps_held >= LOSS_PERSIST)
+        if (f and (lasting or diverged is not None)
                 and rules.loss_rising(s.losses)):
             out += emit(s, cfg, f, now, one_shot=True)
     return out
@@ -457,9 +464,13 @@ WARM_TURN = 0.9
 
 
 LOSS_PERSIST = 50
-"""Logged steps in a row the divergence must hold before it pages (then every one repeats
-it): transient loss spikes last tens of steps; a learning rate ten times too high keeps the
-loss up for good."""
+"""Steps the divergence must hold before it pages (then every logged one repeats it):
+transient loss spikes last tens of training steps; a learning rate ten times too high
+keeps the loss up for good. Held over 50 logged steps, or over 50 training steps (by the
+steps' numbers) and at least :data:`LOSS_PERSIST_POINTS` logged ones: counted in logged
+steps alone, a run logging every 50th step was paged 66 minutes after its loss jumped."""
+LOSS_PERSIST_POINTS = 3
+"""Logged steps the divergence must hold at least, however far apart."""
 
 
 LOSS_BLOCKS, LOSS_BLOCK_STEPS = 10, 50
