@@ -76,49 +76,35 @@ def used(frac: float) -> int:
     return int(frac * 80 * GIB)
 
 
+MEMORY = {  # case: (minutes, the run's GPU memory used/total at a minute)
+    "creep": (40, lambda m: 0.85 + 0.004 * m),
+    "preallocated": (40, lambda m: 0.97),
+    "step_at_eval": (40, lambda m: 0.95 if m < 12 else 0.97),
+    "creep_far_from_full": (40, lambda m: 0.30 + 0.004 * m),
+    "cache_fill": (40, lambda m: 0.95 - 0.35 * math.exp(-m / 2)),
+    "staircase": (100, lambda m: 0.60 + 0.0375 * int(m // 10)),
+    "refill": (100, lambda m: 0.95 - 0.35 * math.exp(-(m % 10) / 3)),
+}
+
+
 @pytest.mark.parametrize(("case", "fires"), [
     ("creep", True),  # 0.85 of the card, +0.4 % a minute: full within the horizon
     ("preallocated", False),  # 0.97 from the start and flat
     ("step_at_eval", False),  # 0.95, one step up to 0.97 at an evaluation, flat after
     ("creep_far_from_full", False),  # the same creep from 0.30: nowhere near the limit
     ("cache_fill", False),  # 0.6 -> 0.95 at start-up, ever slower (2 min time constant)
+    # evaluation outputs kept on the GPU: 3 GiB every 10 minutes, flat between, to an OOM
+    # (three 5-minute windows in a row must each grow: the flat one between its steps
+    # never let it page)
+    ("staircase", True),
+    ("refill", False),  # the allocator's cache emptied at each evaluation, refilled to 0.95
 ])
 def test_gpu_memory_creeping_toward_oom_pages(case: str, fires: bool, tmp_path: Path) -> None:
     c = Cluster(tmp_path, steps=False)
-    for k in range(40 * 6):  # 40 minutes, a sample every 10 s
-        minute = k / 6
-        frac = {"creep": 0.85 + 0.004 * minute, "preallocated": 0.97,
-                "step_at_eval": 0.95 if minute < 12 else 0.97,
-                "creep_far_from_full": 0.30 + 0.004 * minute,
-                "cache_fill": 0.95 - 0.35 * math.exp(-minute / 2)}[case]
+    minutes, frac_at = MEMORY[case]
+    for k in range(minutes * 6):  # a sample every 10 s
         for g in GPUS:
-            c.fake.set_memory_used(g, used(min(frac, 0.999)))
-        c.second(T0 + k * 10_000)
-    got = c.alerts()
-    assert (("rule:gpu_memory_pressure", "execution") in got) is fires
-    assert all(d == "rule:gpu_memory_pressure" for d, _ in got)
-
-
-@pytest.mark.parametrize(("case", "fires"), [
-    # evaluation outputs kept on the GPU: 3 GiB every 10 minutes, flat between, to an OOM
-    ("staircase", True),
-    # the allocator's cache emptied at each evaluation and refilled to 95 % after it
-    ("refill", False),
-])
-def test_gpu_memory_that_grows_in_steps_toward_oom_pages(case: str, fires: bool,
-                                                         tmp_path: Path) -> None:
-    """Three 5-minute windows in a row must each grow: a leak that grows every 10 minutes
-    has a flat window between its steps, and ran into its OOM unpaged."""
-    c = Cluster(tmp_path, steps=False)
-    for k in range(100 * 6):  # 100 minutes, a sample every 10 s
-        minute = k / 6
-        if case == "staircase":
-            frac = 0.60 + 0.0375 * int(minute // 10)
-        else:
-            since = minute % 10
-            frac = 0.95 - 0.35 * math.exp(-since / 3)
-        for g in GPUS:
-            c.fake.set_memory_used(g, used(min(frac, 0.999)))
+            c.fake.set_memory_used(g, used(min(frac_at(k / 6), 0.999)))
         c.second(T0 + k * 10_000)
     got = c.alerts()
     assert (("rule:gpu_memory_pressure", "execution") in got) is fires
