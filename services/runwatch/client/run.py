@@ -759,8 +759,6 @@ class Run(ExitHooks):
 
         """
         verdict = self._choice("gate decision", decision, _VERDICTS, _VERDICT_ALIASES, "review")
-        if verdict is None:
-            return
         self._put(
             _REC,
             GateDecision,
