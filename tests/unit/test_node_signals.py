@@ -53,23 +53,34 @@ class Cluster:
         self.step_no = 0
         self.rng = random.Random(3)
 
-    def second(self, at: int, step_ms: float = 1000.0, loader_ms: float = 50.0) -> None:
-        """One second of the run: an agent sample and (when training) one step."""
-        self.agent.tick(now_ms=at)
+    def second(self, at: int, step_ms: float = 1000.0, loader_ms: float = 50.0,
+               sample: bool = True) -> None:
+        """One second of the run: an agent sample (unless not ``sample``) and one step."""
+        if sample:
+            self.agent.tick(now_ms=at)
         if self.steps:
             self.step_no += 1
             jitter = self.rng.uniform(-10.0, 10.0)
             self.run.step(self.step_no, loss=1.0, samples=256, now_ms=at,
                           step_ms=step_ms + jitter, loader_wait_ms=loader_ms)
 
-    def alerts(self) -> list[tuple[str, str]]:
+    def alerts(self, live: bool = False) -> list[tuple[str, str]]:
+        """(detector, cause) of the firing alerts; ``live``: the records delivered each
+        shortly after its event time, the timer ticking, and each alert by its last update."""
         self.run.finish(now_ms=T0 + 10**8)
-        m = MemoryProcessor()
-        m.feed(self.t.messages)
+        if live:
+            wall = Clock(T0)
+            m = MemoryProcessor(clock=wall)
+            deliver_live(m, wall, timed(self.t.messages))
+        else:
+            m = MemoryProcessor()
+            m.feed(self.t.messages)
         m.tick(int(time.time() * 1000) + 60_000)  # the timer: symptoms past the correlation wait
         assert [d.reason for d in m.dead] == []
-        return sorted({(a.detector, a.probable_cause) for a in m.alerts
-                       if isinstance(a, Alert) and a.status == "firing"})
+        firing = [a for a in m.alerts if isinstance(a, Alert) and a.status == "firing"]
+        if live:
+            firing = list({a.alert_id: a for a in firing}.values())
+        return sorted({(a.detector, a.probable_cause) for a in firing})
 
 
 def used(frac: float) -> int:
@@ -174,12 +185,33 @@ def test_falling_throughput_pages_with_its_cause(case: str, want: list, tmp_path
     assert c.alerts() == want
 
 
-@pytest.mark.parametrize(("idle_node", "want"), [
-    (True, [("watch:gpu_occupancy", "infrastructure")]),
-    (False, []),
+@pytest.mark.parametrize("agent_every_s", [1, 15])
+def test_node_evidence_confirmed_after_a_throughput_fall_paged_updates_its_cause(
+        agent_every_s: int, tmp_path: Path) -> None:
+    """One GPU's links fall back and the run slows by a third. At a 15 s agent interval the
+    interconnect watch confirms it about a minute after the throughput fall paged (after
+    the correlation delay): the page stayed execution. It is updated (same alert) now."""
+    c = Cluster(tmp_path)
+    for k in range(1_200):
+        late = k >= 900  # the interconnect watch learns from 20 samples (5 min at 15 s)
+        for g in GPUS:
+            c.fake.set_nvlink(g, (20 if late and g == 2 else 400_000) * agent_every_s)
+        c.second(T0 + k * 1000, step_ms=1500.0 if late else 1000.0,
+                 sample=k % agent_every_s == 0)
+    assert c.alerts(live=True) == [("watch:throughput", "infrastructure")]
+
+
+@pytest.mark.parametrize(("idle_node", "slows", "want"), [
+    (True, False, [("watch:gpu_occupancy", "infrastructure")]),
+    # the run steps three times slower too: its throughput pages first, and neither that
+    # nor the occupancy fall is the loader's doing (the throughput page made the idle
+    # node's GPUs an execution problem)
+    (True, True, [("watch:gpu_occupancy", "infrastructure"),
+                  ("watch:throughput", "infrastructure")]),
+    (False, False, []),
 ])
 def test_one_node_of_a_multi_node_run_whose_gpus_fall_idle_pages(
-        idle_node: bool, want: list, tmp_path: Path) -> None:
+        idle_node: bool, slows: bool, want: list, tmp_path: Path) -> None:
     """The run's two nodes' readings alternate; the GPU watches judged each reading against
     the run's level, so one node at 2 % between the other's 65 % never fell three readings
     in a row and nothing paged while the run kept stepping on one node's pace."""
@@ -196,8 +228,8 @@ def test_one_node_of_a_multi_node_run_whose_gpus_fall_idle_pages(
             for g in GPUS:
                 fake1.set_occupancy(g, 2.0)
         agent1.tick(now_ms=T0 + k * 1000 + 500)
-        c.second(T0 + k * 1000)
-    assert c.alerts() == want
+        c.second(T0 + k * 1000, step_ms=3000.0 if slows and k >= 600 else 1000.0)
+    assert c.alerts(live=True) == want
 
 
 def test_a_few_seconds_of_low_occupancy_at_the_agents_1s_interval_do_not_page(

@@ -203,6 +203,11 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
         entry["last_seen_ms"] = max(entry["last_seen_ms"], finding.at_ms)
         entry["clear_streak"] = 0
         entry["observed"] = finding.observed
+        if entry["cause"] == finding.signal != verdict.cause:
+            # it fired with no cause found (its own class); evidence that came later names
+            # one: a throughput fall paged before the node's NVLink or occupancy watch,
+            # slower than the correlation delay at a 15 s agent, confirmed what slowed it
+            return update_cause(book, finding, verdict, ctx, now_ms, policy)
         if policy.renotify_ms and now_ms - entry["sent_ms"] >= policy.renotify_ms:
             entry["sent_ms"] = now_ms
             return [_build(book, key, entry, "firing", ctx, now_ms,

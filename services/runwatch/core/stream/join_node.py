@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from runwatch.core.jsontext import compact, parse
 from runwatch.core.signals import rules
+from runwatch.core.signals.cause import THROUGHPUT_SYMPTOMS
 from runwatch.core.signals.indicators import occupancy_or_utilization
 from runwatch.core.signals.indwatch import (
     ALERTING_WATCHES,
@@ -733,14 +734,17 @@ def occupancy_cause(s: RunState, at: int, cfg: RunConfig) -> str:
     """Return the cause of a GPU occupancy decline: infrastructure or execution.
 
     Execution when the window holds execution evidence (a slower loader,
-    restarts, a smaller batch, lower throughput), or the run's loader share or
-    effective batch size already sits past its baseline by the effect bound
-    (a slow loader starves the GPUs before its own watch fires), and there is
-    no infrastructure evidence (XID/ECC errors, throttling); infrastructure
-    otherwise.
+    restarts, a smaller batch), or the run's loader share or effective batch
+    size already sits past its baseline by the effect bound (a slow loader
+    starves the GPUs before its own watch fires), and there is no
+    infrastructure evidence (XID/ECC errors, throttling); infrastructure
+    otherwise. A run getting slower is no such evidence: idle GPUs slow it as
+    much as a slow loader does (a fall of throughput paged first made one
+    node's idle GPUs an execution problem).
     """
     signals = {f.signal for f in evidence_at(s, at) if at - f.at_ms <= cfg.window_ms
-               and f.indicator not in ("gpu_occupancy", "gpu_utilization")}
+               and f.indicator not in ("gpu_occupancy", "gpu_utilization")
+               and f.indicator not in THROUGHPUT_SYMPTOMS}
     if "infrastructure" in signals:
         return "infrastructure"
     starving = any(watch_of(s, cfg, n, None).beyond_effect(cfg.specs[n])
