@@ -218,6 +218,8 @@ def sgdr(case: str, seed: int) -> list[tuple[float, float]]:
         elif case == "restart":  # the loss rises with a lag (35 steps) to 0.35, then falls
             level = 0.06 + 0.29 * (1 - k / 3_000) ** 2
             level = 0.12 + (level - 0.12) * (1 - math.exp(-k / 35))
+        elif case == "slow":  # it first dips to 0.10, then rises slowly to a peak ~490 in
+            level = 0.10 * (1 + 3.0 * (1 - math.exp(-k / 250)) * math.exp(-k / 1_500))
         else:  # the restart sends the loss up for good: 0.5 % a step
             level = 0.12 * 1.005 ** min(k, 600)
         out.append((level * math.exp(rng.gauss(0.0, 0.15)), lr))
@@ -227,6 +229,8 @@ def sgdr(case: str, seed: int) -> list[tuple[float, float]]:
 @pytest.mark.parametrize(("case", "seed", "want"), [
     ("restart", 0, []),
     ("restart", 1, []),
+    # the dip read as the raised loss having turned: judged from there, the slow rise paged
+    ("slow", 0, []),
     ("diverges", 0, [("rule:loss_divergence", "learning")]),
 ])
 def test_a_warm_restart_raises_the_loss_with_a_lag_and_does_not_page(case, seed, want) -> None:

@@ -368,7 +368,7 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             s.signals.pop("loss_lows", None)  # the loss before a warm restart is no best
             top = s.signals.get("lr_max")
             if top is not None and e.lr <= top * (1 + WARM_LR_SLACK):  # back to a known rate
-                s.signals["warm"] = [e.step, -math.inf, 0]
+                s.signals["warm"] = [e.step, -math.inf, 0, math.inf]
         if math.isfinite(e.lr):
             s.signals["lr_max"] = max(s.signals.get("lr_max", e.lr), e.lr)
         s.signals["lr"] = [e.step, e.lr]
@@ -451,16 +451,24 @@ def _warm_rise(s: RunState, step: float) -> None:
     warm[2] += 1
     tail = s.losses[-rules.LOSS_SMOOTH:]
     mean = sum(p[1] for p in tail) / len(tail)
+    if len(warm) < 4 or warm[3] == math.inf:  # the level the restart started from
+        warm[3:] = [mean]
     if math.isfinite(mean) and mean > warm[1]:
         warm[1] = mean
         s.signals["lr_up"] = step
         s.signals.pop("loss_lows", None)
-    if warm[2] >= WARM_POINTS or mean < WARM_TURN * warm[1]:
+    # turned: down from a peak well above where it started (a loss that first dips as the
+    # last cycle's state is left behind, past a noisy high, has not turned: not risen yet)
+    turned = warm[1] > WARM_RISEN * warm[3] and mean < WARM_TURN * warm[1]
+    if warm[2] >= WARM_POINTS or turned:
         del s.signals["warm"]
 
 
 WARM_TURN = 0.9
 """The loss a warm restart raised has turned once its 10-step mean is this share of its peak."""
+WARM_RISEN = 1.2
+"""... a peak at least this share of the 10-step mean the restart started from (a 15 %
+step-to-step noise moves a 10-step mean by about 5 %)."""
 
 
 LOSS_PERSIST = 50
