@@ -368,7 +368,7 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             s.signals.pop("loss_lows", None)  # the loss before a warm restart is no best
             top = s.signals.get("lr_max")
             if top is not None and e.lr <= top * (1 + WARM_LR_SLACK):  # back to a known rate
-                s.signals["warm"] = [e.step, -math.inf, 0, math.inf]
+                s.signals["warm"] = [e.step, None, 0, None]  # step, peak, points, start
         if math.isfinite(e.lr):
             s.signals["lr_max"] = max(s.signals.get("lr_max", e.lr), e.lr)
         s.signals["lr"] = [e.step, e.lr]
@@ -451,9 +451,11 @@ def _warm_rise(s: RunState, step: float) -> None:
     warm[2] += 1
     tail = s.losses[-rules.LOSS_SMOOTH:]
     mean = sum(p[1] for p in tail) / len(tail)
-    if len(warm) < 4 or warm[3] == math.inf:  # the level the restart started from
-        warm[3:] = [mean]
-    if math.isfinite(mean) and mean > warm[1]:
+    if not math.isfinite(mean):
+        return
+    if warm[3] is None:  # the level the restart started from
+        warm[3] = mean
+    if warm[1] is None or mean > warm[1]:
         warm[1] = mean
         s.signals["lr_up"] = step
         s.signals.pop("loss_lows", None)
