@@ -209,3 +209,23 @@ def test_a_run_with_release_evidence_is_kept_for_its_promotion_days_later(tmp_pa
     assert ("rule:registry_without_gate", "firing") in c.alerts("A")
     assert ("rule:failed_gate", "firing") in c.alerts("G")
     assert c.m.dead == []
+
+
+def test_a_model_registered_after_its_ungated_run_was_retired_pages(tmp_path) -> None:
+    """A run that reported no gate and no model is retired 6 h after it ended; its model is
+    registered 8 h after training. Held for a manifest that never came, the registration of
+    the ungated model, the very one registry control is for, was dead-lettered."""
+    c = Cluster(int(time.time() * 1000) - 2 * DAY)
+    c.run("U", steps=list(range(10_000, 600_000, 10_000)), finish_at=600_000)
+    c.run("B", steps=[9 * HOUR], finish_at=9 * HOUR + 1000)  # moves the input on
+    c.feed()
+    assert "U" not in c.states()
+    sent = emit_records(Publisher(c.t, kind="hook"), [
+        {"type": "ArtifactEvent", "run_id": "U", "emitted_at_ms": c.t0 + 8 * HOUR,
+         "uri": "s3://m/U", "kind": "model", "size_bytes": 10, "sha256": "cd" * 32,
+         "registry_status": "registered"}])
+    assert sent.errors == []
+    c.feed()
+    c.feed()  # past the registration's wait for a gate decision
+    assert ("rule:registry_without_gate", "firing") in c.alerts("U")
+    assert c.m.dead == []

@@ -124,7 +124,8 @@ def step(state: RunState, event: Any, now_ms: int, cfg: RunConfig, *, raw: bytes
         if isinstance(event, DataQualityReport) and state.known:
             late += _report_hard_rules(state, event, at, now_ms, cfg)
         return state, late
-    if not state.known and not isinstance(event, RunManifest | JobEvent | GateDecision):
+    if not state.known and not isinstance(event, RunManifest | JobEvent | GateDecision) \
+            and not join_artifact.release_event(event):
         return state, hold(state, cfg, event, now_ms)
     if baseline is not None and PAUSE_STAT in baseline:  # the workload's usual pause
         state.signals["workload_pause_ms"] = int(baseline[PAUSE_STAT][1])

@@ -28,8 +28,21 @@ from runwatch.core.signals.rules import Finding
 from runwatch.core.stream.runstate import Output, RunConfig, RunState, emit
 
 
+def release_event(e: object) -> bool:
+    """Whether a record is a model's registry event: it needs no other record of its run.
+
+    A model is registered or promoted hours or days after its training ended, when
+    a run that reported no gate and no model has been retired (6 h): held for a
+    manifest that never comes, the registration of an ungated model, the very one
+    registry control is for, was dead-lettered as an unseen run's.
+    """
+    return isinstance(e, ArtifactEvent) and e.kind == "model" and bool(e.registry_status)
+
+
 def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -> list[Output]:
     """Fold one artifact event: serialization, emptiness, registry status, required gates."""
+    if release_event(e):
+        s.known = True
     found = [
         rules.checkpoint_integrity("", "", e.serialization_ok, at, e.uri,
                                    what=f"Artifact {e.kind}"),
