@@ -16,10 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from sdk_kit import ListTransport
+from sdk_kit import Clock, ListTransport, deliver_live, timed
 
 import runwatch
 from runwatch.core.codec import load_codec
+from runwatch.core.records import Alert
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.processor.settings import ProcessorSettings
 
 # A job on a real KafkaTransport (its broker unreachable: records wait unacknowledged and
 # spooled) that forks a worker; the worker logs a step and ends the way argv[1] says.
@@ -427,3 +430,43 @@ def test_spool_folder_names_stay_plain_and_distinct() -> None:
     assert spool_folder_name("sdk-run-1-r0") == "sdk-run-1-r0"  # plain names are kept
     names = {spool_folder_name(n) for n in ("sdk-a/b-r0", "sdk-a_b-r0", "sdk-a?b-r0", "..")}
     assert len(names) == 4 and ".." not in names and not any("/" in n for n in names)
+
+
+@pytest.mark.parametrize("saved_again", [False, True])
+def test_a_checkpoint_saved_again_before_the_sdk_read_it_is_not_called_corrupt(
+        saved_again: bool, tmp_path, monkeypatch) -> None:
+    """``last.ckpt`` saved every few minutes: the SDK hashes the file on its thread, later.
+    When the next save to the same path had begun by then, the half-written file's digest
+    was compared with the expected one: a critical checksum page on a healthy job."""
+    import hashlib
+
+    import runwatch.client.run as sdk_run
+
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(b"a" * 4096)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    real = sdk_run.file_digest
+
+    def next_save_begins(uri: str):  # the next save truncates and streams into the path
+        if saved_again:
+            path.write_bytes(b"b" * 1000)
+        return real(uri)
+
+    monkeypatch.setattr(sdk_run, "file_digest", next_save_begins)
+    t, clock = ListTransport(), Clock(1_800_000_000_000)
+    run = runwatch.init("fam", run_id="ckpt-race", team="ml", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=clock)
+    for i in range(30):
+        clock.t += 1_000
+        run.step(i, loss=1.0)
+    run.checkpoint(path, step=30, expected_sha256=sha, duration_ms=500.0)
+    c = run.finish()
+    (ckpt,) = t.records("CheckpointEvent")
+    assert (ckpt.size_bytes, ckpt.outcome) == (4096, "ok")
+    assert ckpt.sha256 == (None if saved_again else sha)
+    assert c.get("checkpoint_changed", 0) == (1 if saved_again else 0)
+    wall = Clock(1_800_000_000_000)
+    m = MemoryProcessor(ProcessorSettings(save_interval_s=0), clock=wall)
+    deliver_live(m, wall, timed(t.out))
+    assert [a.detector for a in m.alerts if isinstance(a, Alert)] == []
+

@@ -14,6 +14,23 @@ def file_size(uri: str) -> int:
         return 0
 
 
+def file_stamp(uri: str) -> tuple[int, int, int] | None:
+    """Size, modification time (ns) and inode of a local file; None otherwise.
+
+    One ``stat``, cheap enough for the caller's thread: it tells whether the file
+    the worker thread hashes later is still the one the call was about.
+    """
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    try:
+        st = Path(uri[7:] if uri.startswith("file://") else uri).stat()
+    except (OSError, ValueError):
+        return None
+    if not Path(uri[7:] if uri.startswith("file://") else uri).is_file():
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
 def file_digest(uri: str) -> tuple[int, str | None]:
     """Size and sha256 of a local file (or directory tree); (0, None) otherwise.
 

@@ -36,7 +36,7 @@ from typing import Any
 from runwatch.adapters.publisher import Publisher
 from runwatch.client import lineage
 from runwatch.client.exithooks import ExitHooks
-from runwatch.client.files import file_digest, file_size
+from runwatch.client.files import file_digest, file_size, file_stamp
 from runwatch.client.lineage import dataset_ref
 from runwatch.core import lineage as lineage_hash
 from runwatch.core.records import (
@@ -659,22 +659,41 @@ class Run(ExitHooks):
         outcome = self._choice("checkpoint outcome", outcome, _OUTCOMES, _OUTCOME_ALIASES,
                                "unknown") or "unknown"
         start = started_at_ms if started_at_ms is not None else end - int(dur)
+        uri = str(path_or_uri)
         self._put(
             _FN,
             self._build_checkpoint,
-            (str(path_or_uri), step, start, end, dur, expected_sha256, outcome),
+            (uri, step, start, end, dur, expected_sha256, outcome, file_stamp(uri)),
         )
 
-    def _build_checkpoint(self, args: tuple[Any, ...]) -> CheckpointEvent:
-        uri, step, start, end, dur, expected, outcome = args
+    def _digest(self, uri: str, stamp: tuple[int, int, int] | None) -> tuple[int, str | None]:
+        """Size and sha256 of the file a call named, read on this thread later.
+
+        When the file was rewritten since the call (the next save to the same path,
+        ``last.ckpt``, began before this thread read it), its digest is not this
+        checkpoint's: it is left out (counted in ``checkpoint_changed``, logged once),
+        the size kept from the call. The half-written file's digest was compared with
+        the expected one and paged a corrupt checkpoint.
+        """
         size, digest = file_digest(uri)
+        if stamp is None or digest is None or file_stamp(uri) == stamp:
+            return size, digest
+        self._count_dropped(
+            "checkpoint_changed", "runwatch run %s: %s was rewritten before the SDK could "
+            "read it (saved again to the same path): its sha256 is left out (counted in "
+            "checkpoint_changed)", uri)
+        return stamp[0], None
+
+    def _build_checkpoint(self, args: tuple[Any, ...]) -> CheckpointEvent:
+        uri, step, start, end, dur, expected, outcome, stamp = args
+        size, digest = self._digest(uri, stamp)
         expected = normalize_sha256(expected)
         # A mismatch is reported as outcome "corrupt" with both checksums; the processor
         # raises rule:checkpoint_checksum for it (rule:checkpoint_serialization is "failed").
         if expected and digest and expected != digest and outcome == "ok":
             outcome = "corrupt"
         local = "://" not in uri or uri.startswith("file://")
-        if local and digest is None and outcome == "ok":  # no file there: not a good checkpoint
+        if local and size == 0 and digest is None and outcome == "ok":  # no file there
             outcome = "unknown"
             self.counters["checkpoint_unreadable"] += 1
             if self.counters["checkpoint_unreadable"] == 1:
@@ -717,10 +736,11 @@ class Run(ExitHooks):
 
         """
         when = self._when(now_ms)
+        stamp = file_stamp(str(uri)) if sha256 is None else None
 
         def build(a: tuple[str, str, str | None, bool, str | None]) -> ArtifactEvent:
             u, k, sha, ok, reg = a
-            size, digest = file_digest(u) if sha is None else (file_size(u), sha)
+            size, digest = self._digest(u, stamp) if sha is None else (file_size(u), sha)
             return ArtifactEvent(
                 **self._meta(when),
                 uri=u,
