@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import stat
 from pathlib import Path
 
 
@@ -26,7 +27,7 @@ def file_stamp(uri: str) -> tuple[int, int, int] | None:
         st = Path(uri[7:] if uri.startswith("file://") else uri).stat()
     except (OSError, ValueError):
         return None
-    if not Path(uri[7:] if uri.startswith("file://") else uri).is_file():
+    if not stat.S_ISREG(st.st_mode):  # a directory (an HF checkpoint): not stamped
         return None
     return st.st_size, st.st_mtime_ns, st.st_ino
 
