@@ -369,7 +369,7 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             s.signals.pop("loss_lows", None)  # the loss before a warm restart is no best
             top = s.signals.get("lr_max")
             if top is not None and e.lr <= top * (1 + WARM_LR_SLACK):  # back to a known rate
-                s.signals["warm"] = [e.step, None, 0, None]  # step, peak, points, start
+                s.signals["warm"] = [None, 0, None]  # peak, logged steps since, start
         if math.isfinite(e.lr):
             s.signals["lr_max"] = max(s.signals.get("lr_max", e.lr), e.lr)
         s.signals["lr"] = [e.step, e.lr]
@@ -449,21 +449,21 @@ def _warm_rise(s: RunState, step: float) -> None:
     that keeps rising after that is judged from there.
     """
     warm = s.signals["warm"]
-    warm[2] += 1
+    warm[1] += 1
     tail = s.losses[-rules.LOSS_SMOOTH:]
     mean = sum(p[1] for p in tail) / len(tail)
     if not math.isfinite(mean):
         return
-    if warm[3] is None:  # the level the restart started from
-        warm[3] = mean
-    if warm[1] is None or mean > warm[1]:
-        warm[1] = mean
+    if warm[2] is None:  # the level the restart started from
+        warm[2] = mean
+    if warm[0] is None or mean > warm[0]:
+        warm[0] = mean
         s.signals["lr_up"] = step
         s.signals.pop("loss_lows", None)
     # turned: down from a peak well above where it started (a loss that first dips as the
     # last cycle's state is left behind, past a noisy high, has not turned: not risen yet)
-    turned = warm[1] > WARM_RISEN * warm[3] and mean < WARM_TURN * warm[1]
-    if warm[2] >= WARM_POINTS or turned:
+    turned = warm[0] > WARM_RISEN * warm[2] and mean < WARM_TURN * warm[0]
+    if warm[1] >= WARM_POINTS or turned:
         del s.signals["warm"]
 
 
