@@ -203,11 +203,17 @@ class Run(ExitHooks):
         """A whole number given as one (or as its text, ``"2"``); else ``default``, counted."""
         if type(value) is int:
             return value
-        try:
-            return int(value) if not isinstance(value, float | bool) else _integral(value)
-        except (TypeError, ValueError):
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                n = None
+        else:
+            n = _whole_number(value, floor=False)
+        if n is None:
             self._bad(what, value)
             return default
+        return n
 
     def _check_lineage(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Coerce ``lineage=`` overrides; refuse bad fields one by one (strict: raise)."""
@@ -1096,18 +1102,11 @@ def _canonical(value: Any, allowed: Sequence[str], aliases: Mapping[str, str]) -
     return known if known in allowed else None
 
 
-def _integral(value: float) -> int:
-    """A float that holds a whole number, as an int (else ValueError)."""
-    if isinstance(value, bool) or not math.isfinite(value) or value != int(value):
-        msg = f"{value!r} is not a whole number"
-        raise ValueError(msg)
-    return int(value)
-
-
-def _whole_number(value: Any) -> int | None:
+def _whole_number(value: Any, *, floor: bool = True) -> int | None:
     """A step or count given as a numpy int, a float or a 0-d tensor, as an int (floored).
 
-    None for what is no number (text, bool, None, NaN, a list).
+    None for what is no number (text, bool, None, NaN, a list), and with ``floor``
+    false for a number with a fraction.
     """
     if isinstance(value, str | bytes | bool) or value is None:
         return None
@@ -1119,7 +1118,9 @@ def _whole_number(value: Any) -> int | None:
         f = float(value)
     except (TypeError, ValueError):
         return None
-    return math.floor(f) if math.isfinite(f) else None
+    if not math.isfinite(f) or (not floor and f != math.floor(f)):
+        return None
+    return math.floor(f)
 
 
 def _short(value: Any) -> str:
