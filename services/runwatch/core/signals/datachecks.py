@@ -15,8 +15,9 @@ against an absolute bound:
 ========================  =========================================  =========
 signal                    judged as                                  direction
 ========================  =========================================  =========
-``freshness_lag``         lag (ms) against its history band, and     up
-                          against twice its usual refresh interval
+``freshness_lag``         lag (ms) of new data against its history   up
+                          band; the newest row's age against twice
+                          its usual refresh interval
 ``row_count``             log rows against its history band          both
 ``duplicate_share``       duplicate rows / rows against its band     up
 ``null_share``            per feature, null share against its band   up
@@ -209,11 +210,20 @@ REFRESH_KEPT = 8
 """Intervals between refreshes a dataset keeps (their median is its usual interval)."""
 
 
-def refresh_overdue(h: dict[str, Any], at_ms: int,
-                    lag_ms: float) -> tuple[float, float] | None:
-    """Follow when a dataset's newest row advances; return the bound its lag is past, if so.
+FRESH_JITTER_MS = 1_000
+"""A report brings newer rows when its newest row is later than the dataset's newest by
+more than this (the stamp of a report and the reference of its lag may differ by clock
+jitter when a producer computes the lag itself)."""
 
-    The newest row's time is the report's time less its freshness lag. Each time it
+
+def refresh_overdue(h: dict[str, Any], at_ms: int,
+                    lag_ms: float) -> tuple[bool, float, tuple[float, float] | None]:
+    """Follow when a dataset's newest row advances; say whether its age is past its bound.
+
+    The newest row's time is the report's time less its freshness lag; the
+    dataset's newest row is the latest of them over its reports (a report of an
+    older partition, a backfill or a retry of the same batch brings no newer
+    rows: the dataset is as fresh as its freshest data). Each time it
     advances, the interval since the previous advance (the dataset's refresh cadence:
     a day for a daily partition, minutes for a stream) and the lag then (the pipeline's
     own delay: rows land ten minutes after they happen) are kept (``h["refresh"]``:
@@ -228,24 +238,30 @@ def refresh_overdue(h: dict[str, Any], at_ms: int,
         lag_ms: Its freshness lag.
 
     Returns:
-        (the bound, the median interval) when the lag is past the bound (and
+        Whether the report brought newer rows than the dataset had
+        (:data:`FRESH_JITTER_MS`), the age of the dataset's newest row at ``at_ms``,
+        and (the bound, the median interval) when that age is past the bound (and
         :data:`MIN_HISTORY` intervals are known), else None.
 
     """
     newest = int(at_ms - lag_ms)
-    last, gaps, *kept = h.get("refresh") or [newest, []]
+    had = h.get("refresh")
+    last, gaps, *kept = had or [newest, []]
     gaps, lags = list(gaps), list(kept[0]) if kept else []
+    newer = not had or newest > last + FRESH_JITTER_MS
     if newest > last + MIN_LAG_MS:  # a refresh: rows newer than the dataset had
         gaps = [*gaps, newest - last][-REFRESH_KEPT:]
         lags = [*lags, int(lag_ms)][-REFRESH_KEPT:]
         last = newest
-    h["refresh"] = [max(last, newest), gaps, lags]
+    last = max(last, newest)
+    h["refresh"] = [last, gaps, lags]
+    age = float(at_ms - last)
     if len(gaps) < MIN_HISTORY:
-        return None
+        return newer, age, None
     usual = sorted(gaps)[len(gaps) // 2]
     delay = sorted(lags)[len(lags) // 2] if lags else 0
     bound = delay + REFRESH_K * usual
-    return (bound, float(usual)) if lag_ms > max(bound, MIN_LAG_MS) else None
+    return newer, age, ((bound, float(usual)) if age > max(bound, MIN_LAG_MS) else None)
 
 
 def _share_floor(mean: float, rows: int) -> float:
@@ -279,18 +295,22 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
         out += _partitions(h, e.partition, ref, at_ms)
     rows = int(e.row_count)
     if e.freshness_lag_ms is not None:
+        # the lag band judges the delay of new data (reports that bring newer rows); a
+        # report that brings none (an older partition, a backfill, a retry of the same
+        # batch) is judged only by the age of the dataset's newest row against its cadence
         lag = float(e.freshness_lag_ms)
         band = Band.from_state(h.get("lag"))
         floor = max(REL_FLOOR * abs(band.mean), MIN_LAG_MS)
-        excess = band.score_one(lag, floor)
-        overdue = refresh_overdue(h, at_ms, lag)
+        newer, age, overdue = refresh_overdue(h, at_ms, lag)
+        excess = band.score_one(lag, floor) if newer else 0.0
         if overdue is not None and excess <= 1:
             stale, every = overdue
-            out.append(_finding("freshness_lag", ref, lag, stale, lag / stale, at_ms,
+            out.append(_finding("freshness_lag", ref, age, stale, age / stale, at_ms,
                                 f"Data of {ref} is not being refreshed: newest row "
-                                f"{lag / 3_600_000:.3g} h old (it is usually refreshed every "
+                                f"{age / 3_600_000:.3g} h old (it is usually refreshed every "
                                 f"{every / 3_600_000:.3g} h)",
-                                f"freshness_lag_ms={lag:.0f}; bound {stale:.0f} ms "
+                                f"newest row age {age:.0f} ms (this report's lag "
+                                f"{lag:.0f} ms); bound {stale:.0f} ms "
                                 f"(its usual delay and {REFRESH_K:g} refresh intervals)"))
         if excess > 1:
             hours, usual = lag / 3_600_000, band.mean / 3_600_000
@@ -298,8 +318,9 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
                                 f"Data of {ref} is staler than usual: newest row "
                                 f"{hours:.3g} h old (usually {usual:.3g} h)",
                                 f"freshness_lag_ms={lag:.0f}; bound {band.bound(floor):.0f} ms"))
-        band.learn_one(lag, floor)
-        h["lag"] = band.to_state()
+        if newer:
+            band.learn_one(lag, floor)
+            h["lag"] = band.to_state()
     if rows <= 0:
         return h, out  # nothing to compare: rule:zero_rows speaks for an empty batch
     log_rows = math.log(rows)
