@@ -7,7 +7,11 @@ Nothing is imported until a factory is called: ``lightning_callback(run)``,
 ``huggingface_callback(run)`` and ``keras_callback(run)`` import their
 framework then and return a callback subclassing its base class. The logic
 lives in framework-free mixins (tested against stand-ins that follow each
-framework's documented call order).
+framework's call order, checked on Lightning 2.6, transformers 5.25 and Keras 3.15).
+
+Size: the three frameworks' mixins share their helpers (scalars, batch sizes,
+local-file outcomes, exception reasons) and one lazy-import factory; split into
+a package when a fourth framework comes.
 """
 
 from __future__ import annotations
@@ -66,6 +70,26 @@ def _batch_len(batch: Any) -> int:
         return 0
 
 
+def _to_float(v: Any) -> float | None:
+    """A framework scalar (tensor, variable, numpy or Python number) as a float; None if not one."""
+    try:
+        if hasattr(v, "numpy"):
+            v = v.numpy()
+        if hasattr(v, "item"):
+            v = v.item()
+        if isinstance(v, bool):
+            return None
+        return float(v)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return None
+
+
+def _exc_reason(exception: BaseException) -> str:
+    """``Type: text``, or the type alone when the exception has no text (``KeyboardInterrupt``)."""
+    text = str(exception)
+    return f"{type(exception).__name__}: {text}" if text else type(exception).__name__
+
+
 def _perf_s() -> float:
     """Monotonic seconds for the callbacks' intervals (one seam for tests)."""
     return time.perf_counter()
@@ -95,6 +119,32 @@ def _fitting(trainer: Any) -> bool:
     )
 
 
+def _accumulation(trainer: Any) -> int:
+    """Lightning's ``accumulate_grad_batches`` (1 when the trainer has none)."""
+    try:
+        return max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _ended_by(run: Any, finish: bool, what: str, exception: BaseException) -> None:
+    """An exception left the framework's loop: finish the run only if the callback owns its end.
+
+    With ``finish_on_end=False`` the job may catch it and go on (an out-of-memory
+    retry with a smaller batch); if it does not, the SDK's exit hooks end the run
+    as ``failed`` with the exception (``install_hooks=True``, the default).
+    """
+    reason = _exc_reason(exception)
+    if finish:
+        interrupted = isinstance(exception, KeyboardInterrupt)
+        run.finish("cancelled" if interrupted else "failed", reason=reason[:1000])
+        return
+    logger.warning(
+        "runwatch run %s: %s raised %s; the run is not finished (finish_on_end=False): "
+        "the job's own run.finish() or the SDK's exit hooks end it",
+        getattr(run, "run_id", "?"), what, reason[:300])
+
+
 _CKPT_ATTRS = ("_last_checkpoint_saved", "last_model_path", "best_model_path")
 
 
@@ -105,7 +155,19 @@ class LightningLogic:
       to this ``on_train_batch_start``, which is where Lightning's fit loop
       fetches the next batch. The first batch of an epoch counts none, nor
       does a batch after a validation or a checkpoint save in that gap.
+    * Steps are optimizer steps, numbered ``trainer.global_step`` (as validations
+      and checkpoints are): one per batch, or with ``accumulate_grad_batches=N``
+      one per N batches, with the mean of their losses as ``training_step``
+      returned them (Lightning hands ``on_train_batch_end`` the loss divided by
+      N, for the backward pass; the callback multiplies it back), their samples
+      and loader waits summed.
+    * Learning rate: read at ``on_train_batch_start``; the scheduler steps after
+      the batch, before ``on_train_batch_end``.
     * Samples of a step: the leading dimension of the batch's first tensor.
+    * An exception (``on_exception``) finishes the run only with
+      ``finish_on_end=True`` (``failed``; ``cancelled`` for a KeyboardInterrupt);
+      otherwise it is logged and the job may catch it and fit again.
+    * Lightning's sanity-check validation is not published.
     * Checkpoints: ``on_save_checkpoint`` runs inside ``Trainer.save_checkpoint``
       before the write, which then goes through ``trainer.strategy.save_checkpoint``
       (also for ``trainer.save_checkpoint(path)`` called after ``fit``). The hook
@@ -124,6 +186,9 @@ class LightningLogic:
         self._wait_ms: float | None = None
         self._pending: tuple[int, float, int, dict[str, Any]] | None = None
         self._armed: tuple[Any, Any, Any] | None = None
+        self._gs0: int | None = None  # trainer.global_step when the batch started
+        self._lr: Any = None  # the lr the batch's optimizer step uses (read before it)
+        self._win: list[Any] = [0.0, 0, 0, None]  # the window's loss sum, losses, samples, wait
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._flush_checkpoint(trainer)
@@ -135,29 +200,41 @@ class LightningLogic:
         self._flush_checkpoint(trainer)
         t = _perf_s()
         self._wait_ms = (t - self._t_end) * 1000.0 if self._t_end is not None else None
+        self._gs0 = int(trainer.global_step)
+        # the scheduler steps after the batch, before on_train_batch_end: read the lr now
+        opts = getattr(trainer, "optimizers", None) or []
+        groups = (getattr(opts[0], "param_groups", None) or []) if opts else []
+        self._lr = groups[0].get("lr") if groups else None
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         loss: Any = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if loss is not None and hasattr(loss, "item"):
-            loss = loss.item()
-        metrics = _scalars(getattr(trainer, "callback_metrics", None), skip=("loss",))
-        lr = None
-        opts = getattr(trainer, "optimizers", None) or []
-        if opts:
-            groups = getattr(opts[0], "param_groups", None) or []
-            lr = groups[0].get("lr") if groups else None
-        self.rw_run.step(
-            int(trainer.global_step),
-            loss=loss,
-            metrics=metrics,
-            lr=lr,
-            samples=_batch_len(batch),
-            epoch=int(getattr(trainer, "current_epoch", 0)),
-            loader_wait_ms=self._wait_ms,
-        )
+        loss = _to_float(loss) if loss is not None else None
+        accum = _accumulation(trainer)
+        if loss is not None and accum > 1 and getattr(pl_module, "automatic_optimization", True):
+            loss *= accum  # Lightning divided training_step's loss by N for the backward pass
+        win = self._win
+        if loss is not None:
+            win[0] += loss
+            win[1] += 1
+        win[2] += _batch_len(batch)
+        if self._wait_ms is not None:
+            win[3] = (win[3] or 0.0) + self._wait_ms
         self._wait_ms = None
+        gs = int(trainer.global_step)
+        if accum <= 1 or self._gs0 is None or gs != self._gs0:  # the optimizer stepped
+            metrics = _scalars(getattr(trainer, "callback_metrics", None), skip=("loss",))
+            self.rw_run.step(
+                gs,
+                loss=win[0] / win[1] if win[1] else None,
+                metrics=metrics,
+                lr=self._lr,
+                samples=win[2],
+                epoch=int(getattr(trainer, "current_epoch", 0)),
+                loader_wait_ms=win[3],
+            )
+            self._win = [0.0, 0, 0, None]
         self._t_end = _perf_s()
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
@@ -165,6 +242,8 @@ class LightningLogic:
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self._flush_checkpoint(trainer)
+        if getattr(trainer, "sanity_checking", False):
+            return  # Lightning's sanity check: a few batches on the initial weights
         m = {k: v for k, v in _scalars(trainer.callback_metrics).items() if k.startswith("val")}
         if m:
             self.rw_run.validation(int(trainer.global_step), m, epoch=int(trainer.current_epoch))
@@ -265,7 +344,8 @@ class LightningLogic:
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._flush_checkpoint(trainer)
-        self.rw_run.finish("failed", reason=f"{type(exception).__name__}: {exception}")
+        self._win = [0.0, 0, 0, None]  # batches whose optimizer step never came
+        _ended_by(self.rw_run, self.rw_finish, "Lightning fit", exception)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._flush_checkpoint(trainer)
@@ -280,16 +360,40 @@ class LightningLogic:
 
 
 class HuggingFaceLogic:
-    """``transformers.TrainerCallback`` hooks -> run calls."""
+    """``transformers.TrainerCallback`` hooks -> run calls.
+
+    * A checkpoint's duration: the Trainer saves ``checkpoint-N`` right after the
+      step's last hook (``on_step_end`` or ``on_epoch_end``, then the ``on_log``
+      and ``on_evaluate`` of that step's logging and evaluation) and calls
+      ``on_save`` once it is written; the time from the latest of those hooks to
+      ``on_save`` is the save's (an upper bound: other callbacks' hooks in between
+      count too).
+    """
 
     def __init__(self, run: Any, finish_on_end: bool = False) -> None:
         self.rw_run = run
         self.rw_finish = finish_on_end
+        self._t_hook: float | None = None  # the latest hook before a save
+
+    def _mark(self) -> None:
+        self._t_hook = _perf_s()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self._mark()
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self._mark()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self._mark()
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kw: Any
     ) -> None:
-        logs = logs or {}
+        self._publish_log(state, logs or {})
+        self._mark()
+
+    def _publish_log(self, state: Any, logs: Mapping[str, Any]) -> None:
         if any(k.startswith("eval_") for k in logs):
             m = {k: v for k, v in _scalars(logs).items() if k.startswith("eval_")}
             self.rw_run.validation(int(state.global_step), m, epoch=int(state.epoch or 0))
@@ -308,9 +412,12 @@ class HuggingFaceLogic:
 
     def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         out = getattr(args, "output_dir", None)
+        t0, self._t_hook = self._t_hook, None
         if out:
+            dur = max(_perf_s() - t0, 0.0) * 1000.0 if t0 is not None else None
             self.rw_run.checkpoint(
-                f"{out}/checkpoint-{state.global_step}", step=int(state.global_step)
+                f"{out}/checkpoint-{state.global_step}", step=int(state.global_step),
+                duration_ms=dur,
             )
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -318,34 +425,191 @@ class HuggingFaceLogic:
             self.rw_run.finish("succeeded")
 
 
+_SAVES = ("save", "save_weights")  # what ModelCheckpoint (and BackupAndRestore) call
+_SCHEDULE_SHARE = 50.0
+"""A schedule is evaluated once this many times its cost has passed (at most 2% of the loop)."""
+
+
 class KerasLogic:
-    """``keras.callbacks.Callback`` hooks -> run calls."""
+    """``keras.callbacks.Callback`` hooks -> run calls.
+
+    * Steps are batches: ``on_train_batch_end(batch)`` gets the index of the
+      epoch's last batch run (with ``compile(steps_per_execution=8)`` Keras calls
+      it every 8th batch, with 7, 15, ...), so each call adds the batches since
+      the previous one. A fit starts counting from the optimizer's
+      ``iterations`` (a second ``fit`` goes on; ``initial_epoch=E`` with a new
+      optimizer starts at ``E * steps``).
+    * Learning rate: a ``LearningRateSchedule`` is evaluated at the step's
+      iteration (an eager evaluation costs about 0.4 ms under JAX: on a loop
+      faster than 50 times that, steps between two evaluations carry no lr); a
+      fixed or callback-set rate (``LearningRateScheduler``) is read at the
+      epoch's first ``on_train_batch_begin``, after every callback's
+      ``on_epoch_begin``: under JAX the optimizer's variables are detached from
+      the model during the rest of the epoch (reading them then gives their
+      initial values).
+    * Loader wait: the gap from ``on_train_batch_end`` to the next
+      ``on_train_batch_begin`` (none for the first batch of an epoch). The torch
+      backend fetches batches there; JAX and TensorFlow fetch inside the train
+      function, so their loader time counts as compute.
+    * Samples: Keras does not tell callbacks the batch size; ``batch_size=``
+      given to ``keras_callback`` is published per batch, else none (0).
+    * Checkpoints: ``model.save`` and ``model.save_weights`` (which
+      ``ModelCheckpoint`` calls) are wrapped from ``on_train_begin`` to
+      ``on_train_end``: each save is recorded when it returns, with its duration
+      (``failed`` if it raises).
+    """
 
     def __init__(self, run: Any, finish_on_end: bool = False) -> None:
         self.rw_run = run
         self.rw_finish = finish_on_end
+        self.rw_batch_size: int | None = None
         self.rw_step = 0
         self.rw_epoch = 0
+        self._last_batch = -1  # index of the epoch's last batch counted
+        self._t_end: float | None = None
+        self._wait_ms: float | None = None
+        self._lr: float | None = None
+        self._read_lr = True
+        self._first_epoch = True
+        self._wrapped: tuple[Any, dict[str, Any]] | None = None
+        self._t_sched: float | None = None  # when the schedule was last evaluated
+        self._sched_s = 0.0  # and what that cost
+
+    def _optimizer(self) -> Any:
+        return getattr(getattr(self, "model", None), "optimizer", None)
+
+    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        it = _to_float(getattr(self._optimizer(), "iterations", None))
+        if it is not None:
+            self.rw_step = int(it)
+        self._first_epoch = True
+        self._wrap_saves()
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self.rw_epoch = int(epoch)
+        if self._first_epoch and epoch > 0:  # fit(initial_epoch=E)
+            steps = (getattr(self, "params", None) or {}).get("steps")
+            if isinstance(steps, int) and steps > 0:
+                self.rw_step = max(self.rw_step, int(epoch) * steps)
+        self._first_epoch = False
+        self._last_batch = -1
+        self._t_end = None
+        self._read_lr = True
+
+    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        t = _perf_s()
+        self._wait_ms = (t - self._t_end) * 1000.0 if self._t_end is not None else None
+        if self._read_lr:
+            self._read_lr = False
+            self._lr = self._fixed_lr()
+
+    def _schedule(self) -> Any:
+        lr = getattr(self._optimizer(), "_learning_rate", None)
+        if callable(lr) and hasattr(lr, "get_config") and not hasattr(lr, "assign"):
+            return lr  # a LearningRateSchedule: a function of the iteration
+        return None
+
+    def _fixed_lr(self) -> float | None:
+        opt = self._optimizer()
+        if opt is None or self._schedule() is not None:
+            return None
+        lr = getattr(opt, "_learning_rate", None)
+        if lr is None or isinstance(lr, int | float):
+            lr = getattr(opt, "learning_rate", lr)
+        if callable(lr) and not hasattr(lr, "assign"):
+            with contextlib.suppress(Exception):
+                lr = lr()
+        return _to_float(lr)
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
-        self.rw_step += 1
+        n = int(batch) - self._last_batch if isinstance(batch, int) else 1
+        n = max(n, 1)
+        self._last_batch = int(batch) if isinstance(batch, int) else self._last_batch + 1
+        self.rw_step += n
         logs = logs or {}
+        lr = self._lr
+        sched = self._schedule()
+        if sched is not None:
+            lr = None
+            t = _perf_s()
+            if self._t_sched is None or t - self._t_sched >= _SCHEDULE_SHARE * self._sched_s:
+                with contextlib.suppress(Exception):
+                    lr = _to_float(sched(self.rw_step - 1))  # the iteration it stepped at
+                self._t_sched, self._sched_s = t, _perf_s() - t
         self.rw_run.step(
             self.rw_step,
             loss=logs.get("loss"),
             metrics=_scalars(logs, skip=("loss",)),
+            lr=lr,
+            samples=n * self.rw_batch_size if self.rw_batch_size else 0,
             epoch=self.rw_epoch,
+            loader_wait_ms=self._wait_ms,
         )
+        self._wait_ms = None
+        self._t_end = _perf_s()
+
+    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._t_end = None  # a validation between two batches is not loader wait
 
     def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
         m = _scalars(logs)
         if m:
             self.rw_run.validation(self.rw_step, m, epoch=self.rw_epoch)
 
+    def _wrap_saves(self) -> None:
+        model = getattr(self, "model", None)
+        if model is None or self._wrapped is not None:
+            return
+        own: dict[str, Any] = {}
+        for name in _SAVES:
+            orig = getattr(model, name, None)
+            if not callable(orig) or getattr(orig, "rw_owner", None) is self:
+                continue
+            try:
+                own[name] = vars(model).get(name)
+                object.__setattr__(model, name, self._saver(orig))
+            except (AttributeError, TypeError):
+                own.pop(name, None)
+        self._wrapped = (model, own)
+
+    def _saver(self, orig: Any) -> Any:
+        def save(*args: Any, **kwargs: Any) -> Any:
+            path = args[0] if args else kwargs.get("filepath")
+            t0, start_ms = _perf_s(), self.rw_run.now_ms()
+            try:
+                out = orig(*args, **kwargs)
+            except BaseException:
+                self._record_save(path, t0, start_ms, "failed")
+                raise
+            self._record_save(path, t0, start_ms, None)
+            return out
+
+        save.rw_owner = self  # type: ignore[attr-defined]
+        return save
+
+    def _record_save(self, path: Any, t0: float, start_ms: int, outcome: str | None) -> None:
+        uri = os.fspath(path) if path is not None else "keras-checkpoint"
+        uri = uri if isinstance(uri, str) else uri.decode(errors="replace")
+        dur = max(_perf_s() - t0, 0.0) * 1000.0
+        self.rw_run.checkpoint(uri, step=self.rw_step, started_at_ms=start_ms, duration_ms=dur,
+                               outcome=outcome or _saved_outcome(uri), now_ms=start_ms + int(dur))
+
+    def _unwrap_saves(self) -> None:
+        if self._wrapped is None:
+            return
+        model, own = self._wrapped
+        self._wrapped = None
+        for name, prev in own.items():
+            with contextlib.suppress(AttributeError, TypeError):
+                if getattr(vars(model).get(name), "rw_owner", None) is not self:
+                    continue  # someone wrapped it after us: leave theirs
+                if prev is None:
+                    object.__delattr__(model, name)
+                else:
+                    object.__setattr__(model, name, prev)
+
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._unwrap_saves()
         if self.rw_finish:
             self.rw_run.finish("succeeded")
 
@@ -385,8 +649,25 @@ def huggingface_callback(run: Any, *, finish_on_end: bool = False, base: type | 
     return _combine(HuggingFaceLogic, base, "RunwatchTrainerCallback", run, finish_on_end)
 
 
-def keras_callback(run: Any, *, finish_on_end: bool = False, base: type | None = None) -> Any:
-    """Build a Keras callback publishing to ``run`` (imports keras now)."""
+def keras_callback(
+    run: Any, *, finish_on_end: bool = False, batch_size: int | None = None,
+    base: type | None = None,
+) -> Any:
+    """Build a Keras callback publishing to ``run`` (imports keras now).
+
+    Args:
+        run: The runwatch Run.
+        finish_on_end: Call ``run.finish`` when training ends.
+        batch_size: Samples per batch, published as each step's samples (Keras
+            does not tell callbacks); default: none.
+        base: Callback base class (default: ``keras.callbacks.Callback``).
+
+    Returns:
+        The callback.
+
+    """
     if base is None:
         base = _import_first("keras", "tensorflow.keras").callbacks.Callback
-    return _combine(KerasLogic, base, "RunwatchKerasCallback", run, finish_on_end)
+    cb = _combine(KerasLogic, base, "RunwatchKerasCallback", run, finish_on_end)
+    cb.rw_batch_size = int(batch_size) if batch_size else None
+    return cb
