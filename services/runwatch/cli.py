@@ -23,6 +23,11 @@ from runwatch.errors import FatalError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 """What ``--log-level`` takes (in any case)."""
+LIBRARY_CHATTER = ("urllib3.connectionpool", "clickhouse_connect.driver")
+"""Library loggers whose warnings repeat what the command's own error line says (urllib3's
+"Retrying ...", clickhouse-connect's "Unexpected Http Driver Exception" before the one
+``error: ClickHouse at ... does not answer``): shown from ``--log-level DEBUG`` only. Set
+here, for the command line; a program importing runwatch keeps its own logging."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if logging.getLevelName(args.log_level.upper()) != logging.DEBUG:
+        for name in LIBRARY_CHATTER:
+            logging.getLogger(name).setLevel(logging.ERROR)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -350,3 +350,32 @@ def test_final_metrics_are_each_metrics_latest_value(store: Store) -> None:
                         f"FROM {db}.run_summaries FINAL").result_rows
     assert rows == [(103, 0.5, {"acc": 0.95, "eval_acc": 0.7})]
     client.command(f"DROP DATABASE {db}")
+
+
+def test_fairness_counts_each_run_as_cost_bills_it(store: Store) -> None:
+    """The SLO kind ``fairness`` counted a run from its first ``running`` to its end x its
+    largest allocation: a preempted run's wait in the queue was GPU use (docs/slo.md:
+    allocated GPUs x time running), 8.0 GPU-h where ``runwatch cost`` billed 2.667. Its
+    query's rows now give, run by run, the GPU-hours ``runwatch cost --by run`` bills."""
+    from runwatch.core.cost.running import running_intervals
+    from runwatch.core.slo.spec import parse_slos
+    from runwatch.slo.queries import query_for, to_rows
+    from runwatch.slo.service import ClickHouseStore
+
+    sc = CostScenario("odd", "odd schedules", (), (), {}, duration_s=100 * MIN)
+    db, client = store_capture(store.url, _play_odd(scenario_start_ms(sc)), list(ODD))
+    billed = {g["key"]: g["gpu_hours"] for g in cli_json(
+        store.url, db, "cost", "--by", "run", "--since", "1d")["groups"]}
+    obj = parse_slos("apiVersion: openslo/v1\nkind: SLO\nmetadata: {name: share}\nspec:\n"
+                     "  indicator: {spec: {kind: fairness, team: t, quota: 0.5, bucket: 1h}}\n"
+                     "  timeWindow: [{duration: 7d, isRolling: true}]\n"
+                     "  objectives: [{target: 0.9}]\n")[0]
+    now = int(time.time() * 1000)
+    sql, params = query_for([obj], db, now, {obj.name: now - 86_400_000})
+    used = {r.run_id: sum((t1 - t0) * n for t0, t1, n in running_intervals(r.jobs, now, r.gpus))
+            / 3_600_000 for r in to_rows("fairness", ClickHouseStore(client).query(sql, params))}
+    print("\nfairness GPU-h by run:", used, "\ncost GPU-h by run:", billed)
+    assert set(used) == set(ODD)
+    assert used == pytest.approx({r: billed[r] for r in ODD}, abs=0.02)
+    assert used["resumed"] == pytest.approx(8.0, abs=0.02)  # 0.5 h x 8, then 1 h x 4
+    client.command(f"DROP DATABASE {db}")

@@ -151,3 +151,26 @@ def test_a_query_with_its_own_format_is_answered_in_it(loaded) -> None:
     out = sql(store, db, "SELECT 1 AS x, 'a' AS y FORMAT JSONEachRow;")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"x": 1, "y": "a"}
+
+
+@pytest.mark.parametrize("query", ["", "  ", " ; "])
+def test_an_empty_query_is_refused_in_words(loaded, query: str) -> None:
+    """``runwatch sql ""`` answered "Unknown expression identifier `FORMAT`": the client's
+    own FORMAT clause was all ClickHouse saw."""
+    proc = sql(*loaded, query)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ('error: the query is empty: give one SQL statement, e.g. '
+                                   'runwatch sql "SELECT 1"')
+
+
+@pytest.mark.parametrize(("query", "said"), [
+    ("SELEC 1", "Syntax error: failed at position 7"),
+    ("SELECT 1 FROM", "Syntax error: failed at position 14 (end of query)"),
+    ("SELECT (1", "Unmatched parentheses"),
+])
+def test_an_error_quotes_the_query_as_written(loaded, query: str, said: str) -> None:
+    """Errors quoted "FORMAT Native", which the user never wrote (``SELECT 1 FROM`` even
+    read it as the table ``FORMAT``)."""
+    proc = sql(*loaded, query)
+    assert proc.returncode == 1 and said in proc.stderr, proc.stderr
+    assert "FORMAT" not in proc.stderr and proc.stderr.count("\n") == 1

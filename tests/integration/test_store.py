@@ -448,3 +448,28 @@ def test_a_database_that_does_not_exist_is_named_not_a_refused_connection(
     err = capsys.readouterr().err
     want = f"error: database 'rw_no_such_db' does not exist on ClickHouse at {stack.clickhouse_url}"
     assert want in err and "runwatch db migrate --database rw_no_such_db" in err, err
+
+
+GOVERNANCE = [(["investigate", "r1"], 2), (["slo", "status"], 2), (["cost"], 2),
+              (["capacity"], 2), (["gate", "check", "r1", "--no-publish"], 3)]
+
+
+@pytest.mark.parametrize(("argv", "code"), GOVERNANCE, ids=[a[0] for a, _c in GOVERNANCE])
+@pytest.mark.parametrize(("database", "line"), [
+    ("rw_no_such_db", "error: database 'rw_no_such_db' does not exist on ClickHouse at {url} "
+     "(create it with `runwatch db migrate --database rw_no_such_db`, or pass --database)"),
+    ("default", "error: database 'default' holds no runwatch tables (run `runwatch db migrate "
+     "--database default`, or pass --database)"),
+    ("x;y", "error: database name 'x;y' is not a plain identifier (letters, digits and _)"),
+], ids=["missing", "no-tables", "bad-name"])
+def test_every_governance_command_refuses_a_bad_database_in_the_same_line(
+        store: StoreProcess, argv: list[str], code: int, database: str, line: str, capsys,
+        monkeypatch) -> None:
+    """``slo status --database nosuch`` printed ClickHouse's code-81 exception, ``cost`` and
+    ``capacity --database default`` its code-60 one, and ``cost --database 'x;y'`` advised
+    ``runwatch db migrate --database x;y``: one shared check now, one line each."""
+    from runwatch import cli
+
+    monkeypatch.setenv("CLICKHOUSE_URL", store.url)
+    assert cli.main([*argv, "--database", database]) == code
+    assert capsys.readouterr().err.strip() == line.format(url=store.url)

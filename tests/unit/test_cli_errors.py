@@ -87,6 +87,29 @@ def test_an_unreachable_broker_is_one_warning_naming_the_setting(tmp_path) -> No
     assert "Kafka at 127.0.0.1:1" in warned[0] and "KAFKA_BOOTSTRAP_SERVERS" in warned[0]
 
 
+@pytest.mark.parametrize("argv", [["cost"], ["slo", "status"], ["investigate", "r1"],
+                                  ["sql", "SELECT 1"]])
+def test_a_store_that_is_down_is_one_error_line(argv: list[str], tmp_path) -> None:
+    """Every command printed urllib3's "Retrying ..." and clickhouse-connect's "Unexpected
+    Http Driver Exception" WARNING lines before its one ``error:`` line; --log-level DEBUG
+    still shows them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CLICKHOUSE_URL": "http://127.0.0.1:9"}  # refused at once
+    quiet = subprocess.run([sys.executable, "-m", "runwatch", *argv], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    lines = quiet.stderr.strip().splitlines()
+    assert len(lines) == 1, quiet.stderr
+    assert lines[0].startswith("error: ClickHouse at http://127.0.0.1:9 does not answer")
+    debug = subprocess.run([sys.executable, "-m", "runwatch", "--log-level", "DEBUG", *argv],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "WARNING urllib3.connectionpool: Retrying" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1].startswith(
+        "error: ClickHouse at http://127.0.0.1:9 does not answer")
+
+
 @pytest.mark.parametrize(
     ("argv", "env", "start"),
     [

@@ -422,3 +422,85 @@ def test_the_text_answer_says_why_the_gpu_hours_a_resume_loses_are_unknown(capsy
     out = " ".join(capsys.readouterr().out.split())
     assert "None" not in out
     assert "the GPU-hours it loses are unknown" in out and "GPU count unknown" in out
+
+
+@pytest.mark.parametrize("detector", ["rule:queue_deadline", "rule:registry_without_gate",
+                                      "rule:registry_status"])
+def test_a_queue_or_registry_finding_sets_no_onset_and_taints_no_checkpoint(
+        detector: str) -> None:
+    """A healthy run that waited past its queue deadline: the alert (first seen when it
+    started) was its onset, every checkpoint "written at or after the onset", start over."""
+    jobs = [{"ts_ms": T0, "state": "running", "attempt": 1, "nodes": ["n1"], "gpu_count": 8,
+             "team": "vision", "experiment_family": "fam"},
+            {"ts_ms": T0 + 60 * MIN, "state": "succeeded", "attempt": 1, "nodes": ["n1"],
+             "gpu_count": 8}]
+    alerts = [_alert("q1", T0, detector=detector, cause="execution")]
+    got = investigate(_evidence(jobs=jobs, alerts=alerts, quality=[]), OWN)
+    assert got["onset_ms"] is None
+    assert [c["trustworthy"] for c in got["trustworthy"]["checkpoints"]] == [True] * 4
+    assert got["resume_point"]["step"] == 400
+    assert got["deterministic"]["deterministic"] is None
+    assert "no alert about the run's computation fired" in got["deterministic"]["reason"]
+
+
+def _resumed_run(resumed_from: str | None, alerts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Attempt 1 writes step 10 (ok) and 15 (corrupt), is preempted at 11 min; attempt 2
+    starts at 13 min (its manifest naming ``resumed_from``), writes 30 and 49, succeeds."""
+    jobs = [{"ts_ms": T0, "state": "running", "attempt": 1, "nodes": ["n1"], "gpu_count": 8},
+            {"ts_ms": T0 + 11 * MIN, "state": "preempted", "attempt": 1, "nodes": [],
+             "gpu_count": 0},
+            {"ts_ms": T0 + 11 * MIN + 2000, "state": "queued", "attempt": 2, "nodes": [],
+             "gpu_count": 0},
+            {"ts_ms": T0 + 13 * MIN, "state": "running", "attempt": 2, "nodes": ["n1"],
+             "gpu_count": 8},
+            {"ts_ms": T0 + 33 * MIN, "state": "succeeded", "attempt": 2, "nodes": [],
+             "gpu_count": 0}]
+    manifests = [manifest("b", T0),
+                 manifest("b", T0 + 13 * MIN, event_id="e-b2",
+                          resumed_from_checkpoint=resumed_from or "")]
+    cks = [_ck(10, T0 + 5 * MIN), _ck(15, T0 + 8 * MIN, sha="bad"),
+           _ck(30, T0 + 23 * MIN), _ck(49, T0 + 32 * MIN)]
+    steps = [(T0 + i * 30_000, i) for i in range(20)] + [
+        (T0 + 13 * MIN + (i - 10) * 30_000, i) for i in range(10, 50)]
+    ev = _evidence(jobs=jobs, manifests=manifests, checkpoints=cks, steps_at=steps,
+                   alerts=alerts, quality=[])
+    return investigate(ev, OWN)
+
+
+def _trusted(got: dict[str, Any]) -> list[int]:
+    return [c["step"] for c in got["trustworthy"]["checkpoints"] if c["trustworthy"]]
+
+
+def test_an_attempt_resumed_from_a_good_checkpoint_does_not_inherit_a_corrupt_file() -> None:
+    """A corrupt checkpoint of attempt 1 tainted every checkpoint of attempt 2, although
+    attempt 2 resumed from the good step 10 written before it: the resume point was step 10."""
+    corrupt = [_alert("c1", T0 + 8 * MIN, detector="rule:checkpoint_checksum", cause="artifact")]
+    got = _resumed_run("s3://ck/10", corrupt)
+    assert got["onset_ms"] == T0 + 8 * MIN  # the run's onset is still the corrupt file
+    assert _trusted(got) == [10, 30, 49]
+    assert got["resume_point"]["step"] == 49
+    # resumed from the corrupt file itself, or with no resume recorded: still not trusted
+    assert _trusted(_resumed_run("s3://ck/15", corrupt)) == [10]
+    assert _trusted(_resumed_run(None, corrupt)) == [10]
+    # a cause that persists across the resume (NaN loss, bad data) still taints attempt 2
+    nan = [_alert("n1", T0 + 8 * MIN, detector="rule:non_finite", cause="learning")]
+    assert _trusted(_resumed_run("s3://ck/10", nan)) == [10]
+    # a new finding of attempt 2's own counts from its onset
+    again = [*corrupt, _alert("c2", T0 + 25 * MIN, detector="rule:checkpoint_checksum",
+                              cause="artifact")]
+    assert _trusted(_resumed_run("s3://ck/10", again)) == [10, 30]
+
+
+def test_the_text_answer_says_each_verdict_once_and_no_blank_after_it(capsys) -> None:
+    """The text view printed "Deterministic  unknown: unknown: nothing shows…" and, without
+    a gate decision, "Release  not blocked " with a trailing blank."""
+    from runwatch.commands.investigate import _show
+
+    _show(investigate(_evidence(jobs=two_attempts(), steps_at=two_attempt_steps(),
+                                alerts=[_alert("x1", T0 + 20 * MIN, detector="rule:non_finite")]),
+                      OWN))
+    lines = capsys.readouterr().out.splitlines()
+    det = next(x for x in lines if x.startswith("Deterministic"))
+    assert det.startswith("Deterministic  unknown: nothing shows") and "unknown: unknown" not in det
+    rel = next(x for x in lines if x.startswith("Release"))
+    assert rel == "Release  not blocked (no gate decision recorded for this run)"

@@ -446,15 +446,20 @@ def test_reproducibility_a_non_finite_value_is_bad_and_moves_no_median(
         0.005, 0.005]  # median 0.805 of the two finite values
 
 
+def _usage(run_id: str, team: str, start: int, end: int, gpus: int) -> ind.UsageRow:
+    """A run of ``gpus`` GPUs running from ``start`` until it succeeded at ``end``."""
+    return ind.UsageRow(run_id, team, ((start, "running", gpus), (end, "succeeded", 0)))
+
+
 def test_fairness_shares_per_bucket() -> None:
     p = _params("fairness", team="a", quota=0.6)
     day = ms("2026-11-30T00:00:00")
     rows = [
-        ind.UsageRow("a1", "a", day, day + 12 * H, 8),         # 96 GPU-h of team a on the 30th
-        ind.UsageRow("b1", "b", day, day + 12 * H, 4),         # 48 of team b: a has 2/3
-        ind.UsageRow("b2", "b", day + D, day + D + 12 * H, 8),  # 1 Dec: only b (bucket unfinished)
-        ind.UsageRow("a2", "a", day - D, day - 12 * H, 1),     # 29 Nov: a alone, 100 %
-        ind.UsageRow("c1", "c", day - D, day - 12 * H, 1),
+        _usage("a1", "a", day, day + 12 * H, 8),         # 96 GPU-h of team a on the 30th
+        _usage("b1", "b", day, day + 12 * H, 4),         # 48 of team b: a has 2/3
+        _usage("b2", "b", day + D, day + D + 12 * H, 8),  # 1 Dec: only b (bucket unfinished)
+        _usage("a2", "a", day - D, day - 12 * H, 1),     # 29 Nov: a alone, 100 %
+        _usage("c1", "c", day - D, day - 12 * H, 1),
     ]
     now = ms("2026-12-01T13:00:00")
     got = {e.key: (e.good, round(e.observed or 0, 3)) for e in
@@ -468,10 +473,10 @@ def test_fairness_bucket_cut_by_the_window_start_is_no_event() -> None:
     # 13:00 or 11:00 the day showed a at 0 % or 8 %, a good event (and a different one by the hour)
     p = _params("fairness", team="a", quota=0.4)
     day = ms("2026-11-24T00:00:00")
-    rows = [ind.UsageRow("a1", "a", day, day + 12 * H, 8),
-            ind.UsageRow("b1", "b", day + 12 * H, day + 24 * H, 8),
-            ind.UsageRow("a2", "a", day + D, day + D + 12 * H, 8),
-            ind.UsageRow("b2", "b", day + D + 12 * H, day + 2 * D, 8)]
+    rows = [_usage("a1", "a", day, day + 12 * H, 8),
+            _usage("b1", "b", day + 12 * H, day + 24 * H, 8),
+            _usage("a2", "a", day + D, day + D + 12 * H, 8),
+            _usage("b2", "b", day + D + 12 * H, day + 2 * D, 8)]
     for now in (ms("2026-12-01T11:00:00"), ms("2026-12-01T13:00:00")):
         got = {e.key: (e.good, round(e.observed or 0, 3)) for e in
                ind.fairness(p, rows, now - 7 * D, now)}
@@ -480,6 +485,30 @@ def test_fairness_bucket_cut_by_the_window_start_is_no_event() -> None:
     now = ms("2026-12-01T00:00:00")
     got = {e.key: e.good for e in ind.fairness(p, rows, now - 7 * D, now)}
     assert got == {"a@2026-11-24T00:00:00Z": False, "a@2026-11-25T00:00:00Z": False}
+
+
+def test_fairness_counts_a_preempted_runs_running_time_not_its_wait_in_the_queue() -> None:
+    """8 GPUs run 10 min, are preempted, wait 40 min queued, run 10 min more: 2.667 GPU-h,
+    as ``runwatch cost`` bills it. Fairness counted first start to end x 8 GPUs: 8.0."""
+    p = _params("fairness", team="a", quota=0.5)
+    b = ms("2026-11-30T10:00:00")
+    a1 = ind.UsageRow("a1", "a", (
+        (b - M, "queued", 0), (b, "running", 8), (b + 10 * M, "preempted", 0),
+        (b + 10 * M + 2000, "queued", 0), (b + 50 * M, "running", 8),
+        (b + 60 * M, "succeeded", 0)))
+    other = _usage("b1", "b", b, b + 20 * M, 8)  # 2.667 GPU-h of team b in the same hour
+    p["bucket_ms"] = H
+    now = ms("2026-12-01T00:00:00")
+    got = ind.fairness(p, [a1, other], now - 7 * D, now)
+    assert [(e.key, round(e.observed or 0, 3)) for e in got] == [("a@2026-11-30T10:00:00Z", 0.5)]
+    assert "of 5.3 GPU-hours" in got[0].detail
+    # a resumed attempt on another allocation: the GPUs of the latest event naming one
+    # before each interval ends (a scheduled event's too), then the manifest's
+    a2 = ind.UsageRow("a2", "a", ((b, "scheduled", 2), (b, "running", 0),
+                                  (b + 30 * M, "preempted", 0), (b + 40 * M, "running", 0),
+                                  (b + 60 * M, "failed", 0)), gpus=4)
+    got = ind.fairness(p, [a2, other], now - 7 * D, now)
+    assert "of 4.3 GPU-hours" in got[0].detail  # (30 + 20) min x 2 (the latest) + b's 2.667
 
 
 # ------------------------------------------------------------------ status and alerts
@@ -565,7 +594,7 @@ _OUTSIDE = {  # a bad row of each kind, timed at the window's exclusive start or
     "registry_control": [ind.RegistryRow("e", "r", START, "u", "registered", ())],
     "resumability": [ind.PreemptionRow("r", NOW + 1, (), (START,))],
     "reproducibility": [ind.ReproRow("a", "g", START, 0.0), ind.ReproRow("b", "g", START, 9.0)],
-    "fairness": [ind.UsageRow("r", "a", START - 2 * D, START, 8)],
+    "fairness": [_usage("r", "a", START - 2 * D, START, 8)],
 }
 
 

@@ -252,6 +252,54 @@ def test_status_table_prints_run_ids_as_written(capsys) -> None:
     assert "exp[/x], [bold]r2, r3[/]" in out and "0/3 = 0.0%" in out
 
 
+def test_a_fairness_breach_is_not_blamed_on_its_runs_unrelated_data_alerts() -> None:
+    """Team a held 8 of 10 GPUs for an hour (quota 50 %); its run also carried a zero-rows
+    alert, so the SLO alert's probable cause was ``data``: a GPU share is no data problem."""
+    fair = SLO.replace("name: window", "name: share").replace(
+        "{kind: training_window, family: f, maxDuration: 2h}",
+        "{kind: fairness, team: a, quota: 0.5, bucket: 1h}")
+    b = NOW - 3 * H - NOW % H
+
+    class Usage(StoreDouble):
+        def query(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+            if "FROM db.alerts" in sql or "slo_state" in sql:
+                return super().query(sql, params)  # r0's alert names data
+            assert "db.job_events" in sql and "db.run_manifests" in sql
+            return [("r0", "a", ((b, "running", 8), (b + H, "succeeded", 0)), 8),
+                    ("r9", "b", ((b, "running", 2), (b + H, "succeeded", 0)), 2)]
+
+    sent: list[Alert] = []
+    r = Evaluator(parse_slos(fair, "slos.yaml"), Usage([]), "db", source=SRC,
+                  publish=sent.extend).evaluate(NOW)
+    assert [(s.good, s.valid) for s in r.statuses] == [(0, 1)]
+    assert len(sent) == 1 and sent[0].probable_cause == "execution"
+
+
+def test_the_probable_cause_is_one_that_can_explain_the_kinds_bad_events() -> None:
+    from runwatch.core.slo.evaluate import probable_cause
+
+    assert probable_cause("fairness", ["data", "data", "learning"]) == "execution"
+    assert probable_cause("registry_control", ["data", "execution"]) == "artifact"
+    assert probable_cause("resumability", ["data", "infrastructure"]) == "infrastructure"
+    assert probable_cause("training_window", ["data", "execution", "data"]) == "data"
+    assert probable_cause("reproducibility", ["data"]) == "data"
+
+
+def test_status_table_lists_each_bad_run_once_in_order(capsys) -> None:
+    """A run behind several bad events (a team's run in many fairness buckets) was listed
+    once per event: "r1, r2, r1, r2, r1"."""
+    from runwatch.commands.slo import print_statuses
+    from runwatch.core.slo import indicators as ind
+    from runwatch.core.slo.evaluate import status
+
+    obj = parse_slos(SLO, "slos.yaml")[0]
+    events = [ind.SliEvent(f"a@{i}", NOW - H + i, False, ("r2", "r1") if i % 2 else ("r1",))
+              for i in range(3)]
+    print_statuses([status(obj, events, NOW)])
+    out = capsys.readouterr().out
+    assert "│ r1, r2 " in out and out.count("r1") == 1
+
+
 @pytest.mark.parametrize(("argv", "env", "shown"), [
     (["--interval", "0"], {}, "0"), (["--interval", "-5"], {}, "-5"),
     ([], {"RUNWATCH_SLO_INTERVAL_S": "0"}, "0"), (["--interval", "nan"], {}, "nan"),
@@ -306,7 +354,9 @@ def test_status_on_a_database_without_runwatch_tables_is_one_clean_line(
                "(UNKNOWN_TABLE) SELECT ... FROM default.artifacts")
         raise ch.ClickHouseRejected(msg)
 
-    monkeypatch.setattr(ch, "make_client", lambda *a, **k: object())
+    # past the shared check (runwatch.adapters.clickhouse.open_database, tested on a real
+    # store in tests/integration/test_store.py), a query that finds no table
+    monkeypatch.setattr(ch, "open_database", lambda *a, **k: object())
     monkeypatch.setattr(ClickHouseStore, "query", unknown_table)
     path = tmp_path / "slos.yaml"
     path.write_text(SLO)

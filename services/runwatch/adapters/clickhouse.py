@@ -76,11 +76,14 @@ def refusal(exc: ClickHouseRejected, database: str) -> str:
     """Say in one line what a refused query means.
 
     A database without runwatch's tables (``UNKNOWN_TABLE``: not migrated, or the
-    wrong one), or the store's own reason.
+    wrong one), one that does not exist (``UNKNOWN_DATABASE``), or the store's own reason.
     """
     text = str(exc)
     if "UNKNOWN_TABLE" in text or "Code: 60." in text:
         return no_tables(database)
+    if "UNKNOWN_DATABASE" in text or "Code: 81." in text:
+        return (f"database {database!r} does not exist (create it with `runwatch db migrate "
+                f"--database {database}`, or pass --database)")
     return f"the store refused a query (is the database migrated? runwatch db migrate): {exc}"
 
 
@@ -88,6 +91,56 @@ def no_tables(database: str) -> str:
     """Return the line that says a database holds none of runwatch's tables."""
     return (f"database {database!r} holds no runwatch tables (run `runwatch db migrate "
             f"--database {database}`, or pass --database)")
+
+
+def no_database(database: str, url: str) -> str:
+    """Return the line that says a database does not exist on the server."""
+    return (f"database {database!r} does not exist on ClickHouse at {url} (create it with "
+            f"`runwatch db migrate --database {database}`, or pass --database)")
+
+
+#: A table every migrated runwatch database holds (migration 0003): its absence says the
+#: database is not runwatch's (or not migrated).
+MARKER_TABLE = "run_manifests"
+
+
+def open_database(settings: ClickHouseSettings, *, readonly: bool = True,
+                  as_default: bool = False) -> Client:
+    """Connect to a runwatch database for a command that reads it (the governance commands).
+
+    The one check ``investigate``, ``slo``, ``cost``, ``capacity`` and ``gate`` share:
+    each refusal is one line, the same for every command. The name must be a plain
+    identifier (it is written into the queries), refused before the store is asked; the
+    database must exist and hold runwatch's tables.
+
+    Args:
+        settings: URL, users, the database (``settings.database``).
+        readonly: Connect as the readonly user.
+        as_default: Make the database the client's default (queries name bare tables);
+            else the server's default (queries name ``db.table``).
+
+    Returns:
+        A connected client.
+
+    Raises:
+        ClickHouseUnavailable: The server does not answer.
+        ClickHouseRejected: A bad name, no such database, or no runwatch tables in it.
+    """
+    db = settings.database
+    try:
+        ddl.check_identifier(db, "database name")
+    except ddl.DdlError as exc:
+        raise ClickHouseRejected(str(exc)) from None
+    client = make_client(settings, readonly=readonly, database=db if as_default else "")
+    found = query_rows(client, "SELECT name FROM system.databases WHERE name = {db:String}",
+                       {"db": db})
+    if not found:
+        raise ClickHouseRejected(no_database(db, settings.url))
+    marker = query_rows(client, "SELECT name FROM system.tables WHERE database = {db:String} "
+                        "AND name = {t:String}", {"db": db, "t": MARKER_TABLE})
+    if not marker:
+        raise ClickHouseRejected(no_tables(db))
+    return client
 
 
 def make_client(
@@ -133,9 +186,7 @@ def make_client(
         db = settings.database if database is None else database
         if "UNKNOWN_DATABASE" not in str(exc):
             raise
-        msg = (f"database {db!r} does not exist on ClickHouse at {settings.url} (create it "
-               f"with `runwatch db migrate --database {db}`, or pass --database)")
-        raise ClickHouseRejected(msg) from exc
+        raise ClickHouseRejected(no_database(db, settings.url)) from exc
 
 
 def _classify(exc: Exception) -> Exception:

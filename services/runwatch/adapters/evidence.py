@@ -20,13 +20,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from runwatch.adapters.clickhouse import (
-    ClickHouseRejected,
-    ClickHouseUnavailable,
-    make_client,
-    no_tables,
-)
-from runwatch.adapters.settings import ClickHouseSettings
+from runwatch.adapters.clickhouse import no_tables
 from runwatch.core.cost.prices import Prices
 from runwatch.core.cost.waste import HISTORY_S, RUN_COST_COLUMNS, run_cost_from_row
 from runwatch.core.investigate import answers
@@ -46,7 +40,7 @@ _MANIFEST_COLS = (
     "event_id", "dataset_uris", "dataset_versions", "transform_names", "transform_versions",
     "code_revision", "code_dirty", "image_digest", "config_hash", "config", "hardware_nodes",
     "gpu_count", "gpu_model", "seed_policy", "framework_versions", "experiment_family", "team",
-    "labels",
+    "labels", "resumed_from_checkpoint",
 )
 _ALERT_COLS = (
     "toUnixTimestamp64Milli(ts) AS ts_ms, toString(run_id) AS run_id, alert_id, status, "
@@ -60,20 +54,6 @@ _ALERT_COLS = (
 
 class EvidenceError(ValueError):
     """The database cannot be investigated (it does not exist, or is not runwatch's)."""
-
-
-def connect(settings: ClickHouseSettings) -> Client:
-    """Connect as the readonly user to the server's default database (queries name theirs).
-
-    Raises:
-        EvidenceError: ClickHouse does not answer or refuses the login.
-    """
-    try:
-        return make_client(settings, readonly=True, database="")
-    except (ClickHouseUnavailable, ClickHouseRejected, ClickHouseError) as exc:
-        text = str(exc)  # the client's message may name the server already
-        msg = text if settings.url in text else f"ClickHouse at {settings.url}: {text}"
-        raise EvidenceError(msg) from exc
 
 
 class EvidenceReader:
@@ -461,7 +441,7 @@ class EvidenceReader:
         return rows
 
 
-__all__ = ["BUCKETS", "EvidenceError", "EvidenceReader", "connect", "investigate_run"]
+__all__ = ["BUCKETS", "EvidenceError", "EvidenceReader", "investigate_run"]
 
 
 def investigate_run(client: Client, database: str, run_id: str, now_ms: int, *,

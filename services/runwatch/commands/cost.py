@@ -80,8 +80,8 @@ def _client(database: str | None) -> Any:
     from runwatch.adapters.settings import ClickHouseSettings
 
     settings = ClickHouseSettings(database=database) if database else ClickHouseSettings()
-    try:
-        return ch.make_client(settings, readonly=True)
+    try:  # a bad name, no such database, no runwatch tables: one line, as investigate and slo
+        return ch.open_database(settings, readonly=True, as_default=True)
     except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
         raise FatalError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - the client's first query: show ClickHouse's words

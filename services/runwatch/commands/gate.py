@@ -53,15 +53,10 @@ def _store(args: argparse.Namespace) -> Any:
     from runwatch.adapters import clickhouse as ch
     from runwatch.adapters.gates import GateStore
     from runwatch.adapters.settings import ClickHouseSettings
-    from runwatch.core.storage.ddl import DdlError, check_identifier
 
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
-    try:  # as slo: the name is written into the queries
-        check_identifier(settings.database, "database name")
-    except DdlError as exc:
-        raise _Refused(str(exc)) from exc
-    try:
-        client = ch.make_client(settings, readonly=True)
+    try:  # the check every governance command shares: name, existence, runwatch tables
+        client = ch.open_database(settings, readonly=True, as_default=True)
     except ch.ClickHouseRejected as exc:  # no such database: say so, not "cannot reach"
         raise _Refused(str(exc)) from exc
     except Exception as exc:  # noqa: BLE001 - unreachable or refused: one line

@@ -54,13 +54,13 @@ def _router(path: Path | None) -> Any:
 
 
 def _client(database: str | None) -> tuple[Any, str]:
-    from runwatch.adapters.evidence import EvidenceError, connect
+    from runwatch.adapters import clickhouse as ch
     from runwatch.adapters.settings import ClickHouseSettings
 
     settings = ClickHouseSettings(database=database) if database else ClickHouseSettings()
-    try:
-        return connect(settings), settings.database
-    except EvidenceError as exc:
+    try:  # the check every governance command shares: name, existence, runwatch tables
+        return ch.open_database(settings, readonly=True), settings.database
+    except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
         raise FatalError(str(exc)) from exc
 
 
@@ -228,9 +228,11 @@ def _show(result: Mapping[str, Any]) -> None:
                   "GPU-hours")
     con.print("\n[bold]Resume point[/bold]  " + resume)
     rel = result["release"]
-    con.print("\n[bold]Release[/bold]  " + ("[red]blocked[/red]: " + esc("; ".join(rel["reasons"]))
-                                           if rel["blocked"] else "not blocked "
-                                           + esc(rel["note"])))
+    if rel["blocked"]:
+        release = "[red]blocked[/red]: " + esc("; ".join(rel["reasons"]))
+    else:
+        release = "not blocked" + (f" ({esc(rel['note'])})" if rel["note"] else "")
+    con.print("\n[bold]Release[/bold]  " + release)
     for g in rel["gates"]:
         con.print(f"  gate {esc(g['gate'])}: {esc(g['decision'])} ({_when(g['ts_ms'])} UTC)"
                   + (f": {esc('; '.join(g['reasons']))}" if g["reasons"] else ""))

@@ -43,7 +43,8 @@ def _at(text: str | None) -> int:
     return at
 
 
-def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
+def _evaluator(args: argparse.Namespace, *, publish: bool, serve: bool = False
+               ) -> tuple[Any, Any]:
     from runwatch.adapters import clickhouse as ch
     from runwatch.adapters.settings import ClickHouseSettings
     from runwatch.core.slo.spec import SloConfigError
@@ -68,12 +69,14 @@ def _evaluator(args: argparse.Namespace, *, publish: bool) -> tuple[Any, Any]:
 
     chs = ClickHouseSettings(**({"database": args.database} if args.database else {}))
     try:
-        check_identifier(chs.database, "database name")  # it is written into the queries
+        if serve:  # a database without the tables pauses its rounds until they are there
+            check_identifier(chs.database, "database name")  # it is written into the queries
+            client = ch.make_client(chs, database="")
+        else:  # the check every governance command shares: name, existence, runwatch tables
+            client = ch.open_database(chs, readonly=False)
     except DdlError as exc:
         raise FatalError(str(exc)) from None
-    try:
-        client = ch.make_client(chs, database="")
-    except ch.ClickHouseUnavailable as exc:
+    except (ch.ClickHouseUnavailable, ch.ClickHouseRejected) as exc:
         raise FatalError(str(exc)) from None
     transport = None
     sender = None
@@ -169,7 +172,7 @@ def _serve(args: argparse.Namespace) -> int:
         msg = (f"slo serve: the interval must be a positive number of seconds, got {interval:g} "
                "(--interval or RUNWATCH_SLO_INTERVAL_S)")
         raise FatalError(msg)
-    ev, transport = _evaluator(args, publish=True)
+    ev, transport = _evaluator(args, publish=True, serve=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -214,7 +217,8 @@ def print_statuses(statuses: list[Any]) -> None:
         left = "-" if st.budget_left is None else f"{st.budget_left:.0%}"
         burn = " ".join(f"{k}:{'-' if v is None else f'{v:.1f}'}" for k, v in
                         st.burn_rates.items())
-        bad = ", ".join(r for e in st.bad[-5:] for r in (e.run_ids or (e.key,)))
+        # each run once, in the order of its first bad event (a run in many buckets)
+        bad = ", ".join(dict.fromkeys(r for e in st.bad[-5:] for r in (e.run_ids or (e.key,))))
         if len(st.bad) > 5:
             bad = f"{len(st.bad)} bad; last: {bad}"
         # run ids and dataset URIs are what producers wrote: text, never rich markup

@@ -12,6 +12,9 @@ import zoneinfo
 from typing import Any
 
 _OWN_FORMAT = re.compile(r"\bFORMAT\s+[A-Za-z][A-Za-z0-9]*\s*;?\s*$", re.IGNORECASE)
+#: The clause the client appends to a query it decodes itself ("\n FORMAT Native"), as a
+#: server's message may quote it (a newline, or its escape inside a quoted query).
+_APPENDED_FORMAT = re.compile(r"(?:\n|\\n) FORMAT Native")
 _ZONED = re.compile(r"^DateTime(?:64)?\((?:\d+\s*,\s*)?'([^']+)'\)$")
 
 
@@ -61,12 +64,36 @@ def _zones(client: Any, sql: str, types: list[Any]) -> list[str | None]:
     return [m.group(1) if m else None for m in found]
 
 
+def _in_own_words(client: Any, query: str, exc: Exception) -> str:
+    """Return ClickHouse's message about the query as written, not as the client sent it.
+
+    The client appends ``FORMAT Native`` to the query, which ClickHouse's message may
+    quote or even misread (``SELECT 1 FROM`` reads ``FORMAT`` as the table): the query is
+    then asked once more without it, for ClickHouse's words on the query as written
+    (it failed already: nothing is read twice); should it pass, the clause is cut out of
+    the first message.
+    """
+    text = str(exc)
+    if client is None or "FORMAT" not in text or re.search(r"\bFORMAT\b", query, re.I):
+        return text
+    try:
+        client.raw_query(query)
+    except Exception as again:  # noqa: BLE001 - ClickHouse's own message is the answer
+        return str(again)
+    return _APPENDED_FORMAT.sub("", text)
+
+
 def _run(args: argparse.Namespace) -> int:
     from runwatch.adapters import clickhouse as ch
     from runwatch.adapters.settings import ClickHouseSettings
 
+    if not args.query.strip().rstrip(";").strip():  # refused before the store is asked
+        print('error: the query is empty: give one SQL statement, e.g. runwatch sql '
+              '"SELECT 1"', file=sys.stderr)
+        return 2
     settings = ClickHouseSettings(**({"database": args.database} if args.database else {}))
     own = _OWN_FORMAT.search(args.query) is not None
+    client = None
     try:
         client = ch.make_client(settings, readonly=True)
         if own:  # the query names its format: print ClickHouse's answer as it is
@@ -75,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
             return 0
         result = client.query(args.query)
     except Exception as exc:  # noqa: BLE001 - show ClickHouse's own message
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_in_own_words(client, args.query, exc)}", file=sys.stderr)
         return 1
     names = ch.column_names(client, args.query, result)
     zones = _zones(client, args.query, list(result.column_types or []))

@@ -18,6 +18,11 @@ for ever), so a routine run whose raw job events expired (``raw.ttl`` of
 window starts at the summary's ``running_at`` (the first ``running`` event, as
 from the job events), not at ``started_at`` (its first event, a ``queued`` one).
 
+Fairness returns each run's job events (time, state, allocated GPUs), not a span: the
+pure kind draws the run's running intervals from them as the run summary draws them for
+``runwatch cost`` (:mod:`runwatch.core.cost.running`), so a preempted run's wait in the
+queue is no GPU use.
+
 Repeated lineages are grouped by the RunManifest's ``repeat_group`` (the
 lineage hash without the seed); a manifest without one (written before it
 existed) falls back to (config hash, code revision, dataset URIs and
@@ -130,9 +135,10 @@ FROM (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(max(ts)) AS at,
       GROUP BY rid) AS v
 JOIN m ON m.rid = v.rid""",
     "fairness": f"""
-SELECT j.rid, if(j.team != '', j.team, m.team), j.started, j.ended, greatest(j.gpus, m.gpus)
+SELECT j.rid, if(j.team != '', j.team, m.team), j.jobs, m.gpus
 FROM (SELECT toString(run_id) AS rid, anyIf(toString(team), team != '') AS team,
-             {_STARTED} AS started, {_ENDED} AS ended, max(gpu_count) AS gpus
+             groupArray((toUnixTimestamp64Milli(ts), toString(state), toUInt32(gpu_count)))
+                 AS jobs
       FROM ${{db}}.job_events
       WHERE run_id IN (SELECT run_id FROM ${{db}}.job_events WHERE ts > {_SINCE} AND ts <= {_NOW})
         AND ts <= {_NOW}
@@ -242,5 +248,6 @@ def to_rows(kind: str, raw: list[tuple[Any, ...]]) -> list[Any]:
     if kind == "reproducibility":
         return [ind.ReproRow(str(r), str(g), int(a), float(v), str(f or ""))
                 for r, g, a, v, f in raw]
-    return [ind.UsageRow(str(r), str(t), int(s), None if e is None else int(e), int(g or 0))
-            for r, t, s, e, g in raw]
+    return [ind.UsageRow(str(r), str(t), tuple((int(a), str(st), int(n or 0))
+                                               for a, st, n in jobs or ()), int(g or 0))
+            for r, t, jobs, g in raw]

@@ -11,7 +11,7 @@ is the JSON shape ``version 1`` documented in ``docs/investigation.md``.
 Rules:
 
 * **onset**: the earliest alert the run fired (firing or resolved since) about its computation (not
-  a policy, gate or record finding: :data:`POLICY_DETECTORS`), at the
+  a policy, gate, registry, record or queue finding: :data:`POLICY_DETECTORS`), at the
   earliest of its first sighting and its evidence times;
 * **reference** (what changed is measured against): the latest run of the same
   family whose manifest is older, that succeeded and fired no warning or
@@ -23,7 +23,11 @@ Rules:
 * **trustworthy** checkpoint: outcome ok, its sha256 equals the expected one
   (when one is given), written before the onset and before any quality
   problem of the run's inputs; an artifact: the same with its serialization
-  check;
+  check. A finding about one checkpoint file (:data:`FILE_DETECTORS`) of an
+  earlier attempt does not count for what a later attempt wrote when that
+  attempt resumed, after the finding's onset, from a trustworthy checkpoint
+  (its manifest's ``resumed_from_checkpoint``): it did not use the bad file.
+  Every other finding (bad data, a NaN that recurs) still counts;
 * **resume point**: the latest trustworthy checkpoint; resuming from it loses
   the GPU time from it to the run's last activity (running hours × each
   attempt's GPUs; the wait between attempts is not lost);
@@ -48,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runwatch.core.cost.prices import Prices
+from runwatch.core.cost.running import running_intervals
 from runwatch.core.investigate import lineage as lin
 from runwatch.core.investigate.cost import CostRow, cost_answer
 from runwatch.core.paging.ownership import Owner, Ownership
@@ -55,12 +60,18 @@ from runwatch.core.signals.indicators import label_balance_shift
 from runwatch.core.stream.runstate import RunConfig
 
 VERSION = 1
-#: Findings about where a run stands (policy, gates, the record), not about its
-#: computation: they set no onset (see runwatch.core.signals.cause).
+#: Findings about where a run stands (policy, gates, the registry, the record, the
+#: scheduler's queue), not about its computation: they set no onset, are no failure to
+#: repeat and do not name the owner while a computing alert does (see
+#: runwatch.core.signals.cause, where they explain no symptom).
 POLICY_DETECTORS = frozenset({
     "rule:image_allow_list", "rule:image_missing", "rule:failed_gate", "rule:missing_gate",
-    "rule:lineage_mutated", "rule:missing_data_report", "alerting",
+    "rule:registry_without_gate", "rule:registry_status", "rule:lineage_mutated",
+    "rule:missing_data_report", "rule:queue_deadline", "alerting",
 })
+#: Findings about one checkpoint file (its bytes, its write), not the model's state: an
+#: attempt that resumed from an earlier trustworthy checkpoint did not inherit them.
+FILE_DETECTORS = frozenset({"rule:checkpoint_checksum", "rule:checkpoint_serialization"})
 BAD_SEVERITIES = frozenset({"warning", "critical"})
 GOOD_STATES = frozenset({"succeeded"})
 #: The label-balance distance the processor counts as a shift (RunConfig.label_shift).
@@ -324,6 +335,13 @@ def _deterministic(ev: Evidence, firing: list[dict[str, Any]]) -> dict[str, Any]
     if not firing:
         return {"deterministic": None, "reason": "no alert fired for this run",
                 "attempts": attempts, "same_lineage_runs": others, "evidence": []}
+    # a policy, registry, record or queue finding is no failure to repeat (a queue wait
+    # past the deadline in each attempt is not a failure at the same step)
+    firing = [a for a in firing if a["detector"] not in POLICY_DETECTORS]
+    if not firing:
+        return {"deterministic": None, "reason": "no alert about the run's computation fired "
+                "(policy, gate, registry, record and queue findings only)",
+                "attempts": attempts, "same_lineage_runs": others, "evidence": []}
     evidence: list[dict[str, Any]] = []
     # across attempts: the same detector again, at the same step, in a later attempt
     by_det: dict[tuple[str, str], list[tuple[int, int | None]]] = {}
@@ -353,15 +371,11 @@ def _deterministic(ev: Evidence, firing: list[dict[str, Any]]) -> dict[str, Any]
                 "the same lineage (without the seed) to compare with",
                 "attempts": attempts, "same_lineage_runs": others, "evidence": []}
     failures = _failures(ev, firing)
-    if not failures:
-        return {"deterministic": None, "reason": "no alert about the run's computation fired "
-                "(policy, gate and record findings only)", "attempts": attempts,
-                "same_lineage_runs": others, "evidence": []}
     checked = [(f"{det} at step {'?' if step is None else step}",
                 _not_recurred(ev, firing, det, step, first)) for det, step, first in failures]
     unknown = [what for what, why in checked if not why]
     if unknown:
-        return {"deterministic": None, "reason": "unknown: nothing shows a later attempt or a "
+        return {"deterministic": None, "reason": "nothing shows a later attempt or a "
                 "run of the same lineage going past the failing step without the failure ("
                 + ", ".join(unknown) + "; an alert still firing across a restart is not seen "
                 "again)", "attempts": attempts, "same_lineage_runs": others, "evidence": []}
@@ -371,11 +385,9 @@ def _deterministic(ev: Evidence, firing: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def _failures(ev: Evidence, firing: list[dict[str, Any]]) -> list[tuple[str, int | None, int]]:
-    """Each computing detector's first failure: (detector, its step, its first sighting)."""
+    """Each detector's first failure: (detector, its step, its first sighting)."""
     first: dict[str, int] = {}
     for a in firing:
-        if a["detector"] in POLICY_DETECTORS:
-            continue
         det, at = str(a["detector"]), int(a.get("first_seen_ms") or 0)
         first[det] = min(first.get(det, at), at)
     return [(det, step_at(ev.steps_at, at), at) for det, at in sorted(first.items())]
@@ -434,14 +446,53 @@ def _attempt_at(jobs: Sequence[Row], ts_ms: int) -> int:
     return att
 
 
-def _trust(ev: Evidence, onset: int | None, bad_input_ms: int | None) -> dict[str, Any]:
+def _resumes(ev: Evidence) -> list[tuple[int, int, str]]:
+    """Each manifest naming the checkpoint its attempt resumed from: (ts, attempt, uri)."""
+    return [(int(m["ts_ms"]), _attempt_at(ev.jobs, int(m["ts_ms"])),
+             str(m["resumed_from_checkpoint"]))
+            for m in ev.manifests if m.get("resumed_from_checkpoint")]
+
+
+def _onset_for(ev: Evidence, computing: Sequence[Row], resumes: Sequence[tuple[int, int, str]],
+               trusted: Mapping[str, bool], ts: int) -> int | None:
+    """The onset that applies to what the run wrote at ``ts`` (None: none before it).
+
+    Every alert about the computation applies, except a finding about one checkpoint file
+    (:data:`FILE_DETECTORS`) of an earlier attempt when the writing attempt resumed, after
+    that finding's onset, from a checkpoint judged trustworthy: it did not use the bad file.
+    """
+    att = _attempt_at(ev.jobs, ts)
+    resume = max(((t, uri) for t, a, uri in resumes if a == att and t <= ts), default=None)
+    onsets = []
+    for a in computing:
+        o = onset_of(a)
+        if o > ts:
+            continue
+        if (a["detector"] in FILE_DETECTORS and resume is not None and resume[0] > o
+                and _attempt_at(ev.jobs, o) < att and trusted.get(resume[1]) is True):
+            continue
+        onsets.append(o)
+    return min(onsets, default=None)
+
+
+def _trust(ev: Evidence, fired: Sequence[Row], onset: int | None,
+           bad_input_ms: int | None) -> dict[str, Any]:
+    computing = [a for a in fired if a["detector"] not in POLICY_DETECTORS]
+    resumes = _resumes(ev)
+    # checkpoint uri -> every row of it judged trustworthy so far; a file any row of which
+    # (a re-read too) failed its check is no state to resume from
+    trusted: dict[str, bool] = {
+        str(c.get("uri") or ""): False for c in ev.checkpoints
+        if str(c.get("outcome") or "") != "ok" or (
+            c.get("sha256") and c.get("expected_sha256") and c["sha256"] != c["expected_sha256"])}
+
     def judge(ts: int, checksum_ok: bool | None, serial_ok: bool) -> list[str]:
         why = []
         if checksum_ok is False:
             why.append("checksum mismatch")
         if not serial_ok:
             why.append("serialization failed")
-        if onset is not None and ts >= onset:
+        if _onset_for(ev, computing, resumes, trusted, ts) is not None:
             why.append("written at or after the onset")
         if bad_input_ms is not None and ts >= bad_input_ms:
             why.append("written after an input failed quality")
@@ -457,7 +508,9 @@ def _trust(ev: Evidence, onset: int | None, bad_input_ms: int | None) -> dict[st
         why = judge(int(c["ts_ms"]), checksum_ok, outcome not in ("failed", "timeout"))
         if outcome not in ("ok", "corrupt", "failed", "timeout"):
             why.append(f"outcome {outcome or 'unknown'}")
-        cks.append({"step": int(c["step"]), "uri": str(c.get("uri") or ""),
+        uri = str(c.get("uri") or "")
+        trusted[uri] = trusted.get(uri, True) and not why
+        cks.append({"step": int(c["step"]), "uri": uri,
                     "ts_ms": int(c["ts_ms"]), "outcome": outcome, "checksum_ok": checksum_ok,
                     "trustworthy": not why, "reasons": why})
     arts = []
@@ -484,43 +537,14 @@ def _last_activity(ev: Evidence) -> int | None:
     return max(times, default=None)
 
 
-#: Job states of one millisecond in the run summary's order: queued, running, the rest.
-_STATE_ORDER = {"queued": 0, "running": 1}
-
-
-def _running_spans(ev: Evidence, default_gpus: int, last: int) -> list[tuple[int, int, int]]:
-    """The run's running intervals (start, end, GPUs), drawn as the run summary draws them.
-
-    An interval runs from a ``running`` job event to the next later event in another state
-    (the last one, still open, to the run's last activity); its GPUs are those of its latest
-    ``running`` event that names some, else ``default_gpus``.
-    """
-    jobs = sorted(ev.jobs, key=lambda j: (int(j["ts_ms"]),
-                                          _STATE_ORDER.get(str(j.get("state")), 2)))
-    spans: list[tuple[int, int, int]] = []
-    start: int | None = None
-    gpus = 0
-    for j in jobs:
-        t = int(j["ts_ms"])
-        if j.get("state") == "running":
-            if start is None:
-                start, gpus = t, 0
-            gpus = int(j.get("gpu_count") or 0) or gpus
-        elif start is not None and t > start:
-            spans.append((start, t, gpus or default_gpus))
-            start = None
-    if start is not None:
-        spans.append((start, max(last, start), gpus or default_gpus))
-    return spans
-
-
 def _gpu_hours_after(ev: Evidence, since_ms: int, gpus: int, last: int) -> float:
     """GPU-hours of the run's running time from ``since_ms`` to its last activity.
 
     Time between attempts (preempted, queued again) is not lost work; without any
     ``running`` job event, the whole stretch counts at ``gpus``.
     """
-    spans = _running_spans(ev, gpus, last)
+    spans = running_intervals(((int(j["ts_ms"]), str(j.get("state") or ""),
+                                int(j.get("gpu_count") or 0)) for j in ev.jobs), last, gpus)
     if not spans:
         return max(last - since_ms, 0) / 3_600_000 * gpus
     return sum(max(min(t1, last) - max(t0, since_ms), 0) * n
@@ -683,7 +707,7 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
     if changed["stages"] is None or not changed["stages"]:
         missing.append(changed.get("stages_note", "no stage events recorded"))
     bad_inputs = [q["ts_ms"] for q in changed["input_quality"]]
-    trust = _trust(ev, onset, min(bad_inputs, default=None))
+    trust = _trust(ev, fired, onset, min(bad_inputs, default=None))
     suspects = _suspects(me, changed)
     resume = _resume(ev, trust, me)
     cost = cost_answer(ev.run_id, facts["experiment_family"], ev.cost_rows, prices, resume,

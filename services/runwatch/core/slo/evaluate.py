@@ -39,6 +39,25 @@ POLICY = lifecycle.AlertPolicy(clear_after=1, resolve_ms=0, cooldown_ms=0, per_r
 _RANK = {"info": 0, "warning": 1, "critical": 2}
 _CAUSES = frozenset({"data", "execution", "learning", "artifact", "infrastructure"})
 
+#: kind -> the probable causes of its bad runs' own alerts that can explain its bad events
+#: (the SLO alert's cause when they name one): a run overruns its window or fails for any
+#: reason; data is late, empty or drifted for a data reason, a pipeline that did not run
+#: or a broken host; a registration skips its gate by the registry's doing; work is lost
+#: on a preemption by missing, failed or slow checkpoints or the hardware; a repeat's
+#: metric strays for any reason its computation can; a team's GPU share is the
+#: scheduler's and its jobs' doing (execution), never its data's or its model's.
+EXPLAINED_BY: dict[str, frozenset[str]] = {
+    "data_availability": frozenset({"data", "execution", "infrastructure"}),
+    "training_window": frozenset({"data", "execution", "learning", "artifact",
+                                  "infrastructure"}),
+    "evaluation_retained": frozenset({"artifact", "execution"}),
+    "registry_control": frozenset({"artifact"}),
+    "resumability": frozenset({"execution", "artifact", "infrastructure"}),
+    "reproducibility": frozenset({"learning", "data", "execution", "artifact",
+                                  "infrastructure"}),
+    "fairness": frozenset({"execution"}),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Status:
@@ -173,12 +192,17 @@ def status(obj: Objective, events: Sequence[SliEvent], now_ms: int,
 def probable_cause(kind: str, causes: Iterable[str]) -> str:
     """Return the cause the bad events' own alerts name most, else the kind's signal class.
 
+    Only causes that can explain the kind's bad events count (:data:`EXPLAINED_BY`): a
+    team over its GPU quota whose runs also carry zero-rows alerts is not over it because
+    of its data.
+
     Args:
         kind: The indicator kind.
         causes: Probable causes of the alerts raised on the bad events' runs.
 
     """
-    counted = Counter(c for c in causes if c in _CAUSES)
+    plausible = EXPLAINED_BY.get(kind, _CAUSES)
+    counted = Counter(c for c in causes if c in _CAUSES and c in plausible)
     if counted:
         return sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
     return SIGNAL.get(kind, "unknown")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from runwatch.core.cost.running import running_intervals
 from runwatch.core.gates import registry
 from runwatch.core.gates.evaluate import exceeds
 from runwatch.core.slo.timewin import cutoffs, iso, next_cutoff, previous_cutoff, zone
@@ -123,13 +124,16 @@ class ReproRow(NamedTuple):
 
 
 class UsageRow(NamedTuple):
-    """A run's GPU allocation over time."""
+    """A run's job events, whose running intervals x their GPUs are its GPU use.
+
+    ``jobs`` are (ts_ms, state, allocated GPUs: 0 when the event names none); ``gpus`` is
+    the manifest's GPU count, for an interval no job event gives an allocation.
+    """
 
     run_id: str
     team: str
-    started_ms: int
-    ended_ms: int | None
-    gpus: int
+    jobs: tuple[tuple[int, str, int], ...]
+    gpus: int = 0
 
 
 def _inside(start: int, now: int, at: int) -> bool:
@@ -324,6 +328,10 @@ def fairness(p: Mapping[str, Any], rows: Sequence[UsageRow], start: int,
              now: int) -> list[SliEvent]:
     """One event per finished bucket: good when the team's share of GPU-hours is within quota.
 
+    A run's GPU use is each of its running intervals x that interval's allocated GPUs,
+    drawn as the run summary draws them for ``runwatch cost``
+    (:func:`~runwatch.core.cost.running.running_intervals`): the wait in the queue between
+    the attempts of a preempted run is no GPU use; an interval still open runs to ``now``.
     Buckets are ``bucket`` long, aligned to the epoch (UTC days by default);
     a bucket without GPU use is no event, and neither is one that began before
     the window's start: its share would be computed from a part of it.
@@ -333,17 +341,17 @@ def fairness(p: Mapping[str, Any], rows: Sequence[UsageRow], start: int,
     team: dict[int, float] = defaultdict(float)
     runs: dict[int, set[str]] = defaultdict(set)
     for r in rows:
-        end = now if r.ended_ms is None else min(r.ended_ms, now)
-        t = max(r.started_ms, start)
-        while t < end and r.gpus > 0:
-            b = t - t % size
-            upto = min(end, b + size)
-            gpu_h = r.gpus * (upto - t) / 3_600_000
-            total[b] += gpu_h
-            if r.team == p["team"]:
-                team[b] += gpu_h
-                runs[b].add(r.run_id)
-            t = upto
+        for t0, t1, gpus in running_intervals(r.jobs, now, r.gpus):
+            t, end = max(t0, start), min(t1, now)
+            while t < end and gpus > 0:
+                b = t - t % size
+                upto = min(end, b + size)
+                gpu_h = gpus * (upto - t) / 3_600_000
+                total[b] += gpu_h
+                if r.team == p["team"]:
+                    team[b] += gpu_h
+                    runs[b].add(r.run_id)
+                t = upto
     out: list[SliEvent] = []
     for b in sorted(total):
         if b < start or b + size > now or total[b] <= 0:
@@ -373,7 +381,7 @@ COMPUTE: dict[str, tuple[type, Callable[..., list[SliEvent]]]] = {
 }
 
 #: kind -> the signal class its bad events belong to (their probable cause when the bad
-#: events' own alerts name none).
+#: events' own alerts name none that can explain them).
 SIGNAL: dict[str, str] = {
     "data_availability": "data", "training_window": "execution",
     "evaluation_retained": "artifact", "registry_control": "artifact",
