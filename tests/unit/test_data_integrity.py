@@ -375,3 +375,34 @@ def test_freshness_is_the_age_of_the_datasets_newest_rows(case: str, tmp_path) -
                for at, part, table, more in lagged(plan)]
     expected = {("watch:freshness_lag", "data")} if fires else set()
     assert firing(reported(batches, tmp_path, t0=t0)) == expected
+
+
+def dwell(scale: float, rows: int = 2000) -> Batch:
+    """Click batches: a lognormal dwell time (ms, median about 4,900) and a block of
+    user ids starting anywhere below a billion."""
+    def make(rng: np.random.Generator, i: int) -> dict[str, Any]:
+        start = int(rng.integers(0, 10**9))
+        return {"user_id": list(range(start, start + rows)),
+                "dwell_ms": (rng.lognormal(8.5, 0.6, rows) * scale).round(3).tolist()}
+    return make
+
+
+@pytest.mark.parametrize(("last", "fires"), [
+    (dwell(0.001), True),  # milliseconds to seconds: the values shrink inside their range
+    (dwell(1 / 60_000), True),  # to minutes
+    (dwell(1.0), False),
+    (dwell(1.0, rows=80), False),  # a small batch: narrower, same scale
+], ids=["ms-to-s", "ms-to-min", "same", "small-batch"])
+def test_a_unit_change_that_shrinks_the_values_leaves_the_features_scale(
+        last: Batch, fires: bool, tmp_path) -> None:
+    """A unit change (milliseconds to seconds) moves every value of the feature by the same
+    factor: the batch's mean and width both fall a thousandfold while its min and max stay
+    inside the range seen, so the range check never fired. An id block near zero (the
+    mean alone moves) or a small batch (the width alone narrows) is not a unit change."""
+    for seed in range(3):
+        batches = [dwell(1.0)] * HISTORY + [last]
+        rng = np.random.default_rng(seed)
+        plan = [(k * 60 * MIN_MS, f"hour={k}", make(rng, k), {}) for k, make in enumerate(batches)]
+        m = reported(plan, tmp_path / str(seed), run_id=f"A{seed}")
+        # (the small batch is a volume change: watch:row_count's finding, not this one's)
+        assert (("watch:feature_range", "data") in firing(m)) == fires

@@ -124,6 +124,44 @@ def test_a_label_shift_makes_a_validation_decline_a_data_problem(tmp_path) -> No
     assert ("A", "rule:validation_decline", "data") in firing(m)
 
 
+@pytest.mark.parametrize(("healed", "cause"), [(False, "data"), (True, "learning")])
+def test_a_lasting_label_shift_explains_a_decline_long_after_the_last_report(
+        healed: bool, cause: str, tmp_path) -> None:
+    """Hourly reports land a quarter past the hour; from hour 4 every one of them is
+    shifted; the evaluations come on the hour, three quarters of an hour after the latest
+    report (past the 30-minute window), delivered in time order: the decline was called
+    learning. A dataset whose latest reports are healthy again no longer explains it."""
+    t = CaptureTransport()
+    pub = publisher(t)
+    hour = 3_600_000
+    wall = int(time.time() * 1000) - 12 * hour
+    run = start(t, "L", ("s3://d", "v1"), clock_ms=wall)
+    accs = [0.91] * 6 + [0.86, 0.81, 0.76]
+    for h in range(9):
+        shifted = h >= 4 and not (healed and h >= 6)
+        ys = [0] * 60 + [1] * 40 if shifted else [0] * 80 + [1] * 20
+        data.report("s3://d", "v1", f"hour={h}", {"x": list(range(100)), "y": ys}, label="y",
+                    publisher=pub, baseline_directory=tmp_path,
+                    now_ms=wall + h * hour + hour // 4)
+        run.validation(100 * (h + 1), {"val_acc": accs[h]}, now_ms=wall + (h + 1) * hour)
+    run.finish(now_ms=wall + 10 * hour)
+    clock = {"t": wall}
+    m = MemoryProcessor(clock=lambda: clock["t"])
+    # as they come, a second after they happen (the SDK's thread publishes the run's
+    # records after the reports in the capture)
+    timed = sorted((m.codec.decode(value).emitted_at_ms, n) for n, (_, _, value)
+                   in enumerate(t.messages))
+    for emitted, n in timed:
+        topic, key, value = t.messages[n]
+        at = emitted + 1_000
+        while clock["t"] + 60_000 < at:  # the timer, every minute in between
+            clock["t"] += 60_000
+            m.tick(clock["t"])
+        clock["t"] = max(clock["t"], at)
+        m.feed([(topic, key, value)])
+    assert ("L", "rule:validation_decline", cause) in firing(m)
+
+
 @pytest.mark.parametrize("older_first", [True, False])
 def test_stored_reports_of_two_datasets_replay_in_either_order(older_first: bool) -> None:
     t = CaptureTransport()

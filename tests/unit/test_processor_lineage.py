@@ -169,3 +169,34 @@ def test_an_empty_stage_output_fires_zero_rows_and_a_failed_stage_is_evidence() 
     state = m.p.runs.load(b"Z")
     assert state.signals["stages"]["s3://d@v1"]["outcome"] == "failed"
     assert any(k.startswith("rule:stage_failed|") for k in state.evidence)
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "failed"])
+def test_a_pipeline_of_stages_only_reports_the_version_its_runs_read(outcome: str) -> None:
+    """A pipeline instrumented with ``data.stage`` alone (no ``data.report``) wrote the
+    version a run reads: the run paged rule:missing_data_report (critical) ten minutes in;
+    a stage that failed to write it still leaves the version missing, and the page names
+    the failed stage (it did not: the stage failed more than WINDOW_MS before the page)."""
+    t = CaptureTransport()
+    pub = Publisher(t, kind="sdk")
+    if outcome == "failed":
+        with pytest.raises(KeyError), data.stage("features", output="s3://d@v1",
+                                                   publisher=pub, now_ms=WALL - 3_600_000):
+            raise KeyError("user_id")
+    else:
+        with data.stage("features", output="s3://d@v1", inputs=["s3://raw@7"], publisher=pub,
+                        now_ms=WALL - 120_000) as st:
+            st.rows_in, st.rows_out = 2_000, 1_980
+    run = runwatch.init("fam", run_id=f"S-{outcome}", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: WALL,
+                        datasets=[DatasetRef(uri="s3://d", version="v1")])
+    for i in range(20):
+        run.step(i, loss=1.0, now_ms=WALL + i * 60_000)
+    run.finish(now_ms=WALL + 20 * 60_000)
+    m = fed(t)
+    m.tick(WALL + 20 * 60_000)
+    missing = [a for a in m.alerts if isinstance(a, Alert) and a.status == "firing"
+               and a.detector == "rule:missing_data_report"]
+    assert bool(missing) == (outcome == "failed")
+    if missing:  # and it says why: the stage that was to write it failed (before the run)
+        assert any(e.indicator == "stage" for e in missing[0].evidence)

@@ -22,7 +22,9 @@ signal                    judged as                                  direction
 ``duplicate_share``       duplicate rows / rows against its band     up
 ``null_share``            per feature, null share against its band   up
 ``feature_range``         per feature, batch min/max against the     out
-                          range seen so far, widened by its width
+                          range seen so far, widened by its width;
+                          a non-negative feature's batch mean and     both
+                          width, both past their bands (a unit change)
 ``partition_missing``     a partition reported on a cadence that     absent
                           stopped while the others go on
 ========================  =========================================  =========
@@ -201,6 +203,61 @@ def range_learn(state: list[float] | None, lo: float, hi: float,
     return [n + 1, min(rlo, lo), max(rhi, hi), min(seen + rows, 10**9)]
 
 
+SCALE_FACTOR = 10.0
+"""Least change of a non-negative feature's scale, as a factor, that fires: a unit change
+(milliseconds to seconds, grams to kilograms, a percent to a fraction) moves it a hundred
+or a thousand times, while values shrinking into their old range (seconds where
+milliseconds were) never leave it. A tenth is also the coarsest unit step in use (mm to
+cm): finer moves are the volume and drift checks' business."""
+
+
+def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
+                mean: float | None,
+                range_state: list[float] | None) -> tuple[float, list[list[float]] | None]:
+    """Judge a non-negative feature's scale; return (excess, new state).
+
+    A unit change multiplies every value: the batch's mean and its width (max - min)
+    move by the same factor. Each has a band (:class:`Band`, floor
+    ``log(SCALE_FACTOR)``) on a log scale, and the batch fires only when both lie
+    beyond their bands in the same direction: an identifier block near zero moves
+    the mean alone, a small batch (a retry of late rows) narrows the width alone.
+    Followed while every batch of the feature was non-negative (a signed feature's
+    mean can pass zero, where the log says nothing; a negative value ends it); judged
+    once the feature's range has seen :data:`RANGE_MIN_ROWS` rows.
+
+    Args:
+        state: The two bands' states (None: none yet; an empty list: a signed
+            feature, no longer followed).
+        f_min: The batch's minimum.
+        f_max: The batch's maximum.
+        mean: The batch's mean (None: not reported).
+        range_state: The feature's range state before this batch (:func:`range_learn`).
+
+    Returns:
+        The excess in bounds (past 1 it fires) and the state to keep.
+
+    """
+    if state == [] or mean is None or not math.isfinite(mean):
+        return 0.0, state
+    if f_min < 0.0:
+        return 0.0, []
+    width = f_max - f_min
+    if mean <= 0.0 or width <= 0.0:  # a constant batch: nothing to compare on a log scale
+        return 0.0, state
+    bands = [Band.from_state(b) for b in state] if state else [Band(), Band()]
+    floor = math.log(SCALE_FACTOR)
+    rows_seen = range_state[3] if range_state and len(range_state) > 3 else 0
+    moves = []
+    for band, x in zip(bands, (math.log(mean), math.log(width)), strict=True):
+        if band.n >= MIN_HISTORY and rows_seen >= RANGE_MIN_ROWS:
+            moves.append((x - band.mean) / band.bound(floor))
+        band.learn_one(x, floor)
+    excess = 0.0
+    if len(moves) == 2 and moves[0] * moves[1] > 0:  # both the same way
+        excess = min(abs(moves[0]), abs(moves[1]))
+    return excess, [b.to_state() for b in bands]
+
+
 REFRESH_K = 2.0
 """A dataset whose newest row is older than this many of its usual refresh intervals has
 missed its refreshes (a daily partition two days old): the lag band alone follows the lag's
@@ -352,8 +409,10 @@ def _features(h: dict[str, Any], e: DataQualityReport, ref: str, rows: int,
               at_ms: int) -> list[Finding]:
     nulls: dict[str, list[float]] = dict(h.get("nulls", {}))
     ranges: dict[str, list[float]] = dict(h.get("ranges", {}))
+    scales: dict[str, list[list[float]]] = dict(h.get("scales", {}))
     null_hits: list[tuple[float, str, float, float]] = []
     range_hits: list[tuple[float, str, float, float, list[float]]] = []
+    scale_hits: list[tuple[float, str, float, float]] = []
     for f in e.features:
         if f.name not in nulls and len(nulls) >= MAX_FEATURES:
             continue
@@ -372,7 +431,14 @@ def _features(h: dict[str, Any], e: DataQualityReport, ref: str, rows: int,
         if excess > RANGE_WIDTHS and prev is not None:
             range_hits.append((excess, f.name, f.min, f.max, prev))
         ranges[f.name] = range_learn(prev, f.min, f.max, rows)
-    h["nulls"], h["ranges"] = nulls, ranges
+        old_scale = scales.get(f.name)
+        excess, scale = scale_judge(old_scale, f.min, f.max, f.mean, prev)
+        if excess > 1 and old_scale:
+            scale_hits.append((excess, f.name, float(f.mean or 0.0),
+                               math.exp(old_scale[0][1])))
+        if scale is not None:
+            scales[f.name] = scale
+    h["nulls"], h["ranges"], h["scales"] = nulls, ranges, scales
     out: list[Finding] = []
     if null_hits:
         excess, name, share, usual = max(null_hits)
@@ -382,12 +448,20 @@ def _features(h: dict[str, Any], e: DataQualityReport, ref: str, rows: int,
                             f"features with more nulls than usual: {names}"))
     if range_hits:
         excess, name, lo, hi, prev = max(range_hits, key=lambda x: x[0])
-        names = ", ".join(sorted(n for _, n, _, _, _ in range_hits))
+        names = ", ".join(sorted({n for _, n, _, _, _ in range_hits}
+                                 | {n for _, n, _, _ in scale_hits}))
         out.append(_finding("feature_range", ref, hi if hi > prev[2] else lo,
                             prev[2] if hi > prev[2] else prev[1], excess, at_ms,
                             f"{ref}.{name} left its range: [{lo:.4g}, {hi:.4g}] "
                             f"(seen [{prev[1]:.4g}, {prev[2]:.4g}])",
-                            f"features outside their range: {names}"))
+                            f"features outside their range or scale: {names}"))
+    elif scale_hits:
+        excess, name, mean, usual = max(scale_hits)
+        names = ", ".join(sorted(n for _, n, _, _ in scale_hits))
+        out.append(_finding("feature_range", ref, mean, usual, excess, at_ms,
+                            f"{ref}.{name} changed scale: batch mean {mean:.4g} (usually "
+                            f"about {usual:.4g}, x{mean / usual:.3g}; a unit change?)",
+                            f"features off their scale: {names}"))
     return out
 
 

@@ -988,7 +988,10 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
     if s.manifest_at_ms:
-        reported = covered_refs(s.datasets, s.reports)  # an unversioned ref: any version
+        # an unversioned ref: any version; a stage that wrote the version (and did not
+        # fail) reported it as data.report does (a pipeline of data.stage only)
+        wrote = [ref for ref, st in (s.signals.get("stages") or {}).items() if st.get("wrote")]
+        reported = covered_refs(s.datasets, [*s.reports, *wrote])
         waiting = awaiting_answer(s, now_ms)  # the data agent's reports may be on their way
         judged = [d for d in s.datasets if d not in waiting] if waiting else s.datasets
         # as of the run's end, if it ended: a run that ended before a report was due

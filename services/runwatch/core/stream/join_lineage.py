@@ -112,6 +112,8 @@ def stage(s: RunState, e: StageEvent, at: int, now: int, cfg: RunConfig) -> list
         "inputs": sorted(dataset_ref(d.uri, d.version) for d in e.inputs),
         "rows_in": e.rows_in, "rows_out": e.rows_out, "at_ms": at, "drifted": drifted,
         "ids": [*prev.get("ids", []), e.event_id][-STAGE_IDS:],
+        # a stage wrote the version once (rule:missing_data_report counts it as reported)
+        "wrote": bool(prev.get("wrote")) or e.outcome != "failed",
     }
     if len(stages) > STAGES_MAX:
         del stages[min(stages, key=lambda k: stages[k]["at_ms"])]

@@ -378,7 +378,13 @@ def evidence_at(state: RunState, at_ms: int) -> list[Finding]:
     """Return the run's evidence as seen at ``at_ms``.
 
     A condition seen over a span counts at the latest time it was seen up to
-    ``at_ms``; one first seen after ``at_ms`` does not count.
+    ``at_ms``; one first seen after ``at_ms`` does not count. A data condition
+    about a dataset (a label shift, drift, a feature off its range, a failed
+    stage) that its latest report or stage asserted holds until the dataset's
+    next one: it counts at
+    ``at_ms`` (an hourly dataset's shift explained a decline half an hour after
+    the report, and not three quarters of an hour after it, while every report
+    said the same).
 
     Args:
         state: The run state.
@@ -388,11 +394,20 @@ def evidence_at(state: RunState, at_ms: int) -> list[Finding]:
         Findings timed for correlation with a symptom at ``at_ms``.
     """
     out = []
+    reports = state.reports
+    stages = state.signals.get("stages") or {}
     for e in state.evidence.values():
         if e["first"] > at_ms:
             continue
         f = finding_from_dict(e["f"])
-        out.append(replace(f, at_ms=min(e["last"], at_ms)))
+        seen = min(e["last"], at_ms)
+        if f.signal == "data" and (f.subject in reports or f.subject in stages):
+            latest = max((r.get("at_ms") or 0 for r in (reports.get(f.subject),
+                                                          stages.get(f.subject)) if r),
+                         default=0)
+            if latest <= e["last"] <= at_ms:
+                seen = at_ms  # no report (or stage) of the dataset since it said so
+        out.append(replace(f, at_ms=seen))
     return out
 
 
