@@ -3,7 +3,9 @@ live delivery of what the SDK published to a worker driven in memory."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from runwatch.core.codec import load_codec
@@ -32,6 +34,36 @@ class ListTransport:
         codec = load_codec()
         recs = [codec.decode(v) for _, _, v in self.out]
         return [r for r in recs if name is None or type(r).__name__ == name]
+
+
+FILE_TRANSPORT = textwrap.dedent(
+    """
+    class T:  # the SDK's transport protocol: each value appended, length-prefixed, to OUT
+        def produce(self, t, k, v):
+            with open(OUT, "ab") as f:
+                f.write(len(v).to_bytes(4, "little") + v)
+        def flush(self, timeout=1): return 0
+        def close(self, timeout=1): return None
+    """
+)
+"""Source of a file transport for child-process jobs (``# <file transport>`` in a script,
+which defines ``OUT``); :func:`read_records` reads what it wrote."""
+
+
+def child_script(source: str) -> str:
+    """Return a child job's source with :data:`FILE_TRANSPORT` in place of its marker."""
+    return textwrap.dedent(source).replace("# <file transport>\n", FILE_TRANSPORT.lstrip("\n"))
+
+
+def read_records(path: Path) -> list[object]:
+    """Decode the records a child job's :data:`FILE_TRANSPORT` wrote to ``path``."""
+    codec = load_codec()
+    data, out, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "little")
+        out.append(codec.decode(data[pos + 4:pos + 4 + n]))
+        pos += 4 + n
+    return out
 
 
 class Clock:

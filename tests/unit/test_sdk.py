@@ -6,12 +6,12 @@ import hashlib
 import math
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sdk_kit import child_script, read_records
 
 import runwatch
 import runwatch.client.callbacks as cbmod
@@ -270,17 +270,12 @@ def test_init_failure_returns_null_run(monkeypatch) -> None:
         runwatch.init("x", transport=ListTransport(), install_hooks=False, strict=True)
 
 
-CHILD = textwrap.dedent(
+CHILD = child_script(
     """
     import os, signal, sys, time
     import runwatch
     OUT = sys.argv[2]
-    class T:
-        def produce(self, t, k, v):
-            with open(OUT, "ab") as f:
-                f.write(len(v).to_bytes(4, "little") + v)
-        def flush(self, timeout=1): return 0
-        def close(self, timeout=1): return None
+    # <file transport>
     run = runwatch.init("x", transport=T(), capture_lineage=False)
     run.step(1, loss=1.0)
     mode = sys.argv[1]
@@ -305,17 +300,6 @@ CHILD = textwrap.dedent(
 )
 
 
-def _read(path: Path):
-    codec = load_codec()
-    data = path.read_bytes()
-    out, pos = [], 0
-    while pos < len(data):
-        n = int.from_bytes(data[pos : pos + 4], "little")
-        out.append(codec.decode(data[pos + 4 : pos + 4 + n]))
-        pos += 4 + n
-    return out
-
-
 @pytest.mark.parametrize(
     "mode,state,reason,rc",
     [
@@ -338,7 +322,7 @@ def test_final_job_event_on_exit_paths(tmp_path: Path, mode, state, reason, rc) 
         [sys.executable, str(script), mode, str(out)], capture_output=True, text=True, timeout=60
     )
     assert p.returncode == rc, p.stderr
-    jobs = [r for r in _read(out) if type(r).__name__ == "JobEvent"]
+    jobs = [r for r in read_records(out) if type(r).__name__ == "JobEvent"]
     assert [j.state for j in jobs] == ["running", state]
     assert jobs[-1].reason == reason
     if mode == "raise":

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from sdk_kit import child_script, read_records
 
 import runwatch
 import runwatch.client.callbacks as cbmod
@@ -219,18 +219,13 @@ def test_lightning_exception_finishes_the_run_with_finish_on_end(clock, exc, sta
     assert [(j.state, j.reason) for j in jobs] == [("running", None), (state, reason)]
 
 
-CHILD = textwrap.dedent(
+CHILD = child_script(
     """
     import sys
     import runwatch
     from runwatch.client.callbacks import lightning_callback
     OUT = sys.argv[1]
-    class T:
-        def produce(self, t, k, v):
-            with open(OUT, "ab") as f:
-                f.write(len(v).to_bytes(4, "little") + v)
-        def flush(self, timeout=1): return 0
-        def close(self, timeout=1): return None
+    # <file transport>
     class Base: pass
     class Trainer: global_step = 3; checkpoint_callback = None
     run = runwatch.init("x", transport=T(), capture_lineage=False)  # install_hooks=True
@@ -249,13 +244,7 @@ def test_lightning_uncaught_exception_still_ends_the_run_failed(tmp_path: Path) 
     p = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 1, p.stderr
-    codec = load_codec()
-    data, recs, pos = out.read_bytes(), [], 0
-    while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "little")
-        recs.append(codec.decode(data[pos + 4:pos + 4 + n]))
-        pos += 4 + n
-    jobs = [r for r in recs if type(r).__name__ == "JobEvent"]
+    jobs = [r for r in read_records(out) if type(r).__name__ == "JobEvent"]
     assert [(j.state, j.reason) for j in jobs] == [
         ("running", None),
         ("failed", "uncaught RuntimeError: CUDA error: an illegal memory access was encountered"),

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sdk_kit import Clock, ListTransport, deliver_live, timed
+from sdk_kit import Clock, ListTransport, child_script, deliver_live, read_records, timed
 
 import runwatch
-from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert
 from runwatch.processor.memory import MemoryProcessor
 from runwatch.processor.settings import ProcessorSettings
@@ -298,17 +297,12 @@ def test_the_agent_says_once_that_a_gpu_is_lost_and_keeps_publishing_the_node(ca
     assert agent.errors == 5 + 3
 
 
-THREADED_JOB = textwrap.dedent(
+THREADED_JOB = child_script(
     """
     import os, signal, sys, threading, time
     import runwatch
     OUT = sys.argv[1]
-    class T:
-        def produce(self, t, k, v):
-            with open(OUT, "ab") as f:
-                f.write(len(v).to_bytes(4, "little") + v)
-        def flush(self, timeout=1): return 0
-        def close(self, timeout=1): return None
+    # <file transport>
     box = {}
     def start(rid):
         box[rid] = runwatch.init("x", transport=T(), capture_lineage=False, run_id=rid)
@@ -331,14 +325,8 @@ def test_sigterm_ends_a_run_started_outside_the_main_thread_too(tmp_path: Path) 
                        text=True, timeout=60)
     assert p.returncode == -15, p.stderr
     assert "outside the main thread" in p.stderr  # said when it started
-    codec = load_codec()
-    data, pos, ends = out.read_bytes(), 0, {}
-    while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "little")
-        rec = codec.decode(data[pos + 4:pos + 4 + n])
-        pos += 4 + n
-        if type(rec).__name__ == "JobEvent" and rec.state != "running":
-            ends[rec.run_id] = rec.state
+    ends = {rec.run_id: rec.state for rec in read_records(out)
+            if type(rec).__name__ == "JobEvent" and rec.state != "running"}
     assert ends == {"in-thread": "preempted", "in-main": "preempted"}
 
 
