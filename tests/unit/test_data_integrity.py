@@ -356,6 +356,14 @@ FRESHNESS_CASES = {
     # an idempotent retry re-sends an hourly batch 15 minutes later: its rows are no older
     "retry-of-the-same-batch": ([(h * HOUR_MS + 20 * MIN_MS, 20 * MIN_MS) for h in range(1, 9)]
                                 + [(8 * HOUR_MS + 35 * MIN_MS, 35 * MIN_MS)], False),
+    # a consumer falls further behind at every report (3 minutes late, then 4 more each
+    # 10-minute report): it fired, learnt the rising lag as the new normal, and resolved
+    "consumer-falling-behind": ([((i + 1) * 10 * MIN_MS, (3 + 4 * max(0, i - 24)) * MIN_MS)
+                                 for i in range(60)], True),
+    # hourly partitions reported 5 minutes after the hour: a quiet night hour's newest
+    # event is older (up to 20 minutes before the hour), its partition was on time
+    "quiet-hours": ([(h * HOUR_MS + 5 * MIN_MS, (5 + (15 if h % 24 < 6 else h % 3)) * MIN_MS)
+                     for h in range(1, 73)], False),
     # an operator backfills six older days out of order
     "backfill": (daily(8, 2 * HOUR_MS) + [(8 * DAY_MS + 3 * HOUR_MS + k * MIN_MS,
                                            (d + 1) * DAY_MS + 2 * HOUR_MS)
@@ -374,7 +382,11 @@ def test_freshness_is_the_age_of_the_datasets_newest_rows(case: str, tmp_path) -
     batches = [(at, part, {**table, "ts": [t0 + at + v for v in table["ts"]]}, more)
                for at, part, table, more in lagged(plan)]
     expected = {("watch:freshness_lag", "data")} if fires else set()
-    assert firing(reported(batches, tmp_path, t0=t0)) == expected
+    m = reported(batches, tmp_path, t0=t0)
+    assert firing(m) == expected
+    if fires:  # and still firing at the end: the data is still stale
+        last = [a for a in m.alerts if isinstance(a, Alert) and a.detector == "watch:freshness_lag"]
+        assert last[-1].status == "firing"
 
 
 def dwell(scale: float, rows: int = 2000) -> Batch:
@@ -406,3 +418,14 @@ def test_a_unit_change_that_shrinks_the_values_leaves_the_features_scale(
         m = reported(plan, tmp_path / str(seed), run_id=f"A{seed}")
         # (the small batch is a volume change: watch:row_count's finding, not this one's)
         assert (("watch:feature_range", "data") in firing(m)) == fires
+
+
+def test_the_scale_check_judges_a_shrinking_scale_only() -> None:
+    """Both moving up together is one outlier of a heavy-tailed count in a small batch (a
+    Pareto follower count paged "x243"); a unit change that grows is the range check's."""
+    state, rng_state = None, [1, 0.0, 100.0, datachecks.RANGE_MIN_ROWS]
+    for _ in range(datachecks.MIN_HISTORY):
+        _, state = datachecks.scale_judge(state, 1.0, 11.0, 3.0, rng_state)
+    up, _ = datachecks.scale_judge(state, 1.0, 16_000.0, 800.0, rng_state)
+    down, _ = datachecks.scale_judge(state, 0.001, 0.011, 0.003, rng_state)
+    assert up == 0.0 and down > 1.0

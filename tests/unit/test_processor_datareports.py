@@ -145,21 +145,51 @@ def test_a_lasting_label_shift_explains_a_decline_long_after_the_last_report(
                     now_ms=wall + h * hour + hour // 4)
         run.validation(100 * (h + 1), {"val_acc": accs[h]}, now_ms=wall + (h + 1) * hour)
     run.finish(now_ms=wall + 10 * hour)
+    assert ("L", "rule:validation_decline", cause) in firing(live(t, wall))
+
+
+def live(t: CaptureTransport, wall: int) -> MemoryProcessor:
+    """Deliver what was published as it comes, a second after it happens (the SDK's thread
+    publishes the run's records after the reports in the capture), the timer every minute."""
     clock = {"t": wall}
     m = MemoryProcessor(clock=lambda: clock["t"])
-    # as they come, a second after they happen (the SDK's thread publishes the run's
-    # records after the reports in the capture)
     timed = sorted((m.codec.decode(value).emitted_at_ms, n) for n, (_, _, value)
                    in enumerate(t.messages))
     for emitted, n in timed:
-        topic, key, value = t.messages[n]
         at = emitted + 1_000
-        while clock["t"] + 60_000 < at:  # the timer, every minute in between
+        while clock["t"] + 60_000 < at:
             clock["t"] += 60_000
             m.tick(clock["t"])
         clock["t"] = max(clock["t"], at)
-        m.feed([(topic, key, value)])
-    assert ("L", "rule:validation_decline", cause) in firing(m)
+        m.feed([t.messages[n]])
+    return m
+
+
+def test_a_lasting_shift_of_one_region_explains_a_decline_after_the_others_report(
+        tmp_path) -> None:
+    """Two regions reported hourly (eu at :02, us at :32); eu's label mix shifts for good
+    from hour 2, us stays clean; the decline comes after a us report: it went out as
+    learning, because the dataset's latest report (us) did not say shift."""
+    t = CaptureTransport()
+    pub = publisher(t)
+    hour = 3_600_000
+    wall = int(time.time() * 1000) - 12 * hour
+    run = start(t, "R2", ("s3://d", "v1"), clock_ms=wall)
+    for h in range(6):
+        for region, minute in (("eu", 2), ("us", 32)):
+            shifted = region == "eu" and h >= 2
+            ys = [0] * 60 + [1] * 40 if shifted else [0] * 80 + [1] * 20
+            data.report("s3://d", "v1", f"region={region}", {"x": list(range(100)), "y": ys},
+                        label="y", publisher=pub, baseline_directory=tmp_path,
+                        now_ms=wall + h * hour + minute * 60_000)
+    # every 30 min from 0:10: the decline is judged at 4:40, after us's 4:32 report and 38
+    # minutes after eu's (past the 30-minute window)
+    for i, acc in enumerate([0.91] * 8 + [0.85, 0.80, 0.75]):
+        run.validation(100 * (i + 1), {"val_acc": acc}, now_ms=wall + 10 * 60_000 + i * hour // 2)
+    run.finish(now_ms=wall + 7 * hour)
+    declines = [a for a in live(t, wall).alerts if isinstance(a, Alert)
+                and a.detector == "rule:validation_decline" and a.status == "firing"]
+    assert declines and declines[0].probable_cause == "data"
 
 
 @pytest.mark.parametrize("older_first", [True, False])

@@ -200,3 +200,30 @@ def test_a_pipeline_of_stages_only_reports_the_version_its_runs_read(outcome: st
     assert bool(missing) == (outcome == "failed")
     if missing:  # and it says why: the stage that was to write it failed (before the run)
         assert any(e.indicator == "stage" for e in missing[0].evidence)
+
+
+def test_an_empty_stage_output_stays_firing_until_healthy_outputs() -> None:
+    """A stage that wrote 0 rows paged rule:zero_rows and resolved 15 minutes later with
+    nothing else arriving (a report's empty partition stays firing until healthy reports)."""
+    t = CaptureTransport()
+    pub = Publisher(t, kind="sdk")
+    run = runwatch.init("fam", run_id="E", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=lambda: WALL,
+                        datasets=[DatasetRef(uri="s3://d", version="v1")])
+    with data.stage("clean", output="s3://d@v1", publisher=pub, now_ms=WALL + 60_000) as st:
+        st.rows_in, st.rows_out = 100, 0
+    for i in range(40):
+        run.step(i, loss=1.0, now_ms=WALL + i * 60_000)
+    m = fed(t)
+    for minute in range(40, 60, 5):
+        m.tick(WALL + minute * 60_000)
+    zero = [a for a in m.alerts if isinstance(a, Alert) and a.detector == "rule:zero_rows"]
+    assert [a.status for a in zero] == ["firing"]
+    seen = len(t.messages)
+    for k in range(6):  # healthy outputs of the dataset resolve it
+        with data.stage("clean", output="s3://d@v1", publisher=pub,
+                        now_ms=WALL + (61 + k) * 60_000) as st:
+            st.rows_in, st.rows_out = 100, 100
+    m.feed(t.messages[seen:])
+    zero = [a for a in m.alerts if isinstance(a, Alert) and a.detector == "rule:zero_rows"]
+    assert zero[-1].status == "resolved"

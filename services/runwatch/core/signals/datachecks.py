@@ -23,8 +23,8 @@ signal                    judged as                                  direction
 ``null_share``            per feature, null share against its band   up
 ``feature_range``         per feature, batch min/max against the     out
                           range seen so far, widened by its width;
-                          a non-negative feature's batch mean and     both
-                          width, both past their bands (a unit change)
+                          a non-negative feature's batch mean and     down
+                          width, both below their bands (a unit change)
 ``partition_missing``     a partition reported on a cadence that     absent
                           stopped while the others go on
 ========================  =========================================  =========
@@ -219,8 +219,10 @@ def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
     A unit change multiplies every value: the batch's mean and its width (max - min)
     move by the same factor. Each has a band (:class:`Band`, floor
     ``log(SCALE_FACTOR)``) on a log scale, and the batch fires only when both lie
-    beyond their bands in the same direction: an identifier block near zero moves
-    the mean alone, a small batch (a retry of late rows) narrows the width alone.
+    below their bands: an identifier block near zero moves the mean alone, a small
+    batch (a retry of late rows) narrows the width alone. A scale that grows is the
+    range check's (the values leave the range seen); judged here, one outlier of a
+    heavy-tailed count in a 20-row batch raised the mean and the width together.
     Followed while every batch of the feature was non-negative (a signed feature's
     mean can pass zero, where the log says nothing; a negative value ends it); judged
     once the feature's range has seen :data:`RANGE_MIN_ROWS` rows.
@@ -253,8 +255,8 @@ def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
             moves.append((x - band.mean) / band.bound(floor))
         band.learn_one(x, floor)
     excess = 0.0
-    if len(moves) == 2 and moves[0] * moves[1] > 0:  # both the same way
-        excess = min(abs(moves[0]), abs(moves[1]))
+    if len(moves) == 2 and moves[0] < 0 and moves[1] < 0:  # both shrank
+        excess = min(-moves[0], -moves[1])
     return excess, [b.to_state() for b in bands]
 
 
@@ -273,8 +275,8 @@ more than this (the stamp of a report and the reference of its lag may differ by
 jitter when a producer computes the lag itself)."""
 
 
-def refresh_overdue(h: dict[str, Any], at_ms: int,
-                    lag_ms: float) -> tuple[bool, float, tuple[float, float] | None]:
+def refresh_overdue(h: dict[str, Any], at_ms: int, lag_ms: float
+                    ) -> tuple[bool, float, float | None, tuple[float, float] | None]:
     """Follow when a dataset's newest row advances; say whether its age is past its bound.
 
     The newest row's time is the report's time less its freshness lag; the
@@ -297,8 +299,8 @@ def refresh_overdue(h: dict[str, Any], at_ms: int,
     Returns:
         Whether the report brought newer rows than the dataset had
         (:data:`FRESH_JITTER_MS`), the age of the dataset's newest row at ``at_ms``,
-        and (the bound, the median interval) when that age is past the bound (and
-        :data:`MIN_HISTORY` intervals are known), else None.
+        its usual refresh interval (None until :data:`MIN_HISTORY` are known), and
+        (the bound, the usual interval) when that age is past the bound, else None.
 
     """
     newest = int(at_ms - lag_ms)
@@ -314,11 +316,11 @@ def refresh_overdue(h: dict[str, Any], at_ms: int,
     h["refresh"] = [last, gaps, lags]
     age = float(at_ms - last)
     if len(gaps) < MIN_HISTORY:
-        return newer, age, None
-    usual = sorted(gaps)[len(gaps) // 2]
+        return newer, age, None, None
+    usual = float(sorted(gaps)[len(gaps) // 2])
     delay = sorted(lags)[len(lags) // 2] if lags else 0
     bound = delay + REFRESH_K * usual
-    return newer, age, ((bound, float(usual)) if age > max(bound, MIN_LAG_MS) else None)
+    return newer, age, usual, ((bound, usual) if age > max(bound, MIN_LAG_MS) else None)
 
 
 def _share_floor(mean: float, rows: int) -> float:
@@ -357,8 +359,10 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
         # batch) is judged only by the age of the dataset's newest row against its cadence
         lag = float(e.freshness_lag_ms)
         band = Band.from_state(h.get("lag"))
-        floor = max(REL_FLOOR * abs(band.mean), MIN_LAG_MS)
-        newer, age, overdue = refresh_overdue(h, at_ms, lag)
+        newer, age, every, overdue = refresh_overdue(h, at_ms, lag)
+        # within one refresh interval of its usual lag, a dataset missed no refresh (a
+        # quiet hour's newest event is older, though its partition landed on time)
+        floor = max(REL_FLOOR * abs(band.mean), MIN_LAG_MS, every or 0.0)
         excess = band.score_one(lag, floor) if newer else 0.0
         if overdue is not None and excess <= 1:
             stale, every = overdue
@@ -376,8 +380,15 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
                                 f"{hours:.3g} h old (usually {usual:.3g} h)",
                                 f"freshness_lag_ms={lag:.0f}; bound {band.bound(floor):.0f} ms"))
         if newer:
-            band.learn_one(lag, floor)
-            h["lag"] = band.to_state()
+            # a lag that rose from the previous one by more than the band's noise is not
+            # learnt: a step becomes the new normal once it stops rising, while a consumer
+            # falling further behind at every report was learnt away as it fell
+            prev = h.get("lag_prev")
+            noise = max(K * SIGMA_PER_DEV * band.dev, MIN_LAG_MS)
+            if prev is None or lag - prev <= noise or band.n < MIN_HISTORY:
+                band.learn_one(lag, floor)
+                h["lag"] = band.to_state()
+            h["lag_prev"] = lag
     if rows <= 0:
         return h, out  # nothing to compare: rule:zero_rows speaks for an empty batch
     log_rows = math.log(rows)

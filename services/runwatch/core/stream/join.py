@@ -866,6 +866,9 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
         if name not in fired:
             out += clear_healthy(s, cfg, f"watch:{name}", name, now, subject=ref, at_ms=at)
     ref0 = s.reports[ref]
+    # the partition that said so: its condition holds until that partition reports again
+    # (runstate.evidence_at), whatever the dataset's other partitions say meanwhile
+    part = {"partition": e.partition} if e.partition else {}
     shift = ind.label_balance_shift(labels, ref0["labels0"])
     if math.isfinite(shift) and shift > max(cfg.label_shift, ind.label_shift_noise(
             ref0["labels0"], ref0["rows0"], e.row_count)):
@@ -873,7 +876,7 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
                                     shift, cfg.label_shift, min(shift / (2 * cfg.label_shift),
                                                                 1.0), at,
                                     f"Label balance of {ref} shifted by {shift:.2f}",
-                                    subject=ref, alert=False), now, one_shot=True)
+                                    subject=ref, alert=False, labels=part), now, one_shot=True)
     if e.drift is not None and e.drift.drifted_features:
         # evidence, not a page: against a fixed named baseline, daily and weekly cycles
         # and time-like columns mark features drifted for hours at a time
@@ -881,7 +884,7 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
         out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",
                                     float(len(e.drift.drifted_features)), 0.0, 0.5, at,
                                     f"Feature drift in {ref}: {names}", subject=ref,
-                                    alert=False), now, one_shot=True)
+                                    alert=False, labels=part), now, one_shot=True)
     # the run's rate: the latest REJECT_POOL_ROWS samples of each of its datasets pooled
     # (a run reading a dataset that always rejects 20 % beside one that rejects none swung
     # at every report), as much of it as the samples make sure of (one rejected row in a

@@ -26,7 +26,7 @@ from runwatch.core.records import RunManifest, StageEvent
 from runwatch.core.signals import rules
 from runwatch.core.signals.rules import Finding
 from runwatch.core.stream.rekey import dataset_ref
-from runwatch.core.stream.runstate import Output, RunConfig, RunState, emit
+from runwatch.core.stream.runstate import Output, RunConfig, RunState, clear, emit
 
 __all__ = ["lineage_cause", "manifest_lineage", "stage", "stage_seen"]
 
@@ -123,10 +123,15 @@ def stage(s: RunState, e: StageEvent, at: int, now: int, cfg: RunConfig) -> list
                                     0.5, at, f"Stage {e.stage} writing {ref} failed",
                                     e.error or "", subject=ref, alert=False), now, one_shot=True)
         return out
-    if e.rows_out == 0:  # counted and empty (a negative count is no count)
+    # counted and empty (a negative count is no count): as for a report, the alert stays
+    # firing until the dataset's healthy outputs (or reports) resolve it, not after 15
+    # minutes without a repeat
+    if e.rows_out == 0:
         f = rules.zero_rows(ref, e.rows_out, at)
         if f:
-            out += emit(s, cfg, f, now, one_shot=True)
+            out += emit(s, cfg, f, now, one_shot=False)
+    elif e.rows_out is not None and e.rows_out > 0:
+        out += clear(s, cfg, "rule:zero_rows", "rows", now, subject=ref, at_ms=at)
     if drifted:
         names = ", ".join(drifted[:5])
         out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",

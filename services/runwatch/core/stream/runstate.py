@@ -381,7 +381,8 @@ def evidence_at(state: RunState, at_ms: int) -> list[Finding]:
     ``at_ms``; one first seen after ``at_ms`` does not count. A data condition
     about a dataset (a label shift, drift, a feature off its range, a failed
     stage) that its latest report or stage asserted holds until the dataset's
-    next one: it counts at
+    next one (of the same partition, when a recurring partition's report said so): it
+    counts at
     ``at_ms`` (an hourly dataset's shift explained a decline half an hour after
     the report, and not three quarters of an hour after it, while every report
     said the same).
@@ -402,9 +403,17 @@ def evidence_at(state: RunState, at_ms: int) -> list[Finding]:
         f = finding_from_dict(e["f"])
         seen = min(e["last"], at_ms)
         if f.signal == "data" and (f.subject in reports or f.subject in stages):
-            latest = max((r.get("at_ms") or 0 for r in (reports.get(f.subject),
-                                                          stages.get(f.subject)) if r),
-                         default=0)
+            parts = ((reports.get(f.subject) or {}).get("hist") or {}).get("parts") or {}
+            part = f.labels.get("partition") if f.labels else None
+            if part in parts and parts[part][2]:
+                # a recurring partition (a region, a shard: reported before) that said so,
+                # not the dataset's others; a partition reported once (an hour's) is the
+                # dataset's latest news until the next partition
+                latest = parts[part][1]
+            else:
+                latest = max((r.get("at_ms") or 0 for r in (reports.get(f.subject),
+                                                              stages.get(f.subject)) if r),
+                             default=0)
             if latest <= e["last"] <= at_ms:
                 seen = at_ms  # no report (or stage) of the dataset since it said so
         out.append(replace(f, at_ms=seen))
