@@ -276,6 +276,11 @@ def test_a_sparse_logging_run_that_stops_for_ten_of_its_intervals_is_stalled() -
     # from then to drain its own, and holds the horizon meanwhile
     ([("a", 5_000, 1_000), ("b", 7_000, 69_500)], 70_000, 5_000),
     ([("a", 5_000, 1_000), ("b", 7_000, 69_500)], 129_600, 7_000),  # ... not longer
+    # a run's manifest partition read once, then its steps once a minute and nothing else:
+    # each step came after a minute of no input, refreshed the manifest's partition and
+    # held the horizon at the manifest's time (the run never missed its data report)
+    ([("a", 1_000, 0), ("b", 60_000, 60_000), ("b", 120_000, 120_000),
+      ("b", 180_000, 180_000)], 180_500, 180_000),
 ])
 def test_input_horizon(records, wall, want) -> None:
     h = InputHorizon(idle_ms=60_000)

@@ -35,7 +35,8 @@ class InputHorizon:
 
     Attributes:
         idle_ms: Wall time without a record after which an input is idle.
-        marks: Input → ``[event-time watermark, wall time of its last record]``.
+        marks: Input → ``[event-time watermark, wall time of its last record, wall time
+            until which it counts as active after a gap of all inputs]``.
 
     """
 
@@ -52,6 +53,10 @@ class InputHorizon:
         drain its spool moved the horizon over the whole outage while the others' had
         not arrived, and a timer round between them paged every run of theirs as
         stalled or missing its data report (critical), to resolve a second later.
+        Only the inputs that were active when the gap began: one idle before it held
+        nothing back then (a run's manifest partition, read once), and refreshed at
+        each record of a run that logs once a minute and nothing else it held the
+        horizon at the manifest's time, so the run never missed its data report.
 
         Args:
             source: The input it came from.
@@ -59,13 +64,15 @@ class InputHorizon:
             wall_ms: The wall clock when it was read.
 
         """
-        if self.marks and wall_ms - self.last_wall_ms >= self.idle_ms:
+        last = self.last_wall_ms
+        if self.marks and wall_ms - last >= self.idle_ms:
             for m in self.marks.values():
-                m[1] = max(m[1], int(wall_ms))
+                if last - m[1] < self.idle_ms:  # active when the gap began: it may hold spool
+                    m[2] = max(m[2], int(wall_ms) + self.idle_ms)
         self.last_wall_ms = max(self.last_wall_ms, int(wall_ms))
         mark = self.marks.get(source)
         if mark is None:
-            self.marks[source] = [int(event_ms), int(wall_ms)]
+            self.marks[source] = [int(event_ms), int(wall_ms), 0]
         else:
             mark[0] = max(mark[0], int(event_ms))
             mark[1] = max(mark[1], int(wall_ms))
@@ -81,7 +88,8 @@ class InputHorizon:
             every input is idle; 0 when nothing was read yet.
 
         """
-        active = [m[0] for m in self.marks.values() if wall_ms - m[1] < self.idle_ms]
+        active = [m[0] for m in self.marks.values()
+                  if wall_ms - m[1] < self.idle_ms or wall_ms < m[2]]
         if active:
             return min(active)
         return max((m[0] for m in self.marks.values()), default=0)
