@@ -23,10 +23,12 @@ from runwatch.errors import FatalError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 """What ``--log-level`` takes (in any case)."""
-LIBRARY_CHATTER = ("urllib3.connectionpool", "clickhouse_connect.driver")
+LIBRARY_CHATTER = ("urllib3.connectionpool", "clickhouse_connect.driver", "httpx", "httpcore")
 """Library loggers whose warnings repeat what the command's own error line says (urllib3's
 "Retrying ...", clickhouse-connect's "Unexpected Http Driver Exception" before the one
-``error: ClickHouse at ... does not answer``): shown from ``--log-level DEBUG`` only. Set
+``error: ClickHouse at ... does not answer``; httpx's line per request, which the pager's
+own lines already say): shown from ``--log-level DEBUG`` only (the pager redacts its
+receivers' secrets from every line, DEBUG included: ``runwatch.pager.redact``). Set
 here, for the command line; a program importing runwatch keeps its own logging."""
 
 

@@ -144,9 +144,10 @@ def run_pager(stack, tmp_path: Path) -> Iterator[Callable[..., Pager]]:
     def start(rules: str, alerts_topic: str, dlq_topic: str, **kw: object) -> Pager:
         rules_file = tmp_path / f"routes-{uuid.uuid4().hex[:6]}.yaml"
         rules_file.write_text(rules)
+        kw.setdefault("group_id", f"pager-{uuid.uuid4().hex[:8]}")
         settings = PagerSettings(
             rules_file=rules_file, state_dir=tmp_path / "state", alerts_topic=alerts_topic,
-            dlq_topic=dlq_topic, group_id=f"pager-{uuid.uuid4().hex[:8]}", **kw,  # type: ignore[arg-type]
+            dlq_topic=dlq_topic, **kw,  # type: ignore[arg-type]
         )
         pager = Pager(settings, KafkaSettings(bootstrap_servers=stack.bootstrap_servers))
         t = threading.Thread(target=pager.run, daemon=True)
@@ -238,6 +239,40 @@ def test_bad_input_goes_to_dlq(stack, fresh_topic, run_pager, recorder) -> None:
     assert by_key["k-4xx"].original == good
     assert "HTTP 400" in by_key["k-4xx"].reason and "unknown field" in by_key["k-4xx"].reason
     assert len(recorder.requests) == 1  # a 4xx is not retried
+
+
+def test_a_new_consumer_group_does_not_page_the_history(
+    stack, fresh_topic, run_pager, recorder
+) -> None:
+    """Before the fix a pager with a new consumer group (its first start, or a changed
+    RUNWATCH_PAGER_GROUP_ID) started at offset 0 and paged the whole history of rw.alerts:
+    alerts resolved long ago, as firing then resolved. It now starts at the alerts published
+    in the last ``RUNWATCH_PAGER_START`` (15m); a group with committed offsets goes on from
+    them, however old what it has not read yet is (at least once)."""
+    alerts = fresh_topic(partitions=1, prefix="rw.alerts")
+    dlq = fresh_topic(partitions=1, prefix="rw.dlq")
+    rules = (f"receivers:\n  - name: hook\n    kind: webhook\n    url: {recorder.url}/hook\n"
+             f"    secret_env: IT_HOOK_SECRET\nroute:\n  receiver: hook\n")
+    os.environ["IT_HOOK_SECRET"] = "s"
+    codec = load_codec()
+    old_ts = now_ms() - 3 * 3_600_000
+    p = Producer(stack.kafka_config())
+    for key, status in (("k-old", "firing"), ("k-old", "resolved")):
+        p.produce(alerts, codec.encode(make_alert(key, status)), key.encode(), timestamp=old_ts)
+    p.produce(alerts, codec.encode(make_alert("k-new")), b"k-new")
+    assert p.flush(30) == 0
+    group = f"pager-{uuid.uuid4().hex[:8]}"
+    pager = run_pager(rules, alerts, dlq, group_id=group)
+    wait_until(lambda: recorder.bodies("/hook"), 60, "the recent alert")
+    assert [b["alert"]["dedup_key"] for b in recorder.bodies("/hook")] == ["k-new"]
+    pager.stop.set()
+    wait_until(lambda: pager.dlq is None, 30, "the pager to stop")
+    # an existing group: an alert it has not read is delivered, whatever its age
+    p.produce(alerts, codec.encode(make_alert("k-late")), b"k-late", timestamp=old_ts)
+    assert p.flush(30) == 0
+    run_pager(rules, alerts, dlq, group_id=group)
+    wait_until(lambda: len(recorder.bodies("/hook")) == 2, 60, "the unread alert")
+    assert [b["alert"]["dedup_key"] for b in recorder.bodies("/hook")] == ["k-new", "k-late"]
 
 
 def test_kill_9_mid_retry_loses_nothing_and_pages_once(

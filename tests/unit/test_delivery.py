@@ -291,8 +291,11 @@ def _deliverer(tmp_path: Path, ft: FakeTime, **kw: object) -> Deliverer:
         ([Res(None, "ConnectError"), Res(200)], "sent", 2, [50], ""),
         ([Res(400, '{"message":"Invalid routing key"}')], "dead", 1, [],
          "Invalid routing key"),
-        # 3 failures open the breaker: the 4th attempt waits out the cool-down first
-        ([Res(500)] * 3 + [Res(500)], "dead", 4, [50, 100, 200, 5000 - 200], "gave up after 4"),
+        # 3 failures open the breaker: the delivery stops there, it never waits out the
+        # cool-down (that held every other receiver's pages behind it)
+        ([Res(500)] * 3 + [Res(500)], "dead", 3, [50, 100],
+         "circuit opened for receiver pd after 3 failures in a row"),
+        ([Res(500)] * 2 + [Res(200)], "sent", 3, [50, 100], ""),
     ],
 )
 def test_deliverer(
@@ -319,13 +322,13 @@ def test_an_open_breaker_fails_later_alerts_fast_and_probes_once(tmp_path: Path)
     d = _deliverer(tmp_path, ft)
     down = ScriptedReceiver("slack", [Res(503, "down")] * 20)
     first = d.deliver(A(dedup_key="k0"), down)
-    assert (first.result, first.attempts, ft.waits) == ("dead", 4, [50, 100, 200, 4800])
+    assert (first.result, first.attempts, ft.waits) == ("dead", 3, [50, 100])
     ft.waits.clear()
     calls = len(down.calls)
     for i in range(1, 4):  # within the cool-down: not sent, no wait
         out = d.deliver(A(dedup_key=f"k{i}"), down)
         assert (out.result, out.attempts) == ("dead", 0)
-        assert out.reason.startswith("circuit open for receiver slack after 4 failures")
+        assert out.reason.startswith("circuit open for receiver slack after 3 failures")
     assert len(down.calls) == calls and ft.waits == []
     ft.t += 5000  # the cool-down is over: one probe, and it fails
     probe = d.deliver(A(dedup_key="k4"), down)
@@ -336,6 +339,30 @@ def test_an_open_breaker_fails_later_alerts_fast_and_probes_once(tmp_path: Path)
     assert d.deliver(A(dedup_key="k5"), back).result == "sent"
     assert d.deliver(A(dedup_key="k6"), back).result == "sent"  # retried as usual
     assert ft.waits == [50]
+
+
+def test_the_delivery_that_opens_a_breaker_does_not_hold_other_receivers(tmp_path: Path) -> None:
+    """The delivery whose failures opened a receiver's breaker waited out the whole cool-down
+    (30 s by default) before its next attempt, and the pager, one alert at a time, held every
+    other receiver's pages behind it (PagerDuty paged 35 s late while Slack answered 500).
+    It now stops when the breaker opens: dead-lettered with the reason, no cool-down waited,
+    and the next receiver is called at once."""
+    ft = FakeTime()
+    d = _deliverer(tmp_path, ft)
+    slack = ScriptedReceiver("slack", [Res(500, "boom")] * 10)
+    pd = ScriptedReceiver("pd", [Res(202)] * 2)
+    out = d.deliver(A(dedup_key="k0"), slack)
+    assert (out.result, out.attempts) == ("dead", 3)
+    assert out.reason.startswith("circuit opened for receiver slack after 3 failures in a row")
+    assert "last error: HTTP 500: boom" in out.reason
+    assert sum(ft.waits) < 5000, ft.waits  # no cool-down waited out
+    t_pd = ft.t
+    assert d.deliver(A(dedup_key="k0"), pd).result == "sent"
+    assert pd.calls == [t_pd]
+    ft.waits.clear()
+    assert d.deliver(A(dedup_key="k1"), slack).attempts == 0  # open: fails fast
+    assert d.deliver(A(dedup_key="k1"), pd).result == "sent"
+    assert ft.waits == []
 
 
 def test_deliverer_dedups_within_repeat_interval_across_restart(tmp_path: Path) -> None:

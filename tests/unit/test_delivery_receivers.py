@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -488,7 +489,7 @@ def test_a_resolve_alertmanager_refused_stops_the_refresh(server: Recorder, tmp_
     codec = load_codec()
     p = _alertmanager_pager(server, tmp_path)()
     dead: list[str] = []  # the dead-letter producer is the pager's Kafka I/O: recorded here
-    p.dead_letter = lambda *args: dead.append(args[5])  # type: ignore[method-assign]
+    p.dead_letter = lambda *args, **_kw: dead.append(args[5])  # type: ignore[method-assign]
     now = int(time.time() * 1000)
     p.handle("rw.alerts", 0, 0, fire.dedup_key.encode(), codec.encode(fire))
     assert len(server.requests) == 1
@@ -577,3 +578,93 @@ def test_a_firing_alert_outlives_the_pagers_refresh_round_in_alertmanager() -> N
     usual = alertmanager_alert(make_alert(), NOW, "http://x", ttl_ms=4 * 3_600_000)
     assert short["endsAt"] == iso_ms(NOW + 3 * 60_000)  # three refresh rounds
     assert usual["endsAt"] == iso_ms(NOW + 4 * 3_600_000)
+
+
+def _pager_to(tmp_path: Path, receivers_yaml: str, receiver_name: str) -> Pager:
+    """A pager (no broker) routing every alert to the receivers of ``receivers_yaml``."""
+    from runwatch.adapters.settings import KafkaSettings
+    from runwatch.pager.service import PagerSettings
+
+    rules = tmp_path / "routes.yaml"
+    rules.write_text(f"receivers:\n{receivers_yaml}route:\n  receiver: {receiver_name}\n")
+    return Pager(PagerSettings(rules_file=rules, state_dir=tmp_path / "state"),
+                 KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.DEBUG])
+def test_a_secret_url_is_never_logged(server: Recorder, tmp_path: Path, level: int,
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Before the fix httpx's INFO line ``HTTP Request: POST http://.../T0123/B0456/<token>``
+    gave every Slack webhook's secret URL (read from ``url_env``) to the pager's log on each
+    delivery, and the same for a webhook URL read from the environment."""
+    from runwatch.core.codec import load_codec
+
+    caplog.set_level(level)
+    caplog.set_level(level, logger="httpx")  # the CLI quiets it (LIBRARY_CHATTER): not here
+    slack_url = f"{server.url}/services/T0123/B0456/SeCrEtToKeN"
+    monkeypatch.setenv("SLACK_URL", slack_url)
+    monkeypatch.setenv("HOOK_URL", f"{server.url}/hooks/HoOkToKeN?x=1")
+    monkeypatch.setenv("HOOK_SECRET", "hook-secret-value")
+    p = _pager_to(tmp_path, "  - name: slack\n    kind: slack\n    url_env: SLACK_URL\n"
+                  "  - name: hook\n    kind: webhook\n    url_env: HOOK_URL\n"
+                  "    secret_env: HOOK_SECRET\n",
+                  "slack\n  routes:\n    - receiver: slack\n      continue: true\n"
+                  "    - receiver: hook\n")
+    fire, _resolve = _fire_and_resolve("run-secret")
+    codec = load_codec()
+    server.answers.append((500, {}, b"down"))  # a retry logs the failure too
+    p.handle("rw.alerts", 0, 0, fire.dedup_key.encode(), codec.encode(fire))
+    assert len(server.requests) == 3
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "HTTP Request: POST" in text  # httpx did log its requests
+    for secret in ("SeCrEtToKeN", "T0123/B0456", "HoOkToKeN", "hook-secret-value"):
+        assert secret not in text, text
+    assert "<secret: slack url>" in text
+    p.close()
+
+
+def test_a_dead_letter_log_line_names_the_alert(server: Recorder, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Before the fix a dead letter was logged as ``dead-lettering rw.alerts[3]@0: receiver
+    pd rejected the alert: HTTP 400 ...``: which alert was dropped was not said, and one that
+    a silence held back (delivered when it ended) showed ``rw.alerts[-1]@-1``."""
+    import time
+
+    from runwatch import cli
+    from runwatch.core.codec import load_codec
+
+    monkeypatch.setenv("PD_KEY", "pd-routing-key")
+    p = _pager_to(tmp_path, f"  - name: pd\n    kind: pagerduty\n    url: {server.url}/v2/enqueue\n"
+                  "    routing_key_env: PD_KEY\n", "pd")
+
+    class Dlq:
+        def produce(self, *_args: object) -> None:
+            pass
+
+        def flush(self, _timeout: float) -> int:
+            return 0
+
+        def close(self) -> None:
+            pass
+
+    p.dlq = Dlq()  # type: ignore[assignment]
+    codec = load_codec()
+    fire, _resolve = _fire_and_resolve("run-dropped")
+    server.answers.append((400, {}, b'{"message":"Invalid routing key"}'))
+    p.handle("rw.alerts", 3, 7, fire.dedup_key.encode(), codec.encode(fire))
+    line = next(r.getMessage() for r in caplog.records if "dead-lettering" in r.getMessage())
+    assert f"firing alert of run run-dropped (dedup key {fire.dedup_key})" in line
+    assert "(rw.alerts[3]@7)" in line and "HTTP 400" in line
+    caplog.clear()
+    assert cli.main(["silence", "--state-dir", str(tmp_path / "state"), "add", "--match",
+                     "run_id=run-held", "--for", "1m", "--reason", "maintenance"]) == 0
+    held, _ = _fire_and_resolve("run-held")
+    p.handle("rw.alerts", 0, 8, held.dedup_key.encode(), codec.encode(held))
+    server.answers.append((400, {}, b'{"message":"Invalid routing key"}'))
+    assert p.refresh(int(time.time() * 1000) + 120_000) == 1
+    line = next(r.getMessage() for r in caplog.records if "dead-lettering" in r.getMessage())
+    assert "firing alert of run run-held" in line
+    assert "held by a silence, delivered when it ended" in line and "[-1]@-1" not in line
+    p.close()

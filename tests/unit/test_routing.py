@@ -192,3 +192,35 @@ def test_the_example_rules_route_as_their_comments_say(alert: dict, expected: li
     rules = parse_rules(path.read_text(), str(path))
     got = [r.name for r in receivers_for(rules, alert_attributes(FakeAlert(**alert)))]
     assert got == expected
+
+
+@pytest.mark.parametrize(("matcher", "line"), [
+    ("match: {owner: data-engineerin}", 6),
+    ("match_re: {owner: 'data-eng.*x'}", 6),
+])
+def test_check_refuses_an_owner_matcher_naming_no_team(
+        matcher: str, line: int, tmp_path, capsys, monkeypatch) -> None:
+    """``pager --check`` accepted ``match: {owner: data-engineerin}`` (a typo of a team of the
+    ownership file), and the route silently caught nothing."""
+    from runwatch import cli
+    from runwatch.resources import ownership_file
+
+    monkeypatch.delenv("RUNWATCH_PROCESSOR_OWNERSHIP_FILE", raising=False)
+    rules = tmp_path / "routes.yaml"
+    rules.write_text(textwrap.dedent(f"""\
+        receivers:
+          - {{name: am, kind: alertmanager, url: "http://am:9093"}}
+        route:
+          receiver: am
+          routes:
+            - {matcher}
+              receiver: am
+        """))
+    assert cli.main(["pager", "--rules", str(rules), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert f"{rules}:{line}:" in err and "names no team of the ownership file" in err, err
+    assert "data-engineering" in err  # the teams it could have meant
+    good = rules.read_text().replace("data-engineerin", "data-engineering").replace(".*x", ".*")
+    rules.write_text(good)
+    assert cli.main(["pager", "--rules", str(rules), "--check",
+                     "--ownership", str(ownership_file())]) == 0

@@ -133,6 +133,10 @@ def test_silence_add_reaches_the_local_stacks_pager(tmp_path: Path, monkeypatch,
     ("alertname=x", "unknown attribute 'alertname'"),
     ("severity=critcal", "'critcal' is not one of severity's values"),
     ("probable_cause=~dta", "matches none of probable_cause's values"),
+    # silences never mute resolves: these were accepted and muted nothing
+    ("status=resolved", "a silence mutes firing alerts only, never resolves"),
+    ("status!=firing", "a silence mutes firing alerts only, never resolves"),
+    ("status=~res.*", "a silence mutes firing alerts only, never resolves"),
 ])
 def test_a_silence_that_could_never_match_is_refused(match: str, why: str, tmp_path: Path,
                                                       capsys) -> None:
@@ -143,8 +147,25 @@ def test_a_silence_that_could_never_match_is_refused(match: str, why: str, tmp_p
     assert SilenceStore(tmp_path).load() == []
 
 
+@pytest.mark.parametrize(("duration", "ms"), [("1w", 7 * 86_400_000), ("2y", 730 * 86_400_000),
+                                             ("90m", 5_400_000)])
+def test_silence_durations_take_weeks_and_years_as_alertmanager_does(
+        duration: str, ms: int, tmp_path: Path) -> None:
+    """``--for 1w`` was refused as a bad duration; Alertmanager (amtool) takes w and y."""
+    assert cli.main(["silence", "--state-dir", str(tmp_path), "add", "--match", "team=ml",
+                     "--for", duration, "--reason", "x"]) == 0
+    (s,) = SilenceStore(tmp_path).load()
+    assert s.ends_at_ms - s.starts_at_ms == ms
+
+
+def test_a_bad_silence_duration_names_the_units(tmp_path: Path, capsys) -> None:
+    assert cli.main(["silence", "--state-dir", str(tmp_path), "add", "--match", "team=ml",
+                     "--for", "1fortnight", "--reason", "x"]) == 2
+    assert "use e.g. 30m, 2h, 1d, 1w, 1y" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("match", ["severity=~crit.*", "severity!=info", "team=ml",
-                                   "labels.env=prod", "status=firing"])
+                                   "labels.env=prod", "status=firing", "status!=resolved"])
 def test_silences_that_can_match_are_kept(match: str, tmp_path: Path) -> None:
     assert cli.main(["silence", "--state-dir", str(tmp_path), "add", "--match", match,
                      "--for", "1h", "--reason", "x"]) == 0

@@ -927,6 +927,60 @@ class BatchConsumer:
         self._consumer.close()
 
 
+def start_new_group(kafka: KafkaSettings, group_id: str, topic: str, since_ms: int | None,
+                    *, timeout: float = 30.0) -> dict[int, int]:
+    """Commit where a consumer group with no committed offset on ``topic`` starts.
+
+    Each partition of ``topic`` the group has no committed offset on gets the offset of
+    its first record written at or after ``since_ms`` (the end when none is), so a new
+    group does not start at offset 0 and read the whole history; a partition with a
+    committed offset keeps it (at least once). ``since_ms`` None leaves every partition to
+    ``auto.offset.reset``.
+
+    Args:
+        kafka: Where Kafka is.
+        group_id: The consumer group.
+        topic: The topic.
+        since_ms: Record timestamp (UTC epoch ms) to start a new group's partitions at.
+        timeout: Seconds for each broker round trip.
+
+    Returns:
+        Partition -> the offset committed for it (empty when the group had them all).
+
+    """
+    if since_ms is None:
+        return {}
+    conf: dict[str, Any] = dict(kafka.client_config())
+    conf.update({"group.id": group_id, "enable.auto.commit": False,
+                 "logger": _LibrdkafkaLog()})
+    check_credentials(conf)
+    consumer = Consumer(conf)
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return {}
+        parts = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        fresh = [TopicPartition(topic, tp.partition, since_ms)
+                 for tp in consumer.committed(parts, timeout=timeout) if tp.offset < 0]
+        if not fresh:
+            return {}
+        starts: list[TopicPartition] = []
+        for tp in consumer.offsets_for_times(fresh, timeout=timeout):
+            offset = tp.offset
+            if offset < 0:  # nothing written since: start at the end
+                offset = consumer.get_watermark_offsets(
+                    TopicPartition(topic, tp.partition), timeout=timeout)[1]
+            starts.append(TopicPartition(topic, tp.partition, offset))
+        consumer.commit(offsets=starts, asynchronous=False)
+        return {tp.partition: tp.offset for tp in starts}
+    except KafkaException as exc:  # e.g. another member already joined: auto.offset.reset
+        logger.warning("could not place new consumer group %s on %s (%s); it starts at "
+                       "auto.offset.reset", group_id, topic, exc)
+        return {}
+    finally:
+        consumer.close()
+
+
 def plain_producer(kafka: KafkaSettings, **extra: Any) -> Producer:
     """Return a bare confluent-kafka Producer (no spool): tests, benchmarks, tools.
 

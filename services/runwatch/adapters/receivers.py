@@ -126,6 +126,11 @@ class HttpReceiver:
         self._client = client
         self._options = options or ReceiverOptions()
 
+    def secret_settings(self) -> dict[str, str]:
+        """Return the settings read from ``*_env`` / ``*_file`` (secrets: never to be logged)."""
+        return {k: v for k, v in self._settings.items()
+                if k in self.spec.settings and self.spec.settings[k].kind != "literal"}
+
     def link(self, alert: object) -> str:
         """Return the investigation link for an alert's run.
 

@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--check", action="store_true",
         help="validate the rules file and receiver secrets, print the receivers and exit",
     )
+    parser.add_argument(
+        "--ownership", type=Path,
+        help="with --check: the ownership file whose teams owner matchers must name "
+             "(default RUNWATCH_PROCESSOR_OWNERSHIP_FILE, else the shipped one)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -45,11 +50,16 @@ def _run(args: argparse.Namespace) -> int:
 
             for spec in load_rules(settings.rules_file).receivers.values():
                 resolve_settings(spec)
+            problems = _owner_problems(settings.rules_file, args.ownership)
+            if problems:
+                for line in problems:
+                    print(f"runwatch pager: {line}", file=sys.stderr)
+                return 2
             print(json.dumps(info, indent=2))
             return 0
         stop = threading.Event()
         pager = Pager(settings, KafkaSettings(), stop=stop)
-    except (RulesError, ReceiverConfigError, OSError) as exc:
+    except (RulesError, ReceiverConfigError, OSError, ValueError) as exc:
         print(f"runwatch pager: {exc}", file=sys.stderr)
         return 2
 
@@ -59,3 +69,17 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     return pager.run()
+
+
+def _owner_problems(rules_file: Path, ownership: Path | None) -> list[str]:
+    """Owner matchers of ``rules_file`` that name no team of the ownership file."""
+    import os
+
+    from runwatch.core.paging.ownership import load_ownership
+    from runwatch.core.paging.routes import unknown_owner_problems
+    from runwatch.resources import ownership_file, read_config
+
+    env = os.environ.get("RUNWATCH_PROCESSOR_OWNERSHIP_FILE")
+    path = ownership or (Path(env) if env else ownership_file())
+    teams = load_ownership(path).teams
+    return unknown_owner_problems(read_config(rules_file), str(rules_file), teams)

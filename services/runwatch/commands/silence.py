@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -26,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              help="silence alerts matching every --match")
     add.add_argument("--match", action="append", required=True, metavar="K=V",
                      help="matcher: name=value, name!=value or name=~regex (repeatable)")
-    add.add_argument("--for", dest="duration", required=True, help="duration, e.g. 30m, 2h, 1d")
+    add.add_argument("--for", dest="duration", required=True,
+                     help="duration, e.g. 30m, 2h, 1d, 1w, 1y")
     add.add_argument("--reason", required=True, help="why (shown in logs and lists)")
     add.add_argument("--by", default=None, help="who (default: current user)")
     add.set_defaults(func=_add)
@@ -78,6 +81,22 @@ def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return SilenceStore(state_dir or PagerSettings().state_dir)
 
 
+_WEEKS_YEARS = {"w": 7 * 86_400_000, "y": 365 * 86_400_000}
+"""``--for`` also takes weeks and years, as Alertmanager's ``amtool silence add`` does."""
+
+
+def _silence_duration_ms(text: str, parse: Callable[[str], int]) -> int:
+    """Parse ``--for``: the rules' durations (``30m``, ``2h``, ``1d``) plus ``1w`` and ``1y``."""
+    m = re.fullmatch(r"(\d+)([wy])", text.strip())
+    if m is not None:
+        return int(m.group(1)) * _WEEKS_YEARS[m.group(2)]
+    try:
+        return parse(text)
+    except ValueError:
+        msg = f"bad duration {text!r} (use e.g. 30m, 2h, 1d, 1w, 1y)"
+        raise ValueError(msg) from None
+
+
 def _add(args: argparse.Namespace) -> int:
     from runwatch.core.paging.delivery import parse_matcher
     from runwatch.core.paging.routes import attribute_problem, parse_duration_ms, value_problem
@@ -85,13 +104,16 @@ def _add(args: argparse.Namespace) -> int:
 
     try:
         matchers = tuple(parse_matcher(m) for m in args.match)
-        duration = parse_duration_ms(args.duration)
+        duration = _silence_duration_ms(args.duration, parse_duration_ms)
     except ValueError as exc:
         print(f"runwatch silence add: {exc}", file=sys.stderr)
         return 2
     for m in matchers:  # a silence that can never match mutes nothing, silently
         problem = attribute_problem(m.name) or (
             None if m.op == "!=" else value_problem(m.name, m.value, regex=m.op == "=~"))
+        if problem is None and m.name == "status" and not m.accepts({"status": "firing"}):
+            problem = ("a silence mutes firing alerts only, never resolves: a matcher on "
+                       "status must match firing")
         if problem is not None:  # ("not that value" can match whatever the value)
             print(f"runwatch silence add: --match {m}: {problem}", file=sys.stderr)
             return 2

@@ -86,8 +86,8 @@ class Deliverer:
         notifications: The durable notification log.
         retry: Retry policy.
         breaker: Circuit-breaker policy.
-        deadline_ms: Longest time spent on one delivery (the breaker's cool-down
-            included, for the delivery that opened it) before it is dead-lettered.
+        deadline_ms: Longest time spent on one delivery (its backoffs and
+            ``Retry-After`` waits) before it is dead-lettered.
         stop: Set to interrupt waits (shutdown).
         clock: Returns UTC epoch ms.
         rand: Returns a uniform draw in [0, 1) for jitter.
@@ -139,7 +139,9 @@ class Deliverer:
         # A breaker another alert opened fails this delivery fast, and a half-open one gets
         # one probe: waiting out the cool-down on every alert (up to max_attempts times)
         # held each later alert ~3 minutes per dead receiver, delaying every other
-        # receiver's pages behind it. Only the delivery that opens the breaker waits.
+        # receiver's pages behind it. The delivery that opens the breaker stops there too
+        # (below): it waited out the cool-down before its next attempt, holding every
+        # other receiver's pages ~30 s (PagerDuty paged 35 s late while Slack answered 500).
         state, allowed, wait = breaker_allow(
             self.breakers.get(name, BreakerState()), self.breaker, start
         )
@@ -153,19 +155,6 @@ class Deliverer:
         probe = state.mode == "half_open"
         while True:
             now = self.clock()
-            state, allowed, wait = breaker_allow(
-                self.breakers.get(name, BreakerState()), self.breaker, now
-            )
-            self.breakers[name] = state
-            if not allowed:
-                if now + wait - start > self.deadline_ms:
-                    return Delivery(
-                        name, "dead", attempts,
-                        f"circuit open for receiver {name}; last error: {last_error}",
-                    )
-                log.info("receiver %s: circuit open, waiting %d ms", name, wait)
-                self._sleep(wait)
-                continue
             if self.stop.is_set():
                 msg = "pager stopping"
                 raise Interrupted(msg)
@@ -189,6 +178,13 @@ class Deliverer:
             if outcome == "fatal":
                 return Delivery(
                     name, "dead", attempts, f"receiver {name} rejected the alert: {last_error}"
+                )
+            if self.breakers[name].mode == "open" and not probe:
+                return Delivery(
+                    name, "dead", attempts,
+                    f"circuit opened for receiver {name} after {self.breakers[name].failures} "
+                    f"failures in a row (next probe in {self.breaker.open_ms} ms); "
+                    f"last error: {last_error}",
                 )
             if probe:
                 return Delivery(

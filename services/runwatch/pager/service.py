@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch._version import __version__
@@ -31,6 +31,7 @@ from runwatch.adapters.kafka import (
     CommitFailed,
     KafkaTransport,
     ProducerSettings,
+    start_new_group,
 )
 from runwatch.adapters.receivers import (
     HttpReceiver,
@@ -46,7 +47,14 @@ from runwatch.core.paging.delivery import (
     find_silence,
 )
 from runwatch.core.paging.payloads import AM_LABEL_FIELDS
-from runwatch.core.paging.routes import Rules, alert_attributes, parse_rules, receivers_for
+from runwatch.core.paging.routes import (
+    Rules,
+    alert_attributes,
+    parse_duration_ms,
+    parse_rules,
+    receivers_for,
+)
+from runwatch.pager import redact
 from runwatch.pager.deliver import Deliverer, Interrupted
 from runwatch.pager.state import HELD_FILE, NotificationLog, SilenceStore, default_state_dir
 from runwatch.resources import pager_routes_file, read_config
@@ -64,6 +72,11 @@ class PagerSettings(BaseSettings):
     alerts_topic: str = "rw.alerts"
     dlq_topic: str = "rw.dlq"
     group_id: str = "runwatch-pager"
+    start: str = "15m"
+    """Where a new consumer group (no committed offset) starts: ``earliest`` (the whole
+    history of rw.alerts), ``latest`` (only alerts published from now on), or a lookback
+    (``15m``, ``2h``, ``1d``: alerts published that long ago and since). A group with
+    committed offsets always goes on from them."""
     max_attempts: int = 6
     backoff_base_ms: int = 500
     backoff_cap_ms: int = 60_000
@@ -77,6 +90,32 @@ class PagerSettings(BaseSettings):
     investigate_url_template: str = "http://127.0.0.1:8123/play?user=analyst#{query_b64}"
     clickhouse_database: str = "runwatch"
     dlq_flush_timeout_s: float = 30.0
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, value: str) -> str:
+        start_since_ms(value, 0)  # raises ValueError naming the setting
+        return value.strip()
+
+
+def start_since_ms(start: str, now_ms: int) -> int | None:
+    """Return the record time a new consumer group starts at (None: the earliest offset).
+
+    Raises:
+        ValueError: When ``start`` is not ``earliest``, ``latest`` or a duration.
+
+    """
+    text = start.strip().lower()
+    if text == "earliest":
+        return None
+    if text == "latest":
+        return now_ms
+    try:
+        return now_ms - parse_duration_ms(text)
+    except ValueError as exc:
+        msg = (f"RUNWATCH_PAGER_START={start!r}: use earliest, latest or a lookback such as "
+               "15m, 2h, 1d")
+        raise ValueError(msg) from exc
 
 
 HELD = "silenced"
@@ -149,6 +188,11 @@ class Pager:
             self.http,
             ReceiverOptions(settings.investigate_url_template, settings.clickhouse_database),
         )
+        # a Slack URL is its secret, and httpx logs every request's URL (at INFO)
+        self._redact = redact.install({
+            text: label for name, rx in self.receivers.items()
+            for fld, value in rx.secret_settings().items()
+            for text, label in redact.secret_texts(name, fld, value).items()})
         self.codec = load_codec()
         self.notifications = NotificationLog(settings.state_dir)
         self.silences = SilenceStore(settings.state_dir)
@@ -176,6 +220,7 @@ class Pager:
 
         """
         s = self.settings
+        self.start_group(_now_ms())
         # one alert is delivered to its receivers one after the other, each up to the
         # delivery deadline: the group must wait for all of them before it thinks this
         # member dead (with one deadline, two receivers answering 503 + Retry-After made
@@ -222,6 +267,28 @@ class Pager:
             consumer.close()
             self.close()
         return 0
+
+    def start_group(self, now_ms: int) -> dict[int, int]:
+        """Place a new consumer group (no committed offset) per ``RUNWATCH_PAGER_START``.
+
+        A new group used to start at offset 0 and page the whole history of rw.alerts
+        (alerts resolved long ago paged as firing, then as resolved). A group with
+        committed offsets goes on from them: nothing it has not delivered is skipped.
+
+        Returns:
+            Partition -> start offset, for the partitions that had no committed offset.
+
+        """
+        s = self.settings
+        since = start_since_ms(s.start, now_ms)
+        started = start_new_group(self.kafka, s.group_id, s.alerts_topic, since)
+        if started:
+            log.info("new consumer group %s: starting %s at %s (RUNWATCH_PAGER_START=%s), "
+                     "partition -> offset %s", s.group_id, s.alerts_topic,
+                     "the end" if since == now_ms else "alerts published since "
+                     f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(since / 1000))}"
+                     if since is not None else "the earliest offset", s.start, started)
+        return started
 
     def handle(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
@@ -291,7 +358,8 @@ class Pager:
             outcome = self.deliverer.deliver(a, receiver, r)
             if outcome.result == "dead":
                 self.dead_letter(
-                    topic, partition, offset, key, raw, outcome.reason, alert.run_id
+                    topic, partition, offset, key, raw, outcome.reason, alert.run_id,
+                    alert=alert,
                 )
                 if alert.status == "resolved":
                     self._resolve_failed(name, alert)
@@ -410,8 +478,14 @@ class Pager:
         raw: bytes,
         reason: str,
         run_id: str | None,
+        *,
+        alert: Any = None,
     ) -> None:
         """Publish a DeadLetter to rw.dlq and wait until Kafka has it.
+
+        The log line names the alert (firing or resolved, run, dedup key) and where it came
+        from: its topic position, or, for an alert a silence held back and the pager
+        delivered when the silence ended (no position), that.
 
         Args:
             topic: Source topic.
@@ -421,6 +495,7 @@ class Pager:
             raw: Original bytes.
             reason: Why.
             run_id: The run, when known.
+            alert: The decoded alert, when there is one.
 
         Raises:
             RuntimeError: When the dead letter cannot be confirmed (the offset
@@ -438,7 +513,11 @@ class Pager:
             seq=self._seq, topic=topic, partition=partition, offset=offset, reason=reason,
             original=raw, key=key, failed_at_ms=now,
         )
-        log.error("dead-lettering %s[%d]@%d: %s", topic, partition, offset, reason[:500])
+        where = (f"{topic}[{partition}]@{offset}" if partition >= 0 and offset >= 0
+                 else "held by a silence, delivered when it ended")
+        what = ("record" if alert is None else
+                f"{alert.status} alert of run {alert.run_id} (dedup key {alert.dedup_key})")
+        log.error("dead-lettering %s (%s): %s", what, where, reason[:500])
         if self.dlq is None:
             msg = "dead-letter producer not started"
             raise RuntimeError(msg)
@@ -457,6 +536,7 @@ class Pager:
         self.notifications.close()
         self.held.close()
         log.info("pager stopped: %s", self.counters)
+        redact.uninstall(self._redact)
 
 
 def describe(settings: PagerSettings) -> dict[str, Any]:

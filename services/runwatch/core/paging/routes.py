@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -434,3 +434,51 @@ def _parse_route(
         routes=tuple(children),
         line=r.line(node),
     )
+
+
+def unknown_owner_problems(text: str, source: str, teams: Collection[str]) -> list[str]:
+    """Return ``file:line: ...`` for each ``owner`` matcher that names no team of ``teams``.
+
+    The owner an alert carries is a team of the ownership file, so ``match: {owner:
+    data-engineerin}`` (a typo) routes nothing, silently. ``pager --check`` runs this with
+    the ownership file's teams.
+
+    Args:
+        text: The rules file's text (already valid: see :func:`parse_rules`).
+        source: Its name, for the messages.
+        teams: The teams the ownership file declares.
+
+    Returns:
+        One message per matcher that can match no team (empty when all can).
+
+    """
+    known = ", ".join(sorted(teams))
+    out: list[str] = []
+
+    def walk(node: yaml.Node) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for knode, vnode in node.value:
+                key = getattr(knode, "value", None)
+                if key in ("match", "match_re") and isinstance(vnode, yaml.MappingNode):
+                    for mk, mv in vnode.value:
+                        if mk.value != "owner" or not isinstance(mv, yaml.ScalarNode):
+                            continue
+                        value = str(mv.value)
+                        try:
+                            hits = (any(re.fullmatch(value, t) for t in teams)
+                                    if key == "match_re" else value in teams)
+                        except re.error:
+                            continue
+                        if not hits:
+                            out.append(f"{source}:{mv.start_mark.line + 1}: {key} owner "
+                                       f"{value!r} names no team of the ownership file "
+                                       f"({known}): the route would catch nothing")
+                walk(vnode)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                walk(item)
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root)
+    return out
