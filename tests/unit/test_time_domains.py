@@ -278,9 +278,16 @@ def test_a_sparse_logging_run_that_stops_for_ten_of_its_intervals_is_stalled() -
     ([("a", 5_000, 1_000), ("b", 7_000, 69_500)], 129_600, 7_000),  # ... not longer
     # a run's manifest partition read once, then its steps once a minute and nothing else:
     # each step came after a minute of no input, refreshed the manifest's partition and
-    # held the horizon at the manifest's time (the run never missed its data report)
+    # held the horizon at the manifest's time (the run never missed its data report); now
+    # it follows the steps, a step behind (each step, after a minute of nothing, starts a
+    # grace that holds its input's previous watermark)
     ([("a", 1_000, 0), ("b", 60_000, 60_000), ("b", 120_000, 120_000),
-      ("b", 180_000, 180_000)], 180_500, 180_000),
+      ("b", 180_000, 180_000)], 180_500, 120_000),
+    # producers share a partition: the first to drain after a 20-minute outage moved it
+    # over the outage while the others had delivered nothing; it holds the horizon where
+    # it stood for the minute of grace, then moves on
+    ([("p", 10_000, 1_000), ("p", 1_210_000, 70_000)], 70_500, 10_000),
+    ([("p", 10_000, 1_000), ("p", 1_210_000, 70_000)], 130_500, 1_210_000),
 ])
 def test_input_horizon(records, wall, want) -> None:
     h = InputHorizon(idle_ms=60_000)

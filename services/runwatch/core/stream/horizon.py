@@ -36,7 +36,8 @@ class InputHorizon:
     Attributes:
         idle_ms: Wall time without a record after which an input is idle.
         marks: Input → ``[event-time watermark, wall time of its last record, wall time
-            until which it counts as active after a gap of all inputs]``.
+            until which it counts as active after a gap of all inputs, its watermark when
+            that gap began (what it holds the horizon at until then)]``.
 
     """
 
@@ -53,6 +54,11 @@ class InputHorizon:
         drain its spool moved the horizon over the whole outage while the others' had
         not arrived, and a timer round between them paged every run of theirs as
         stalled or missing its data report (critical), to resolve a second later.
+        Meanwhile each holds the horizon at its watermark from before the gap: producers
+        share an input (the runs hashed to one partition), and the first of them to drain
+        moved the input's watermark over the whole outage while the others had delivered
+        nothing, and a timer round paged their runs stalled (3 of 20 healthy runs after a
+        20-minute outage, every spool starting within 10 s).
         Only the inputs that were active when the gap began: one idle before it held
         nothing back then (a run's manifest partition, read once), and refreshed at
         each record of a run that logs once a minute and nothing else it held the
@@ -69,10 +75,11 @@ class InputHorizon:
             for m in self.marks.values():
                 if last - m[1] < self.idle_ms:  # active when the gap began: it may hold spool
                     m[2] = max(m[2], int(wall_ms) + self.idle_ms)
+                    m[3] = m[0]  # and holds the horizon where it stood meanwhile
         self.last_wall_ms = max(self.last_wall_ms, int(wall_ms))
         mark = self.marks.get(source)
         if mark is None:
-            self.marks[source] = [int(event_ms), int(wall_ms), 0]
+            self.marks[source] = [int(event_ms), int(wall_ms), 0, int(event_ms)]
         else:
             mark[0] = max(mark[0], int(event_ms))
             mark[1] = max(mark[1], int(wall_ms))
@@ -88,7 +95,7 @@ class InputHorizon:
             every input is idle; 0 when nothing was read yet.
 
         """
-        active = [m[0] for m in self.marks.values()
+        active = [m[3] if wall_ms < m[2] else m[0] for m in self.marks.values()
                   if wall_ms - m[1] < self.idle_ms or wall_ms < m[2]]
         if active:
             return min(active)
