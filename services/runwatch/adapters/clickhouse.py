@@ -82,8 +82,7 @@ def refusal(exc: ClickHouseRejected, database: str) -> str:
     if "UNKNOWN_TABLE" in text or "Code: 60." in text:
         return no_tables(database)
     if "UNKNOWN_DATABASE" in text or "Code: 81." in text:
-        return (f"database {database!r} does not exist (create it with `runwatch db migrate "
-                f"--database {database}`, or pass --database)")
+        return no_database(database)
     return f"the store refused a query (is the database migrated? runwatch db migrate): {exc}"
 
 
@@ -93,9 +92,10 @@ def no_tables(database: str) -> str:
             f"--database {database}`, or pass --database)")
 
 
-def no_database(database: str, url: str) -> str:
-    """Return the line that says a database does not exist on the server."""
-    return (f"database {database!r} does not exist on ClickHouse at {url} (create it with "
+def no_database(database: str, url: str | None = None) -> str:
+    """Return the line that says a database does not exist (on the server at ``url``)."""
+    where = f" on ClickHouse at {url}" if url else ""
+    return (f"database {database!r} does not exist{where} (create it with "
             f"`runwatch db migrate --database {database}`, or pass --database)")
 
 
