@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from sdk_kit import Clock, deliver_live, timed
 
 import runwatch
 from runwatch.adapters.publisher import CaptureTransport, Publisher
@@ -149,19 +150,11 @@ def test_a_lasting_label_shift_explains_a_decline_long_after_the_last_report(
 
 
 def live(t: CaptureTransport, wall: int) -> MemoryProcessor:
-    """Deliver what was published as it comes, a second after it happens (the SDK's thread
-    publishes the run's records after the reports in the capture), the timer every minute."""
-    clock = {"t": wall}
-    m = MemoryProcessor(clock=lambda: clock["t"])
-    timed = sorted((m.codec.decode(value).emitted_at_ms, n) for n, (_, _, value)
-                   in enumerate(t.messages))
-    for emitted, n in timed:
-        at = emitted + 1_000
-        while clock["t"] + 60_000 < at:
-            clock["t"] += 60_000
-            m.tick(clock["t"])
-        clock["t"] = max(clock["t"], at)
-        m.feed([t.messages[n]])
+    """Deliver what was published as it comes (the SDK's thread publishes the run's records
+    after the reports in the capture), the timer every minute."""
+    clock = Clock(wall)
+    m = MemoryProcessor(clock=clock)
+    deliver_live(m, clock, timed(t.messages), tick_ms=60_000)
     return m
 
 
