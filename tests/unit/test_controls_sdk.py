@@ -137,6 +137,15 @@ def test_gradients_that_keep_overflowing_page() -> None:
     assert "rule:non_finite" in pages(overflows(set(range(600, 620))))
 
 
+def test_a_scaler_starting_at_2_to_the_32_skipping_its_first_steps_does_not_page() -> None:
+    # Megatron-LM's defaults (initial scale 2^32, hysteresis 2): its first 17 steps skipped
+    assert pages(overflows(set(range(17)) | {1200})) == []
+
+
+def test_gradients_that_never_stop_overflowing_from_the_start_page() -> None:
+    assert "rule:non_finite" in pages(overflows(set(range(60))))
+
+
 def language_model(slower_from: int | None, seq_from: int | None,
                    samples: bool) -> Callable[[Any, Clock], None]:
     """A language model's steps counting tokens (and samples when ``samples``): the step

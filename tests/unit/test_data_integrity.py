@@ -420,6 +420,29 @@ def test_a_unit_change_that_shrinks_the_values_leaves_the_features_scale(
         assert (("watch:feature_range", "data") in firing(m)) == fires
 
 
+def length(scale: float, rows: int = 400) -> Batch:
+    """Parts measured in millimetres (normal, 850 ± 120 mm) in 400-row batches."""
+    def make(rng: np.random.Generator, i: int) -> dict[str, Any]:
+        return {"length_mm": (np.clip(rng.normal(850, 120, rows), 0, None) * scale)
+                .round(2).tolist()}
+    return make
+
+
+@pytest.mark.parametrize(("scale", "fires"), [(0.1, True), (1.0, False)],
+                         ids=["mm-to-cm", "same"])
+def test_a_tenfold_unit_change_pages_whatever_the_batch_noise(scale: float, fires: bool,
+                                                             tmp_path) -> None:
+    """Millimetres to centimetres, the coarsest unit step in use: at a factor of exactly 10
+    the bound sat on the change itself, and the width of a batch (its extremes) fell short
+    of it one time in two: mm to cm paged nothing."""
+    for seed in range(6):
+        batches = [length(1.0)] * HISTORY + [length(scale)]
+        rng = np.random.default_rng(seed)
+        plan = [(k * 10 * MIN_MS, "all", make(rng, k), {}) for k, make in enumerate(batches)]
+        m = reported(plan, tmp_path / str(seed), run_id=f"L{seed}")
+        assert (("watch:feature_range", "data") in firing(m)) == fires, seed
+
+
 def test_the_scale_check_judges_a_shrinking_scale_only() -> None:
     """Both moving up together is one outlier of a heavy-tailed count in a small batch (a
     Pareto follower count paged "x243"); a unit change that grows is the range check's."""

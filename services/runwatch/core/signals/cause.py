@@ -53,7 +53,10 @@ serialization, other artifact findings         happened to its computation
 ============================================== ================================
 
 Symptoms outside the three kinds (data, artifact, infrastructure findings,
-execution findings that are mechanisms themselves) are their own cause.
+execution findings that are mechanisms themselves) are their own cause, as is a
+loss divergence after a jump of the learning rate (labelled
+``lr_raised_at_step``): the rate is its mechanism, whatever restart evidence
+the window holds.
 """
 
 from __future__ import annotations
@@ -136,6 +139,8 @@ def symptom_kind(symptom: Finding) -> Effect | None:
     """
     if symptom.detector == "rule:non_finite":
         return "numerics"
+    if symptom.detector == "rule:loss_divergence" and "lr_raised_at_step" in symptom.labels:
+        return None  # a jump of the learning rate before it is its mechanism
     if symptom.signal == "learning":
         return "learning"
     if symptom.detector == "rule:stalled":

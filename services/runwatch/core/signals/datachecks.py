@@ -67,6 +67,15 @@ REL_FLOOR = 0.5
 newest rows are half again as old as they usually are has missed an update."""
 MIN_LAG_MS = 60_000
 """Least change of a freshness lag in ms (reports are per batch; seconds are jitter)."""
+LAG_BACK = 8
+"""Lags (of the latest reports that brought newer rows, the new one included) whose trend
+:func:`lag_rising` judges: a consumer that falls 4 minutes behind at every fourth report
+and holds in between rises over 8 of them as a line does."""
+RISE_T = 3.0
+"""A trend of the latest lags rises when its slope is this many standard errors above
+zero (the residuals' own spread: a consumer's lag jittering by minutes either way); for
+steady jitter, a one-sided chance of about 1 % per report with 6 degrees of freedom,
+and such a report is merely not learnt."""
 VOLUME_FACTOR = 2.0
 """Least change of the row count: half or twice the usual volume."""
 RANGE_REL = 0.5
@@ -203,12 +212,22 @@ def range_learn(state: list[float] | None, lo: float, hi: float,
     return [n + 1, min(rlo, lo), max(rhi, hi), min(seen + rows, 10**9)]
 
 
-SCALE_FACTOR = 10.0
+SCALE_FACTOR = 8.0
 """Least change of a non-negative feature's scale, as a factor, that fires: a unit change
 (milliseconds to seconds, grams to kilograms, a percent to a fraction) moves it a hundred
 or a thousand times, while values shrinking into their old range (seconds where
-milliseconds were) never leave it. A tenth is also the coarsest unit step in use (mm to
-cm): finer moves are the volume and drift checks' business."""
+milliseconds were) never leave it. A tenth is the coarsest unit step in use (mm to cm);
+the factor sits a fifth under it so that a tenfold change fires with the batches' noise
+to spare: at 10 exactly, the width of a 400-row batch divided by 10 (or 11) fell short of
+its bound one time in two, and mm to cm paged nothing. Finer moves are the volume and
+drift checks' business."""
+
+
+SCALE_WIDTH_SHARE = 0.5
+"""Share of its bound the width's fall must reach beside the mean's whole bound: a batch's
+width is its extremes, and a 400-row batch's width divided by ten fell short of the bound
+where its mean did not (an identifier block near zero moves the mean alone, and its width
+not at all)."""
 
 
 def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
@@ -256,7 +275,8 @@ def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
         band.learn_one(x, floor)
     excess = 0.0
     if len(moves) == 2 and moves[0] < 0 and moves[1] < 0:  # both shrank
-        excess = min(-moves[0], -moves[1])
+        # the mean by its bound; the width, the noisier (a batch's extremes), by half of it
+        excess = min(-moves[0], -moves[1] / SCALE_WIDTH_SHARE)
     return excess, [b.to_state() for b in bands]
 
 
@@ -265,6 +285,12 @@ REFRESH_K = 2.0
 missed its refreshes (a daily partition two days old): the lag band alone follows the lag's
 climb between refreshes, so reports much more frequent than the refreshes (hourly reports
 of a daily ETL) hid a pipeline that stopped."""
+SILENT_K = PART_K
+"""A dataset whose reports stopped altogether is silent past its usual delay and this many
+refresh intervals, with no report for as many (:func:`reports_stopped`): a partition is
+missing past as many of its own intervals. One more than :data:`REFRESH_K`, which judges
+a report of old rows: between reports nothing says a report is more than late (a run
+training 14 minutes past its 5-minute feed's last report paged at 2 intervals)."""
 REFRESH_KEPT = 8
 """Intervals between refreshes a dataset keeps (their median is its usual interval)."""
 
@@ -315,12 +341,85 @@ def refresh_overdue(h: dict[str, Any], at_ms: int, lag_ms: float
     last = max(last, newest)
     h["refresh"] = [last, gaps, lags]
     age = float(at_ms - last)
-    if len(gaps) < MIN_HISTORY:
+    cadence = _refresh_bound(gaps, lags)
+    if cadence is None:
         return newer, age, None, None
+    bound, usual = cadence
+    return newer, age, usual, ((bound, usual) if age > max(bound, MIN_LAG_MS) else None)
+
+
+def _refresh_bound(gaps: list[int], lags: list[int]) -> tuple[float, float] | None:
+    """Return (bound on the newest row's age, usual refresh interval); None without a cadence.
+
+    The bound is the usual delay (the median lag at the kept refreshes) plus
+    :data:`REFRESH_K` usual intervals (the median of the kept intervals, once
+    :data:`MIN_HISTORY` are known).
+    """
+    if len(gaps) < MIN_HISTORY:
+        return None
     usual = float(sorted(gaps)[len(gaps) // 2])
     delay = sorted(lags)[len(lags) // 2] if lags else 0
-    bound = delay + REFRESH_K * usual
-    return newer, age, usual, ((bound, usual) if age > max(bound, MIN_LAG_MS) else None)
+    return delay + REFRESH_K * usual, usual
+
+
+def reports_stopped(h: dict[str, Any], last_report_ms: int, at_ms: int
+                    ) -> tuple[float, float, float, float] | None:
+    """Say whether a dataset whose reports stopped is past its freshness bound at ``at_ms``.
+
+    The wall-clock side of :func:`refresh_overdue`, which judges a report when it
+    arrives: a dataset that stops being reported altogether is never judged there. It
+    is past its bound when its newest row (``h["refresh"]``) is older than its usual
+    delay and :data:`SILENT_K` refresh intervals and no report of it came for
+    :data:`SILENT_K` intervals either (reports that keep coming with old rows are the
+    report's own judgement). A dataset with no learned cadence yet (fewer than
+    :data:`MIN_HISTORY` refreshes) is not judged.
+
+    Args:
+        h: The dataset's history (:func:`check` output).
+        last_report_ms: Event time of its latest report.
+        at_ms: The time judged at (the processor's event-time horizon).
+
+    Returns:
+        (the newest row's age, the bound, the usual interval, the time since the last
+        report) when past the bound, else None.
+
+    """
+    kept = h.get("refresh")
+    if not kept:
+        return None
+    last, gaps, *rest = kept
+    cadence = _refresh_bound(list(gaps), list(rest[0]) if rest else [])
+    if cadence is None:
+        return None
+    bound, usual = cadence
+    bound += (SILENT_K - REFRESH_K) * usual
+    age, quiet = float(at_ms - last), float(at_ms - last_report_ms)
+    if age > max(bound, MIN_LAG_MS) and quiet > SILENT_K * usual:
+        return age, bound, usual, quiet
+    return None
+
+
+def lag_rising(lags: list[float]) -> bool:
+    """Return whether a dataset's latest freshness lags keep rising (a consumer falling behind).
+
+    The least-squares slope of the last :data:`LAG_BACK` lags (at least 4) rises over
+    them by more than :data:`MIN_LAG_MS` and lies :data:`RISE_T` standard errors above
+    zero, measured by the lags' own scatter about the line, not by the band's noise: the
+    band's noise grew with each rise it learnt, so a lag that rose 2 minutes per report
+    with a minute and a half of jitter was learnt once its first rises were.
+    """
+    ys = lags[-LAG_BACK:]
+    n = len(ys)
+    if n < 4:
+        return False
+    mx, my = (n - 1) / 2.0, sum(ys) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    slope = sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sxx
+    if slope * (n - 1) <= MIN_LAG_MS:
+        return False
+    resid = sum((y - my - slope * (i - mx)) ** 2 for i, y in enumerate(ys))
+    se = math.sqrt(resid / (n - 2) / sxx)
+    return se == 0.0 or slope > RISE_T * se
 
 
 def _share_floor(mean: float, rows: int) -> float:
@@ -382,13 +481,20 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
         if newer:
             # a lag that rose from the previous one by more than the band's noise is not
             # learnt: a step becomes the new normal once it stops rising, while a consumer
-            # falling further behind at every report was learnt away as it fell
-            prev = h.get("lag_prev")
+            # falling further behind at every report was learnt away as it fell; nor is one
+            # that keeps rising over the latest reports (lag_rising): judged against the
+            # previous lag alone, a lag rising 3.5 and 0.5 minutes at alternate reports
+            # learnt each small rise, and the band followed the fall
+            recent = [float(x) for x in h.get("lag_recent") or ()]
+            if not recent and h.get("lag_prev") is not None:  # a state of an older release
+                recent = [float(h["lag_prev"])]
             noise = max(K * SIGMA_PER_DEV * band.dev, MIN_LAG_MS)
-            if prev is None or lag - prev <= noise or band.n < MIN_HISTORY:
+            if band.n < MIN_HISTORY or not recent or (
+                    lag - recent[-1] <= noise and not lag_rising([*recent, lag])):
                 band.learn_one(lag, floor)
                 h["lag"] = band.to_state()
-            h["lag_prev"] = lag
+            h["lag_recent"] = [*recent, lag][-(LAG_BACK - 1):]
+            h.pop("lag_prev", None)
     if rows <= 0:
         return h, out  # nothing to compare: rule:zero_rows speaks for an empty batch
     log_rows = math.log(rows)

@@ -54,7 +54,9 @@ def default_specs() -> dict[str, WatchSpec]:
                                   persist=5),
         # an exploding norm: ten times the run's own level, held (a loss spike's few large
         # norms move the smoothed level less; a warm restart's 2-3 times is by design)
-        "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=9.0, persist=5),
+        # norms of fresh weights settle far lower: the baseline follows them down
+        "grad_norm": WatchSpec("up", warmup=30, alpha=0.1, k=6.0, rel_effect=9.0, persist=5,
+                               settles=True),
         # relative (log) step-to-step variance: at least 0.25 (the norms swinging by about
         # half from step to step) and 5 times the run's own; the stationary noise of a
         # healthy run (15 % per step: 0.02) and a clipped norm (0) stay far below it. Its

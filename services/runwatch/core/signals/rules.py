@@ -76,13 +76,19 @@ Mixed-precision training with a dynamic loss scaler (``torch.cuda.amp.GradScaler
 overflows by design: the scaler skips the step and halves its scale, several times
 in a row as a run starts (2^16 down to about 2^10) and now and then after it grows
 the scale again; each such step paged a healthy fp16 run, critical. Eight in a
-row is a scale fallen 256-fold without recovering, or gradients that overflow in
-earnest; a non-finite loss or learning rate pages at once."""
+row is a scale fallen 128-fold (256-fold without hysteresis) without recovering, or
+gradients that overflow in earnest; a non-finite loss or learning rate pages at once."""
+START_OVERFLOW_STEPS = 34
+"""The same count before the run's first step with finite gradients: the scaler is still
+finding its scale. Megatron-LM starts at 2^32 with hysteresis 2 and skipped its first
+17 steps on a healthy run, which paged critical at the 8th. Halving 2^32 (the largest
+initial scale of Megatron-LM and DeepSpeed) down to 1, no scaling at all, takes 32
+overflows, 33 with hysteresis 2: a run still overflowing after that does in earnest."""
 
 
 def non_finite_learning(
     loss: float | None, grad_norm: float | None, nonfinite_count: int, at_ms: int,
-    lr: float | None = None, overflows: int = GRAD_OVERFLOW_STEPS,
+    lr: float | None = None, overflows: int = GRAD_OVERFLOW_STEPS, *, scaled: bool = True,
 ) -> Finding | None:
     """Fire on a NaN/Inf loss or learning rate, or gradients non-finite for long enough.
 
@@ -95,6 +101,8 @@ def non_finite_learning(
         overflows: Learning steps in a row, this one included, whose gradients were
             non-finite (a non-finite norm or a positive count); they fire from
             :data:`GRAD_OVERFLOW_STEPS` on.
+        scaled: Whether the run has had a step with finite gradients (its loss scaler
+            found its scale); before one, overflows fire from :data:`START_OVERFLOW_STEPS`.
 
     Returns:
         A critical learning finding, or None.
@@ -106,7 +114,7 @@ def non_finite_learning(
                 "non_finite", name, "learning", value, 0.0, at_ms,
                 f"Non-finite {name} ({value})", f"{name}={value}",
             )
-    if overflows < GRAD_OVERFLOW_STEPS:
+    if overflows < (GRAD_OVERFLOW_STEPS if scaled else START_OVERFLOW_STEPS):
         return None
     if grad_norm is not None and not math.isfinite(grad_norm):
         return _hard(
@@ -748,6 +756,7 @@ mini-batch noise moves a 10-step mean by a few percent, a diverging run by multi
 def loss_divergence(
     points: Sequence[Sequence[float]], lr_raised_at_step: float | None, at_ms: int,
     earlier_best: float | None = None, noise: float | None = None, *, rising: bool = True,
+    lr_jump: Sequence[float] | None = None,
 ) -> Finding | None:
     """Fire when the training loss has climbed well above its recent best (no convergence).
 
@@ -770,6 +779,9 @@ def loss_divergence(
             steps, if known; else the window's median second difference estimates it.
         rising: Also require the window's slope to be positive (:func:`loss_rising`);
             False judges the level alone.
+        lr_jump: ``(step, rate before, rate after, ...)`` of a step change of the learning
+            rate before the rise: named in the detail and labelled ``lr_raised_at_step``,
+            the divergence's own mechanism (:func:`runwatch.core.signals.cause.symptom_kind`).
 
     Returns:
         A warning learning finding, or None.
@@ -799,11 +811,17 @@ def loss_divergence(
     n = len(points)
     if rising and not loss_rising(points):
         return None
+    why, labels = "no learning-rate increase in the window", {}
+    if lr_jump is not None:
+        step, before, after = lr_jump[0], lr_jump[1], lr_jump[2]
+        why = (f"after the learning rate rose x{after / before:.3g} ({before:.3g} -> "
+               f"{after:.3g}) at step {step:.0f}")
+        labels = {"lr_raised_at_step": f"{step:.0f}"}
     return Finding(
         detector="rule:loss_divergence", indicator="loss", signal="learning",
         severity="warning", observed=now, expected=best,
         score=min((now / best - 1.0) / (2 * (LOSS_RISE - 1.0)), 1.0), at_ms=at_ms,
         title=f"Training loss diverging: {now:.4g} from a best of {best:.4g}",
         detail=f"{LOSS_SMOOTH}-step mean loss, window of {n} steps and the lowest levels "
-        "before it; no learning-rate increase in the window",
+        f"before it; {why}", labels=labels,
     )

@@ -84,6 +84,9 @@ class WatchSpec:
         persist: Consecutive out-of-bound evaluations before firing.
         trend: Also run a trend detector (slow creep) on the indicator.
         adwin: Also run ADWIN (drift of the mean) on the indicator.
+        settles: The run's first values sit well above where it settles (an ``up``
+            indicator): a level below :data:`SETTLED` of the baseline for ``warmup``
+            values in a row learns the baseline again (:meth:`Watch.update`).
 
     """
 
@@ -96,6 +99,17 @@ class WatchSpec:
     persist: int = 5
     trend: bool = False
     adwin: bool = False
+    settles: bool = False
+
+
+SETTLED = 0.8
+"""A watch that ``settles`` learns its baseline again once its level held below this share
+of it for ``warmup`` values: a pre-training run's gradient norms fall from about 8 (fresh
+weights) to 0.3 over its first thousand steps, and a baseline frozen on the first 30 set
+the bound of a ten-fold explosion at 80: a later rise to 10 never paged. Learnt again each
+time the level sits a fifth under it, the baseline ends at most a quarter above where the
+norms settle, so the ten-fold bound means at most 12.5-fold there (learnt again at half,
+a 12-fold rise 4,000 steps after the settling was missed)."""
 
 
 WARMUP_OUTLIER_SIGMAS = 5.0
@@ -135,6 +149,7 @@ class Watch:
     streak: int = 0
     seeded: bool = False
     warm: list[float] = field(default_factory=list)
+    low: int = 0  # values in a row with the level under SETTLED of the baseline
 
     def bound(self, spec: WatchSpec) -> float:
         """Return the gap the recent level must exceed."""
@@ -180,6 +195,10 @@ class Watch:
                                or sign * (x - self.base.mean) > bound)
         self.streak = self.streak + 1 if out else 0
         score = min(max(gap / (2 * bound), 0.0), 1.0) if bound > 0 else float(gap > 0)
+        if spec.settles and not self.seeded:
+            self.low = self.low + 1 if self.level < SETTLED * self.base.mean else 0
+            if self.low >= spec.warmup:  # settled well below: learn where it is now
+                self.base, self.level, self.streak, self.low = RunningStats(), math.nan, 0, 0
         return self.streak >= spec.persist, score
 
     def to_state(self) -> dict[str, Any]:
@@ -187,13 +206,16 @@ class Watch:
         out = {"b": self.base.to_state(), "l": self.level, "s": self.streak, "w": self.seeded}
         if self.warm:
             out["v"] = self.warm
+        if self.low:
+            out["d"] = self.low
         return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Watch:
         """Rebuild from :meth:`to_state` output."""
         return cls(RunningStats.from_state(state["b"]), float(state["l"]), int(state["s"]),
-                   bool(state["w"]), [float(x) for x in state.get("v", ())])
+                   bool(state["w"]), [float(x) for x in state.get("v", ())],
+                   int(state.get("d", 0)))
 
 
 def workload_key(experiment_family: str | None, gpu_model: str | None, gpu_count: int) -> str:

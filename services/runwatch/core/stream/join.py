@@ -30,7 +30,7 @@ from runwatch.core.records import (
 from runwatch.core.signals import datachecks, rules
 from runwatch.core.signals import indicators as ind
 from runwatch.core.signals.rules import Finding
-from runwatch.core.stream import join_artifact, join_lineage
+from runwatch.core.stream import join_artifact, join_datasets, join_lineage
 from runwatch.core.stream.eventtime import absurd_event_time
 from runwatch.core.stream.held import expire_pending, hold, take_pending
 from runwatch.core.stream.join_node import (
@@ -217,9 +217,12 @@ def _pause(s: RunState, cfg: RunConfig, start: int, end: int, validation: bool) 
     (``STALL_K`` median steps) of the write's start and end (of an evaluation's result:
     when it began is not reported). A write the steps went on through (asynchronous)
     paused nothing; a gap whose steps resumed long after (a hang, a preemption) is not
-    explained by it.
+    explained by it. The step bound is in the run's step records (:func:`step_period`),
+    not its ``step_ms``: a run logging every 40th 3-second step is silent 2 minutes
+    between records, and the record after an evaluation, 2 minutes on, never counted
+    its pause, so every evaluation paged a stall.
     """
-    slack = cfg.stall_k * ind.median(s.step_ms)
+    slack = cfg.stall_k * step_period(s)
     before = [t for t in s.step_at if t <= start]
     if (not before or not math.isfinite(slack) or any(start < t <= end for t in s.step_at)
             or (not validation and start - before[-1] > slack)):
@@ -242,12 +245,20 @@ def step_period(s: RunState) -> float:
     and the first logging interval together).
     """
     median = ind.median(s.step_ms)
-    gap = step_interval(s.step_at)
+    # the longer of the recent records' interval and the whole window's: a run that logged
+    # every step for its first minutes and every 100th after waited 2.7 hours (the window's
+    # intervals turning over) before its 5-minute silences stopped meaning a stall
+    gap = max(step_interval(s.step_at), step_interval(s.step_at[-RECENT_RECORDS - 1:]))
     if len(s.step_at) == 1 and s.first_at_ms and s.step_at[0] > s.first_at_ms:
         gap = float(s.step_at[0] - s.first_at_ms)
     if not math.isfinite(gap):
         return median
     return gap if not math.isfinite(median) else max(median, gap)
+
+
+RECENT_RECORDS = 8
+"""Step records whose median interval :func:`step_period` also weighs: a run's logging
+becoming sparser counts after 5 of its records, a single long one (a pause) does not."""
 
 
 def stall_floor(s: RunState, cfg: RunConfig) -> int:
@@ -354,16 +365,26 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
         s.signals["overflows"] = overflows
     else:
         s.signals.pop("overflows", None)
+        if e.grad_norm is not None:  # finite: the loss scaler found its scale
+            s.signals["scaled"] = 1
     loss: float | None = e.loss
     if loss != loss and not e.nonfinite_count and e.source.kind == "sdk":
         # the SDK's step with metrics and no loss (an evaluation's): LearningStep needs a
         # loss, so it sends NaN, and it counts a NaN loss it is given in nonfinite_count
         loss = None
-    f = rules.non_finite_learning(loss, e.grad_norm, e.nonfinite_count, at, e.lr, overflows)
+    f = rules.non_finite_learning(loss, e.grad_norm, e.nonfinite_count, at, e.lr, overflows,
+                                  scaled="scaled" in s.signals)
     if f:
         return out + emit(s, cfg, f, now, one_shot=True)
     if e.lr is not None:  # the latest learning-rate increase (warm-up, a warm restart)
         prev = s.signals.get("lr")
+        rose = prev is not None and e.lr > prev[1] * (1 + LR_RISE)
+        if (prev is not None and rose and math.isfinite(e.lr) and e.lr > LR_JUMP * prev[1] > 0
+                and not (len(prev) > 2 and prev[2]) and len(s.losses) >= rules.LOSS_SMOOTH):
+            # a step change from a rate that held (a bumped rate, a resume with another
+            # one: its steps go back, so not by step order; not a warm-up's second step,
+            # twice its first): the mechanism of a divergence that follows it
+            s.signals["lr_jump"] = [e.step, prev[1], e.lr, 0]
         if prev is not None and e.lr > prev[1] * (1 + LR_RISE) and e.step > prev[0]:
             s.signals["lr_up"] = e.step
             s.signals.pop("loss_lows", None)  # the loss before a warm restart is no best
@@ -372,7 +393,7 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
                 s.signals["warm"] = [None, 0, None]  # peak, logged steps since, start
         if math.isfinite(e.lr):
             s.signals["lr_max"] = max(s.signals.get("lr_max", e.lr), e.lr)
-        s.signals["lr"] = [e.step, e.lr]
+        s.signals["lr"] = [e.step, e.lr, int(rose)]
     if loss is not None:
         out += _loss_window(s, float(e.step), loss, at, now, cfg)
     if e.grad_norm is not None and math.isfinite(e.grad_norm):
@@ -400,6 +421,12 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
         _warm_rise(s, step)
     earlier, noise = _loss_lows(s)
     diverged = _firing_entry(s, "rule:loss_divergence", "loss")
+    jump = s.signals.get("lr_jump")
+    if jump is not None:
+        jump[3] += 1
+        if jump[3] > LR_JUMP_POINTS and diverged is None:  # (a firing one keeps its cause)
+            del s.signals["lr_jump"]
+            jump = None
     if diverged is not None and earlier is not None:
         # the best it diverged from, until the loss comes back: once 500 steps past the
         # rise, the window's own best was the diverged level and the page resolved
@@ -412,7 +439,7 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
                                         "warning", slope, 0.0, 0.5, at, "Loss trending up",
                                         alert=False), now, one_shot=True)
         f = rules.loss_divergence(s.losses, s.signals.get("lr_up"), at, earlier, noise,
-                                  rising=False)
+                                  rising=False, lr_jump=jump)
         # up for LOSS_PERSIST logged steps, and not coming down: a loss spike that recovers
         # on its own (an LLM's 30 steps at 1.5 x, a PPO value loss's bursts) is no divergence
         held = s.signals["loss_up"] = s.signals.get("loss_up", 0) + 1 if f else 0
@@ -429,6 +456,10 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
     return out
 
 
+LR_JUMP = 2.0
+"""A learning rate at least this many times the previous logged one changed in a step (a
+bumped rate, a resume with another rate), not along a schedule: a warm-up over 2,000
+steps rises by less than 1 % a step after its 100th."""
 WARM_LR_SLACK = 0.05
 """A learning rate that rises back to at most this share above the highest the run had
 before is a warm restart (SGDR, a cyclic schedule): the loss it raises rises with a lag.
@@ -489,6 +520,9 @@ LOSS_BLOCKS, LOSS_BLOCK_STEPS = 10, 50
 (``signals["loss_lows"]``: [first step, lowest mean, steps, sum of |step-to-step change|]),
 so loss divergence measures a rise from the best of the last 500 logged steps, not only of
 the last 50, against the noise of those steps."""
+LR_JUMP_POINTS = LOSS_BLOCKS * LOSS_BLOCK_STEPS
+"""Logged losses after a jump in the learning rate (:data:`LR_JUMP`) during which a
+divergence is its doing: as long as the lowest levels a divergence is measured from."""
 
 
 def _loss_lows(s: RunState) -> tuple[float | None, float | None]:
@@ -640,11 +674,14 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
     out: list[Output] = []
     _push(s.states, e.state, 50)
     if e.state == "running" and (s.job_state in NOT_RUNNING or s.job_state in ENDED
-                                 or e.attempt > s.attempt):
+                                 or e.attempt > s.attempt
+                                 or (e.source.kind == "sdk" and at > s.last_step_at_ms > 0)):
         # a resumed attempt (after preemption, a retry, a requeue, the run id started
         # again after it failed, or a new attempt of a job whose last one died without an
         # end event: a node lost, a kill -9) loads again before it steps, as at the start:
-        # the stall clock waits for its first step
+        # the stall clock waits for its first step. So does a process that started again
+        # after the run's last step with no attempt given (a Kubernetes container restarted
+        # after an OOM kill: its SDK's ``running`` comes after steps were seen)
         s.last_step_at_ms = 0
     if e.state in KILLED and s.job_state not in NOT_RUNNING | ENDED:
         out += _stalled_until_killed(s, at, now, cfg)
@@ -865,6 +902,8 @@ def _data(s: RunState, e: DataQualityReport, at: int, now: int, cfg: RunConfig,
     for name in datachecks.SIGNALS:
         if name not in fired:
             out += clear_healthy(s, cfg, f"watch:{name}", name, now, subject=ref, at_ms=at)
+    # a dataset the timer paged silent: its report with newer rows resolves it
+    out += join_datasets.refreshed(s, cfg, ref, (prev or {}).get("hist"), hist, found, now, at)
     ref0 = s.reports[ref]
     # the partition that said so: its condition holds until that partition reports again
     # (runstate.evidence_at), whatever the dataset's other partitions say meanwhile
@@ -941,6 +980,9 @@ def _report_hard_rules(s: RunState, e: DataQualityReport, at: int, now: int,
             out += emit(s, cfg, f, now, one_shot=False)
         else:
             out += clear_healthy(s, cfg, detector, indicator, now, subject=ref, at_ms=at)
+            # read unversioned, a later version's healthy report is the dataset's too
+            out += join_datasets.clear_versions(s, cfg, detector, indicator, e.dataset_uri,
+                                                ref, now, at)
     return out
 
 
@@ -1000,9 +1042,13 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
         # as of the run's end, if it ended: a run that ended before a report was due
         # (a three-minute job reading an hourly dataset) is not missing it
         until = min(hz, ended_at(s) or hz)
-        for f in rules.missing_data_reports(judged, reported, s.manifest_at_ms, until,
-                                            cfg.data_wait_ms, s.signals.get("named_at")):
+        missing = rules.missing_data_reports(judged, reported, s.manifest_at_ms, until,
+                                             cfg.data_wait_ms, s.signals.get("named_at"))
+        for f in join_datasets.stage_failures(s, missing):  # a failed stage: named
             out += emit(s, cfg, f, now_ms, one_shot=True)
+        if s.job_state not in rules_ended() and s.job_state not in NOT_RUNNING:
+            # a dataset whose reports stopped altogether (freshness is judged per report)
+            out += join_datasets.silent_datasets(s, cfg, now_ms, hz, waiting)
     if s.alerts.get("entries"):
         book = AlertBook.from_state(s.alerts)
         out += alerting.expire(book, context(s, cfg), now_ms, cfg.policy, hz)

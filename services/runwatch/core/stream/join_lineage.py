@@ -25,6 +25,7 @@ from runwatch.core import lineage
 from runwatch.core.records import RunManifest, StageEvent
 from runwatch.core.signals import rules
 from runwatch.core.signals.rules import Finding
+from runwatch.core.stream import join_datasets
 from runwatch.core.stream.rekey import dataset_ref
 from runwatch.core.stream.runstate import Output, RunConfig, RunState, clear, emit
 
@@ -34,6 +35,7 @@ DATA_FIELDS = frozenset({"datasets", "transforms"})
 HARDWARE_FIELDS = frozenset({"gpu_count", "gpu_model"})
 STAGE_IDS = 20  # event ids kept per output dataset (a replay sends at most 17)
 STAGES_MAX = 32  # output datasets whose stages a run keeps
+ERROR_KEPT = 300  # characters of a failed stage's error a run keeps
 
 
 def lineage_cause(changed: list[str]) -> str:
@@ -111,6 +113,7 @@ def stage(s: RunState, e: StageEvent, at: int, now: int, cfg: RunConfig) -> list
         "stage": e.stage, "code_version": e.code_version, "outcome": e.outcome,
         "inputs": sorted(dataset_ref(d.uri, d.version) for d in e.inputs),
         "rows_in": e.rows_in, "rows_out": e.rows_out, "at_ms": at, "drifted": drifted,
+        "error": (e.error or "")[:ERROR_KEPT],  # a failed stage's page names its error
         "ids": [*prev.get("ids", []), e.event_id][-STAGE_IDS:],
         # a stage wrote the version once (rule:missing_data_report counts it as reported)
         "wrote": bool(prev.get("wrote")) or e.outcome != "failed",
@@ -132,6 +135,9 @@ def stage(s: RunState, e: StageEvent, at: int, now: int, cfg: RunConfig) -> list
             out += emit(s, cfg, f, now, one_shot=False)
     elif e.rows_out is not None and e.rows_out > 0:
         out += clear(s, cfg, "rule:zero_rows", "rows", now, subject=ref, at_ms=at)
+        # read unversioned, each output a new version: the later versions' healthy outputs
+        out += join_datasets.clear_versions(s, cfg, "rule:zero_rows", "rows", e.dataset_uri,
+                                            ref, now, at)
     if drifted:
         names = ", ".join(drifted[:5])
         out += emit(s, cfg, Finding("indicator:drift", "feature_drift", "data", "warning",

@@ -1,0 +1,297 @@
+"""Learning-rate jumps, resumes, start-up gradient norms and sparse logging, through the SDK.
+
+Each case is a run driven the way users drive it (``runwatch.init(..., clock=)``,
+``run.step``, ``run.validation``, ``run.finish``) and delivered live to the
+in-memory worker: every record shortly after its event time, the timer ticking,
+and wall time going on after the last record so that wall-clock rules fire.
+Found by public-API cases: a divergence after a tenfold learning rate at a resume
+was blamed on the restart (execution) and its evidence did not name the rate; a
+run whose first gradient norms were high (fresh weights) had a baseline that hid
+a later 30-fold explosion; a run logging every 40th step paged a stall at every
+evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+from sdk_kit import Clock, deliver_live, timed
+
+import runwatch
+from runwatch.adapters.publisher import CaptureTransport, Publisher
+from runwatch.core.codec import load_codec
+from runwatch.core.records import Alert
+from runwatch.processor.memory import MemoryProcessor
+from runwatch.sim.drivers import make_node
+
+T0 = 1_800_000_000_000
+MIN = 60_000
+KILLED = "SIGKILL"
+"""The reason of an end event :func:`live` leaves out: the process was killed and sent none."""
+Script = Callable[[Callable[..., Any], Clock, Callable[[str], Any]], None]
+"""``script(init, clock, node)``: ``init(**kw)`` starts (an attempt of) a run, ``node(run_id)``
+a node agent over the NVML double whose 8 GPUs that run holds."""
+
+
+def live(script: Script,
+         tail_ms: int = 20 * MIN, *, hung: bool = False) -> list[Alert]:
+    """Run ``script(init, clock, node)`` through the SDK and the agent, deliver it live;
+    return the alerts.
+
+    ``init(**kw)`` starts (another attempt of) the run ``r1`` on the capture transport.
+    ``hung``: the run's end event (``run.finish`` publishes what is queued) is left out,
+    as a process that hangs never sends one. So is every end event whose reason is
+    :data:`KILLED` (a process killed with SIGKILL sends none).
+    """
+    t = CaptureTransport()
+    clock = Clock(T0)
+
+    def init(run_id: str = "r1", **kw: Any) -> Any:
+        return runwatch.init("fam", run_id=run_id, team="ml", transport=t, install_hooks=False,
+                             capture_lineage=False, strict=True, clock=clock, **kw)
+
+    def node(run_id: str) -> Any:
+        n = make_node(f"node-{run_id}", Publisher(t, kind="agent", clock=clock))
+        for g in range(8):
+            n.nvml.attach_process(g, 5000 + g)
+            n.nvml.util[g] = 92.0
+            n.attributor.pids[5000 + g] = run_id
+        return n
+
+    script(init, clock, node)
+    msgs = timed(t.messages)
+    codec = load_codec()
+    msgs = [(at, m) for at, m in msgs if getattr(r := codec.decode(m[2]), "reason", "") != KILLED
+            and not (hung and (getattr(r, "run_id", ""), getattr(r, "state", ""))
+                     == ("r1", "succeeded"))]
+    wall = Clock(T0)
+    m = MemoryProcessor(clock=wall)
+    end = msgs[-1][0]
+    deliver_live(m, wall, msgs)
+    while wall.t < end + tail_ms:
+        wall.t += 5_000
+        m.tick(wall.t)
+    assert [d.reason for d in m.dead] == []
+    return [a for a in m.alerts if isinstance(a, Alert)]
+
+
+def firing(alerts: list[Alert]) -> list[tuple[str, str]]:
+    return sorted({(a.detector, a.probable_cause) for a in alerts if a.status == "firing"})
+
+
+def loss_at(i: int, rng: random.Random) -> float:
+    return (2.0 + 6.0 * math.exp(-i / 400)) * (1 + rng.gauss(0, 0.03))
+
+
+# ------------------------------------------------------------------ learning-rate jumps
+
+
+def bumped(*, resume: bool, factor: float) -> Script:
+    """3,000 steps at 2e-4; then ``factor`` × the rate from step 3,000 (``resume``: in a
+    second attempt resumed from the step-3,000 checkpoint after a preemption at 3,400),
+    the loss climbing from there. With ``factor`` 1 the loss climbs at the same rate."""
+    def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
+        rng = random.Random(4)
+        run = init(attempt=1) if resume else init()
+        last = 3_400 if resume else 3_000
+        for i in range(last):
+            clock.t += 1_000
+            run.step(i, loss=loss_at(i, rng), lr=2e-4, samples=64, step_ms=1000.0,
+                     loader_wait_ms=20.0)
+        if resume:
+            run.finish("preempted")
+            clock.t += 15 * MIN
+            run = init(attempt=2, resumed_from="s3://ckpt/r1/step-3000")
+        for k, i in enumerate(range(3_000, 3_600)):
+            clock.t += 1_000
+            climb = 1 + 1.2 * min(k / 200, 1.0) + k / 600
+            run.step(i, loss=loss_at(i, rng) * climb, lr=2e-4 * factor, samples=64,
+                     step_ms=1000.0, loader_wait_ms=20.0)
+        run.finish("failed")
+    return script
+
+
+def test_a_divergence_after_a_tenfold_rate_names_the_rate() -> None:
+    alerts = [a for a in live(bumped(resume=False, factor=10))
+              if a.detector == "rule:loss_divergence" and a.status == "firing"]
+    assert alerts, "the divergence did not page"
+    assert {a.probable_cause for a in alerts} == {"learning"}
+    details = [e.detail for a in alerts for e in a.evidence if e.indicator == "loss"]
+    assert any("learning rate rose x10 (0.0002 -> 0.002) at step 3000" in d for d in details)
+
+
+def test_a_resume_at_a_tenfold_rate_that_diverges_is_a_learning_cause() -> None:
+    # the restart is evidence (execution) for learning symptoms, but the rate it resumed
+    # with is the mechanism: routed by cause, this page went to the platform team
+    assert firing(live(bumped(resume=True, factor=10))) == [("rule:loss_divergence",
+                                                           "learning")]
+
+
+def test_a_resume_at_the_same_rate_that_diverges_stays_an_execution_cause() -> None:
+    assert firing(live(bumped(resume=True, factor=1))) == [("rule:loss_divergence",
+                                                          "execution")]
+
+
+# ------------------------------------------------------------------ start-up gradient norms
+
+
+def norms(explode_at: int | None, start: float) -> Script:
+    """Gradient norms from ``start`` (fresh weights) settling to 0.3 by step 1,000 (15 %
+    noise); from ``explode_at`` 33 times that within 50 steps, held (clipping keeps the
+    loss finite)."""
+    def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
+        rng = random.Random(7)
+        run = init()
+        for i in range(4_000):
+            clock.t += 1_000
+            level = 0.3 + (start - 0.3) * math.exp(-i / 200)
+            if explode_at is not None and i >= explode_at:
+                level = 0.3 * (1 + 32 * min((i - explode_at) / 50, 1.0))
+            run.step(i, loss=loss_at(i, rng), lr=1e-4, grad_norm=level * (1 + rng.gauss(0, 0.15)),
+                     samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+        run.finish()
+    return script
+
+
+def test_a_grad_norm_explosion_pages_in_a_run_whose_first_norms_were_high() -> None:
+    alerts = [a for a in live(norms(2_500, start=8.0))
+              if a.detector == "watch:grad_norm" and a.status == "firing"]
+    assert alerts, "the explosion did not page"
+    assert alerts[0].first_seen_ms - (T0 + 2_500 * 1_000) <= 120_000
+    assert alerts[0].probable_cause == "learning"
+
+
+def test_norms_settling_from_a_high_start_do_not_page() -> None:
+    assert firing(live(norms(None, start=8.0))) == []
+
+
+# ------------------------------------------------------------------ sparse logging
+
+
+def sparse(evals: int, eval_min: int) -> Script:
+    """3-second steps, every 40th logged with its step time (a record every 2 minutes); an
+    evaluation pass of ``eval_min`` minutes every 2 hours, ending in ``run.validation``."""
+    def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
+        rng = random.Random(1)
+        run = init()
+        step = 0
+        for _ in range(evals):
+            for _ in range(60):  # two hours of training
+                step += 40
+                clock.t += 40 * 3_000
+                run.step(step, loss=loss_at(step // 40, rng), lr=1e-4, samples=64,
+                         step_ms=3_000.0 * (1 + rng.gauss(0, 0.02)), loader_wait_ms=20.0)
+            clock.t += eval_min * MIN
+            run.validation(step, {"val_loss": 2.0 + rng.gauss(0, 0.01)})
+        for _ in range(30):
+            step += 40
+            clock.t += 40 * 3_000
+            run.step(step, loss=loss_at(step // 40, rng), lr=1e-4, samples=64,
+                     step_ms=3_000.0, loader_wait_ms=20.0)
+        run.finish()
+    return script
+
+
+def test_a_sparse_logger_pages_its_first_long_evaluation_only() -> None:
+    # the first 22-minute pass is past the run's stall bound (10 records: 20 minutes);
+    # once it came back from it, its later passes are its normal range
+    stalls = [a for a in live(sparse(3, 22))
+              if a.detector == "rule:stalled" and a.status == "firing"]
+    assert len(stalls) == 1
+    assert stalls[0].first_seen_ms < T0 + 3 * 60 * MIN
+
+
+def dense_then_sparse(hang: bool) -> Script:
+    """Every 3-second step logged for 10 minutes, then every 100th (a record every 5
+    minutes), with a 7-minute checkpoint every 40 minutes (``hang``: no step after 3 h);
+    another run beside it logs once a minute."""
+    def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
+        rng = random.Random(2)
+        run = init()
+        step = 0
+        for _ in range(200):
+            step += 1
+            clock.t += 3_000
+            run.step(step, loss=loss_at(step, rng), samples=64, step_ms=3_000.0,
+                     loader_wait_ms=20.0)
+        for k in range(1, 60):
+            step += 100
+            clock.t += 300_000
+            run.step(step, loss=loss_at(step // 100, rng), samples=64, step_ms=3_000.0,
+                     loader_wait_ms=20.0)
+            if k % 8 == 0:
+                start = clock.t + 1_000
+                clock.t += 7 * MIN
+                run.checkpoint(f"s3://ckpt/r1/step-{step}", step=step, started_at_ms=start,
+                               duration_ms=float(clock.t - start))
+            if hang and clock.t > T0 + 3 * 60 * MIN:
+                break
+        end = clock.t
+        run.finish()
+        agent = node("r1")  # the run's node agent samples its GPUs every 10 s
+        for t in range(T0, end + 1, 10_000):
+            clock.t = t
+            agent.agent.tick(now_ms=t)
+        clock.t = T0  # another run on the cluster logs once a minute: the pipeline goes on
+        other = init(run_id="r2")
+        for i in range(6 * 60):
+            clock.t += MIN
+            other.step(i, loss=loss_at(i, rng), samples=64, step_ms=60_000.0)
+        other.finish()
+    return script
+
+
+def test_a_run_logging_sparser_after_its_start_does_not_page_its_checkpoints() -> None:
+    assert firing(live(dense_then_sparse(hang=False))) == []
+
+
+def test_the_same_run_hanging_pages() -> None:
+    # its stall bound is 10 of its 5-minute record intervals
+    alerts = live(dense_then_sparse(hang=True), tail_ms=70 * MIN, hung=True)
+    assert [(a.run_id, a.detector, a.probable_cause) for a in alerts if a.status == "firing"
+            ] == [("r1", "rule:stalled", "execution")]
+
+
+# ------------------------------------------------------------------ restarts without an attempt
+
+
+def restarted(hang_after: int | None) -> Script:
+    """A Kubernetes training container OOM-killed 40 minutes in (no end event) and restarted
+    by ``restartPolicy: OnFailure`` 25 s later under the same run id with no attempt; it loads
+    its checkpoint for 12 minutes, then steps again (``hang_after``: that many steps, then it
+    hangs). Another run beside it logs once a minute."""
+    def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
+        rng = random.Random(5)
+        run = init()
+        for i in range(2_400):
+            clock.t += 1_000
+            run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+        run.finish("failed", reason=KILLED)  # publishes what is queued; its end is left out
+        clock.t += 25_000
+        run = init(resumed_from="s3://ckpt/r1/step-2000")
+        clock.t += 12 * MIN
+        for i in range(2_000, 2_000 + (hang_after or 1_200)):
+            clock.t += 1_000
+            run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+        end = clock.t
+        run.finish()
+        clock.t = T0
+        other = init(run_id="r2")
+        while clock.t < end + 60 * MIN:
+            clock.t += MIN
+            other.step((clock.t - T0) // MIN, loss=1.0, samples=64, step_ms=60_000.0)
+        other.finish()
+    return script
+
+
+def test_a_container_restarted_without_an_attempt_loading_its_checkpoint_does_not_page() -> None:
+    assert [a.detector for a in live(restarted(None)) if a.status == "firing"] == []
+
+
+def test_the_restarted_container_hanging_after_it_stepped_pages() -> None:
+    alerts = live(restarted(5), tail_ms=30 * MIN, hung=True)
+    assert [(a.run_id, a.detector) for a in alerts if a.status == "firing"] == [
+        ("r1", "rule:stalled")]
