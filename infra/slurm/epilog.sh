@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Slurm epilog (runs as root on each node after the job ends): publishes the
 # final job state when the SDK could not (killed job, node failure) and drops
-# the job's entries from the agent's allocation file. The processor keeps the
-# SDK's own final JobEvent when both arrive (same run, later state wins).
+# the job's entries from the agent's allocation file. When both arrive, the run
+# summary and `runwatch slo` keep the SDK's own final JobEvent (it came after the
+# run's latest running one); the processor's live state takes the later one.
 set -u
 [ -r /etc/default/runwatch ] && . /etc/default/runwatch
 RUNWATCH=${RUNWATCH:-/opt/runwatch/bin/runwatch}

@@ -150,7 +150,8 @@ def _ddl_columns(types: dict[str, dict[str, str]] | None = None) -> dict[str, li
 
 def _alter_columns(text: str, tables: dict[str, list[str]],
                    kinds: dict[str, dict[str, str]]) -> None:
-    """Apply a file's ``ALTER TABLE ... ADD COLUMN [IF NOT EXISTS] c T [AFTER x]`` in order."""
+    """Apply a file's ``ALTER TABLE ... ADD COLUMN [IF NOT EXISTS] c T [AFTER x]`` in order
+    (a MATERIALIZED or ALIAS column is typed, not insertable)."""
     alter = re.compile(r"ALTER TABLE \$\{db\}\.(\w+)\s+(ADD COLUMN.*?);", re.S)
     add = re.compile(r"ADD COLUMN (?:IF NOT EXISTS )?(\w+)\b(.*)$", re.S)
     for m in alter.finditer(text):
@@ -161,6 +162,8 @@ def _alter_columns(text: str, tables: dict[str, list[str]],
             name, rest = a.groups()
             kinds.setdefault(m.group(1), {})[name] = rest.split()[0]
             after = (re.findall(r"\bAFTER (\w+)", rest) or [None])[-1]
+            if re.search(r"\b(MATERIALIZED|ALIAS)\b", rest):
+                continue  # computed on read or on insert: not insertable
             if name not in cols:
                 cols.insert(cols.index(after) + 1 if after else len(cols), name)
 

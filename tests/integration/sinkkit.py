@@ -10,9 +10,11 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -230,3 +232,15 @@ class SinkProc:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+def wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``cond`` every half second until it returns something true; fail the test after
+    ``timeout`` seconds, naming ``what`` it waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")

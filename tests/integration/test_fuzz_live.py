@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sinkkit import migrate, table_counts
+from sinkkit import migrate, table_counts, wait
 
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings, plain_producer
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
@@ -42,16 +42,6 @@ pytestmark = pytest.mark.integration
 
 TEAM = "ml\n\t'\"; DROP TABLE runs; --\x1b[31m"
 FAMILY = "fam-" + "é" * 400
-
-
-def wait(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def hostile_identity(msgs: list, codec) -> list:

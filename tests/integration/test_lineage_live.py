@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sinkkit import migrate, table_counts
+from sinkkit import migrate, table_counts, wait
 
 from runwatch.adapters.clickhouse import make_client
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
@@ -34,16 +34,6 @@ from runwatch.testing.harness import Harness
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def column(n: int, shift: float) -> dict[str, list[float]]:

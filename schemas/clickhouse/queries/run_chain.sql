@@ -47,7 +47,19 @@ SELECT link, at, what, detail FROM (
            concat('sha256 ', sha256, if(serialization_ok, '', '; serialization FAILED'))
     FROM artifacts FINAL WHERE run_id = rid
     UNION ALL
-    SELECT 7, 'gate', ts, concat(gate, ' ', decision), arrayStringConcat(reasons, '; ')
+    -- the reasons, or each metric measured against its threshold ("auc 0.81 >= 0.8")
+    SELECT 7, 'gate', ts, concat(gate, ' ', decision),
+           if(notEmpty(reasons), arrayStringConcat(reasons, '; '),
+              arrayStringConcat(arrayMap(k -> multiIf(
+                  mapContains(measured, k) AND mapContains(thresholds, k),
+                  concat(k, ' ', toString(measured[k]),
+                         if(measured[k] >= thresholds[k], ' >= ', ' < '),
+                         toString(thresholds[k])),
+                  mapContains(measured, k), concat(k, ' ', toString(measured[k])),
+                  concat(k, ' threshold ', toString(thresholds[k]))),
+                  arrayDistinct(arrayConcat(arrayMap(x -> toString(x), mapKeys(measured)),
+                                            arrayMap(x -> toString(x), mapKeys(thresholds))))),
+                  '; '))
     FROM gate_decisions FINAL WHERE run_id = rid
     UNION ALL
     SELECT 8, 'registry', ts, concat(registry_status, ' ', uri), kind

@@ -7,7 +7,8 @@
 -- allocation inside each running interval (the nodes and GPU indices of the
 -- latest job event with one before the interval ends, else the run's latest);
 -- each sample of an allocated GPU is one of
--- noproc (no process), stalled (no step for over 300 s), then, by outcome,
+-- noproc (no process), stalled (no step for over 300 s), then, by outcome (the SDK's
+-- own end over a scheduler hook's later one),
 -- no_artifact / lost (after the last good checkpoint) / busy (histogram of
 -- utilization, per whole percent, for the below-baseline cause).
 INSERT INTO ${db}.run_summaries (
@@ -21,7 +22,19 @@ INSERT INTO ${db}.run_summaries (
 WITH
     jobs AS (
         SELECT toString(run_id) AS rid, anyLast(team) AS team, anyLast(experiment_family) AS fam,
-               argMax(state, ts) AS outcome, min(ts) AS started_at, max(ts) AS ended_at,
+               -- the SDK's own end, when it came after the run's latest running event: a
+               -- scheduler hook's later end says less (an epilog read exit 0 from a batch
+               -- script whose last command, a log upload, succeeded after training failed)
+               if(argMax(state, ts) IN ('succeeded', 'failed', 'cancelled', 'preempted')
+                      AND countIf(source_kind = 'sdk'
+                                  AND state IN ('succeeded', 'failed', 'cancelled', 'preempted')) > 0
+                      AND maxIf(ts, source_kind = 'sdk'
+                                AND state IN ('succeeded', 'failed', 'cancelled', 'preempted'))
+                          >= maxIf(ts, state = 'running'),
+                  argMaxIf(state, ts, source_kind = 'sdk'
+                           AND state IN ('succeeded', 'failed', 'cancelled', 'preempted')),
+                  argMax(state, ts)) AS outcome,
+               min(ts) AS started_at, max(ts) AS ended_at,
                max(attempt) AS attempts,
                argMaxIf(gpu_model, ts, gpu_model != '') AS gmodel,
                argMaxIf(arrayMap(n -> toString(n), nodes), ts, length(nodes) > 0) AS anodes,
@@ -61,9 +74,12 @@ WITH
         SELECT run_id AS rid, argMax(labels['node_pool'], ts) AS pool, argMax(labels['tenancy'], ts) AS ten,
                argMaxIf(gpu_model, ts, gpu_model != '') AS mgpu
         FROM ${db}.run_manifests WHERE run_id IN %(runs)s GROUP BY rid),
-    -- the latest step wins; at one step (a resumed attempt logs it again) the later record
+    -- the latest step wins; at one step (a resumed attempt logs it again) the later record.
+    -- The final loss is that of the latest step with a loss (has_loss, migration 0060): the
+    -- SDK's NaN "no loss" placeholder of a metrics-only step is none, a real NaN loss is
     learn AS (
-        SELECT toString(run_id) AS rid, max(step) AS steps, argMax(loss, (step, ts)) AS final_loss
+        SELECT toString(run_id) AS rid, max(step) AS steps,
+               if(countIf(has_loss) = 0, NULL, argMaxIf(loss, (step, ts), has_loss)) AS final_loss
         FROM ${db}.learning_steps WHERE run_id IN %(runs)s GROUP BY rid),
     -- each metric's value at the latest step that reported it (a metric logged every 100
     -- steps, or once by an eval step, is not lost because the last step did not carry it)

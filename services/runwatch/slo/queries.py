@@ -37,6 +37,11 @@ from runwatch.core.slo import indicators as ind
 from runwatch.core.slo.spec import Objective
 
 _T = "('succeeded', 'failed', 'cancelled')"
+_SDK_END = f"source_kind = 'sdk' AND state IN {_T}"
+_OUTCOME = (  # as the run summary's: the SDK's own end over a scheduler hook's later one
+    f"if(countIf({_SDK_END}) > 0 AND maxIf(ts, {_SDK_END}) >= maxIf(ts, state = 'running'), "
+    f"argMaxIf(state, ts, {_SDK_END}), "
+    f"if(countIf(state IN {_T}) > 0, argMaxIf(state, ts, state IN {_T}), argMax(state, ts)))")
 _SINCE = "fromUnixTimestamp64Milli(toInt64(%(since)s))"
 _NOW = "fromUnixTimestamp64Milli(toInt64(%(now)s))"
 _STARTED = ("toUnixTimestamp64Milli(if(countIf(state = 'running') > 0, "
@@ -57,7 +62,7 @@ WHERE ts > {_SINCE} AND ts <= {_NOW}
 ORDER BY ts""",
     "training_window": f"""
 SELECT toString(run_id) AS rid, {_STARTED}, {_ENDED},
-       if(countIf(state IN {_T}) > 0, argMaxIf(state, ts, state IN {_T}), argMax(state, ts)),
+       {_OUTCOME},
        {_FAMILY}, 0
 FROM ${{db}}.job_events
 WHERE run_id IN (SELECT run_id FROM ${{db}}.job_events WHERE ts > {_SINCE} AND ts <= {_NOW})

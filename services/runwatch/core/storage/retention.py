@@ -5,8 +5,17 @@ row per run: last activity, any alert, any gate decision / registered model).
 The ``retained_runs`` dictionary selects the runs that satisfy a rule, and the
 raw tables' TTL deletes expired rows only where
 ``dictGetOrDefault(retained_runs, 'retained', run_id, 0) = 0``; a second TTL
-caps retained rows at ``raw.retained_max``. Rollups are materialized views into
-AggregatingMergeTree tables holding ``-State`` aggregates.
+caps retained rows at ``raw.retained_max``. Data-quality reports are published
+for a dataset version, mostly without a run id: the ``retained_datasets``
+dictionary holds the dataset versions that the manifests of retained runs name,
+and a report expires only when neither its run nor its dataset version (nor the
+unversioned dataset) is retained. Rollups are materialized views into
+AggregatingMergeTree tables holding ``-State`` aggregates, of the rows a
+source's ``where`` column admits (``learning_steps``: ``has_loss``, so the
+SDK's "no loss" placeholder of a metrics-only step is no sample).
+
+Size: one module because the rules' parser and the DDL it renders change together (a
+rule's field is read and written in the same few lines).
 """
 
 from __future__ import annotations
@@ -54,13 +63,22 @@ class Resolution:
     ttl_s: int
 
 
+DATASET_TABLES = frozenset({"data_quality_reports"})
+"""Raw tables keyed by dataset version: also kept while a retained run reads the version."""
+
+
 @dataclass(frozen=True, slots=True)
 class RollupSource:
-    """A raw table that is rolled up: group keys and (non-null) metric columns."""
+    """A raw table that is rolled up.
+
+    Group keys, (non-null) metric columns and the UInt8 column that admits a row into
+    the rollup (None: every row).
+    """
 
     table: str
     keys: tuple[str, ...]
     metrics: tuple[str, ...]
+    where: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +99,13 @@ class RetentionRules:
 
     @property
     def checksum(self) -> str:
-        """A stable digest of the rules (what ``db migrate`` records)."""
-        return hashlib.sha256(repr(self).encode("utf-8")).hexdigest()
+        """A stable digest of the rules and their DDL (what ``db migrate`` records).
+
+        A release that renders them otherwise (a new dictionary, a rollup filter) applies
+        them again.
+        """
+        text = repr(self) + "\n" + "\n".join(render_retention(self))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def parse_duration(value: object) -> int:
@@ -168,7 +191,9 @@ def parse_rules(text: str) -> RetentionRules:
         if not metrics:
             msg = f"rollup source {table!r} names no metric"
             raise RetentionError(msg)
-        sources.append(RollupSource(_ident(table, "table"), keys, metrics))
+        where = spec.get("where")
+        sources.append(RollupSource(_ident(table, "table"), keys, metrics,
+                                    None if where is None else _ident(where, "rollup where")))
     quantiles = tuple(float(q) for q in roll.get("quantiles", [0.5, 0.9, 0.99]))
     if any(not 0.0 < q < 1.0 for q in quantiles):
         msg = f"quantiles {quantiles} must lie strictly between 0 and 1"
@@ -197,15 +222,19 @@ def rollup_table(source: str, resolution: str) -> str:
     return f"{source}_{resolution}"
 
 
-def _dictionary(rules: RetentionRules) -> str:
+def _retained_query(rules: RetentionRules) -> str:
     conds = [f"max(last_active) >= now64(3) - INTERVAL {rules.active_within_s} SECOND"]
     if rules.anomalous:
         conds.append("max(anomalous) = 1")
     if rules.material:
         conds.append("max(material) = 1")
     having = " OR ".join(conds)  # fixed identifiers and numbers only
-    query = "SELECT run_id, toUInt8(1) AS retained FROM ${db}.retention_marks "
-    query += "GROUP BY run_id HAVING " + having
+    return "SELECT run_id FROM ${db}.retention_marks GROUP BY run_id HAVING " + having  # noqa: S608
+
+
+def _dictionary(rules: RetentionRules) -> str:
+    query = _retained_query(rules).replace(
+        "SELECT run_id ", "SELECT run_id, toUInt8(1) AS retained ", 1)
     return (
         "CREATE OR REPLACE DICTIONARY ${db}.retained_runs\n"
         "(run_id String, retained UInt8 DEFAULT 0)\nPRIMARY KEY run_id\n"
@@ -214,13 +243,49 @@ def _dictionary(rules: RetentionRules) -> str:
     )
 
 
-def raw_ttl_expression(rules: RetentionRules) -> str:
-    """Return the TTL clause of raw tables (routine rows expire, retained rows stay)."""
-    retained = (
-        "dictGetOrDefault('${db}.retained_runs', 'retained', tuple(toString(run_id)), toUInt8(0))"
+def _dataset_dictionary(rules: RetentionRules) -> str:
+    """The dataset versions that the manifests (any version) of retained runs name.
+
+    ``manifest_datasets`` (migration 0060) is a view of ``run_manifests``, one row per
+    dataset version a manifest names (an unversioned dataset: version ``''``).
+
+    Data-quality reports are published per dataset version, mostly without a run id
+    (``data.report`` of a pipeline): the raw TTL of ``DATASET_TABLES`` asks this
+    dictionary too, so the reports behind a retained run stay with its other rows.
+    """
+    runs = _retained_query(rules)  # fixed identifiers and numbers only
+    query = (
+        "SELECT dataset_uri, dataset_version, toUInt8(1) AS retained "  # noqa: S608
+        "FROM ${db}.manifest_datasets WHERE run_id IN (" + runs + ") "
+        "GROUP BY dataset_uri, dataset_version"
     )
     return (
-        f"toDateTime(ts) + INTERVAL {rules.raw_ttl_s} SECOND DELETE WHERE {retained} = 0, "
+        "CREATE OR REPLACE DICTIONARY ${db}.retained_datasets\n"
+        "(dataset_uri String, dataset_version String, retained UInt8 DEFAULT 0)\n"
+        "PRIMARY KEY dataset_uri, dataset_version\n"
+        f"SOURCE(CLICKHOUSE(QUERY '{query}'))\n"
+        f"LIFETIME(MIN 0 MAX {rules.refresh_s})\nLAYOUT(COMPLEX_KEY_HASHED())"
+    )
+
+
+def raw_ttl_expression(rules: RetentionRules, table: str = "") -> str:
+    """Return the TTL clause of a raw table (routine rows expire, retained rows stay).
+
+    A table of ``DATASET_TABLES`` keeps a row also while a retained run's manifest
+    names its dataset version, or its dataset without a version.
+    """
+    retained = (
+        "dictGetOrDefault('${db}.retained_runs', 'retained', tuple(toString(run_id)), toUInt8(0))"
+        " = 0"
+    )
+    if table in DATASET_TABLES:
+        for version in ("toString(dataset_version)", "''"):
+            retained += (
+                " AND dictGetOrDefault('${db}.retained_datasets', 'retained', "
+                f"tuple(toString(dataset_uri), {version}), toUInt8(0)) = 0"
+            )
+    return (
+        f"toDateTime(ts) + INTERVAL {rules.raw_ttl_s} SECOND DELETE WHERE {retained}, "
         f"toDateTime(ts) + INTERVAL {rules.retained_max_s} SECOND DELETE"
     )
 
@@ -246,17 +311,20 @@ def _rollup(src: RollupSource, res: Resolution, quantiles: tuple[float, ...]) ->
         sel.append(f"quantilesState({qs})(toFloat64({m})) AS {m}_q")
     order = ", ".join([*src.keys, "bucket"])
     ttl = f"bucket + INTERVAL {res.ttl_s} SECOND"
+    where = f"\nWHERE {src.where}" if src.where else ""
+    select = (f"SELECT {', '.join(sel)}\nFROM ${{db}}.{src.table}{where}\n"
+              f"GROUP BY {', '.join([*src.keys, 'bucket'])}")
     create = (
         f"CREATE TABLE IF NOT EXISTS ${{db}}.{table}\n(\n" + ",\n".join(cols) + "\n)\n"
         f"ENGINE = AggregatingMergeTree\nPARTITION BY toYYYYMM(bucket)\nORDER BY ({order})\n"
         f"TTL {ttl}\nSETTINGS non_replicated_deduplication_window = 1000"
     )
-    view = (
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS ${{db}}.{table}_mv TO ${{db}}.{table} AS\n"
-        f"SELECT {', '.join(sel)}\nFROM ${{db}}.{src.table}\n"
-        f"GROUP BY {', '.join([*src.keys, 'bucket'])}"
-    )
-    return [create, f"ALTER TABLE ${{db}}.{table} MODIFY TTL {ttl}", view]
+    view = (f"CREATE MATERIALIZED VIEW IF NOT EXISTS ${{db}}.{table}_mv TO ${{db}}.{table} "
+            f"AS\n{select}")
+    # a view made by an older release keeps its first query (IF NOT EXISTS): MODIFY QUERY
+    # gives it the current one (the filter of `where`) without a gap in ingestion
+    modify = f"ALTER TABLE ${{db}}.{table}_mv MODIFY QUERY\n{select}"
+    return [create, f"ALTER TABLE ${{db}}.{table} MODIFY TTL {ttl}", view, modify]
 
 
 def rollup_signatures(rules: RetentionRules) -> dict[str, tuple[str, ...]]:
@@ -284,8 +352,10 @@ def render_retention(rules: RetentionRules) -> list[str]:
         other tables' TTLs.
     """
     out = [_dictionary(rules)]
-    ttl = raw_ttl_expression(rules)
-    out += [f"ALTER TABLE ${{db}}.{t} MODIFY TTL {ttl}" for t in rules.raw_tables]
+    if DATASET_TABLES.intersection(rules.raw_tables):
+        out.append(_dataset_dictionary(rules))
+    out += [f"ALTER TABLE ${{db}}.{t} MODIFY TTL {raw_ttl_expression(rules, t)}"
+            for t in rules.raw_tables]
     for src in rules.sources:
         for res in rules.resolutions:
             out += _rollup(src, res, rules.quantiles)
@@ -324,6 +394,8 @@ def describe_rules(rules: RetentionRules) -> str:
         f"raw tables ({', '.join(rules.raw_tables)}):",
         f"  routine runs: raw rows expire after {_human(rules.raw_ttl_s)}",
         f"  retained runs ({' or '.join(why)}): raw rows kept up to {_human(rules.retained_max_s)}",
+        *[f"  {t}: also kept while a retained run's manifest names the dataset version "
+          "(or the dataset unversioned)" for t in rules.raw_tables if t in DATASET_TABLES],
         f"  retained-runs dictionary refresh: {_human(rules.refresh_s)}",
         "rollups (min/max/avg/quantiles " + ",".join(str(q) for q in rules.quantiles) + "):",
     ]
@@ -331,7 +403,8 @@ def describe_rules(rules: RetentionRules) -> str:
         for res in rules.resolutions:
             lines.append(
                 f"  {rollup_table(src.table, res.name)}: {_human(res.interval_s)} buckets by "
-                f"{', '.join(src.keys)} of {', '.join(src.metrics)}; kept {_human(res.ttl_s)}"
+                f"{', '.join(src.keys)} of {', '.join(src.metrics)}"
+                f"{f' (rows where {src.where})' if src.where else ''}; kept {_human(res.ttl_s)}"
             )
     lines.append("other tables:")
     lines += [f"  {t}: {_human(s)}" for t, s in rules.table_ttls]
