@@ -131,3 +131,34 @@ def test_the_epilog_reads_an_older_slurms_wait_status(tmp_path: Path, env: dict[
     _run_hook("epilog.sh", tmp_path, "q1", **env)
     (event,) = _spooled(tmp_path)
     assert event.state == state
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    ({}, "gpu-201"),  # the short host name, as slurm.conf's NodeName and the prolog's list
+    ({"RUNWATCH_AGENT_NODE": "node-a"}, "node-a"),  # a site whose NodeName differs
+])
+def test_the_agent_unit_names_the_node_as_slurm_does(tmp_path: Path, env: dict[str, str],
+                                                     want: str) -> None:
+    """The unit's ExecStart, run as systemd runs it ($$ is a literal $). Without SLURMD_NODENAME
+    (a service has none) the agent named itself by the full host name, gpu-201.hpc.example.org,
+    where the allocation said gpu-201: cost found none of the run's GPU samples."""
+    unit = (HOOKS / "runwatch-agent.service").read_text()
+    line = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
+    argv = line.removeprefix("ExecStart=").replace("$$", "$")
+    assert argv.startswith("/bin/sh -c '") and argv.endswith("'")
+    script = argv.removeprefix("/bin/sh -c '")[:-1]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    hostname = bin_dir / "hostname"  # `hostname -s` of gpu-201.hpc.example.org
+    hostname.write_text('#!/bin/sh\n[ "$1" = -s ] && echo gpu-201 '
+                        '|| echo gpu-201.hpc.example.org\n')
+    hostname.chmod(0o755)
+    agent = tmp_path / "runwatch"  # stands in for /opt/runwatch/bin/runwatch: prints its argv
+    agent.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    agent.chmod(0o755)
+    script = script.replace("/opt/runwatch/bin/runwatch", str(agent))
+    done = subprocess.run(["/bin/sh", "-c", script],
+                          env={"PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
+                          capture_output=True, text=True, timeout=30, check=True)
+    args = done.stdout.split("\n")
+    assert args[:3] == ["agent", "--node", want]
