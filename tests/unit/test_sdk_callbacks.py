@@ -283,6 +283,24 @@ def test_huggingface_checkpoint_duration_is_the_save_time(tmp_path: Path, clock)
     assert all(e.size_bytes == 100 and e.sha256 for e in evs)
 
 
+def test_huggingface_logs_keep_numbers_and_leave_out_the_rest(clock) -> None:
+    """Trainer logs carry numpy scalars, one-element tensors, flags and text: numbers only."""
+    np = pytest.importorskip("numpy")
+    run, t = make_run()
+    cb = huggingface_callback(run, base=Base)
+    state = _Obj(global_step=1, epoch=0.0)
+    clock[0] += 0.050
+    cb.on_step_end(_Obj(output_dir="."), state, None)
+    cb.on_log(_Obj(output_dir="."), state, None, logs={
+        "loss": 1.25, "learning_rate": 1e-4, "tokens": np.int64(4096),
+        "aux": np.array([0.5], dtype=np.float32), "hist": np.array([1.0, 2.0]),
+        "note": "1.5", "resumed": True, "extra": None})
+    run.finish()
+    steps = records(t, "LearningStep")
+    assert steps, "no step published"
+    assert steps[-1].metrics == {"tokens": 4096.0, "aux": 0.5}
+
+
 # ---- Keras
 
 

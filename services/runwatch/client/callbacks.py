@@ -28,18 +28,11 @@ logger = logging.getLogger(__name__)
 
 
 def _scalars(d: Mapping[str, Any] | None, skip: tuple[str, ...] = ()) -> dict[str, float]:
+    """The numeric entries of a framework's logs as floats (others, and ``skip``, left out)."""
     out: dict[str, float] = {}
     for k, v in (d or {}).items():
-        if k in skip:
-            continue
-        try:
-            if hasattr(v, "item"):
-                v = v.item()
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                continue
-            out[str(k)] = float(v)
-        except (TypeError, ValueError, RuntimeError):
-            continue
+        if k not in skip and (f := _to_float(v)) is not None:
+            out[str(k)] = f
     return out
 
 
@@ -77,11 +70,11 @@ def _to_float(v: Any) -> float | None:
             v = v.numpy()
         if hasattr(v, "item"):
             v = v.item()
-        if isinstance(v, bool):
-            return None
-        return float(v)
     except (TypeError, ValueError, RuntimeError, AttributeError):
-        return None
+        return None  # not a one-element tensor
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None  # a string, a list, None: not a number the logs meant
+    return float(v)
 
 
 def _exc_reason(exception: BaseException) -> str:

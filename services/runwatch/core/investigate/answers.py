@@ -47,7 +47,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,11 @@ GOOD_STATES = frozenset({"succeeded"})
 #: The label-balance distance the processor counts as a shift (RunConfig.label_shift).
 LABEL_SHIFT = float(RunConfig.__dataclass_fields__["label_shift"].default)  # type: ignore[arg-type]
 Row = dict[str, Any]
+
+
+def computing(alerts: Iterable[Row]) -> list[Row]:
+    """The alerts of computing failures (policy, gate, registry, record, queue left out)."""
+    return [a for a in alerts if a.get("detector") not in POLICY_DETECTORS]
 
 
 @dataclass(slots=True)
@@ -337,7 +342,7 @@ def _deterministic(ev: Evidence, firing: list[dict[str, Any]]) -> dict[str, Any]
                 "attempts": attempts, "same_lineage_runs": others, "evidence": []}
     # a policy, registry, record or queue finding is no failure to repeat (a queue wait
     # past the deadline in each attempt is not a failure at the same step)
-    firing = [a for a in firing if a["detector"] not in POLICY_DETECTORS]
+    firing = computing(firing)
     if not firing:
         return {"deterministic": None, "reason": "no alert about the run's computation fired "
                 "(policy, gate, registry, record and queue findings only)",
@@ -477,7 +482,7 @@ def _onset_for(ev: Evidence, computing: Sequence[Row], resumes: Sequence[tuple[i
 
 def _trust(ev: Evidence, fired: Sequence[Row], onset: int | None,
            bad_input_ms: int | None) -> dict[str, Any]:
-    computing = [a for a in fired if a["detector"] not in POLICY_DETECTORS]
+    failures = computing(fired)
     resumes = _resumes(ev)
     # checkpoint uri -> every row of it judged trustworthy so far; a file any row of which
     # (a re-read too) failed its check is no state to resume from
@@ -492,7 +497,7 @@ def _trust(ev: Evidence, fired: Sequence[Row], onset: int | None,
             why.append("checksum mismatch")
         if not serial_ok:
             why.append("serialization failed")
-        if _onset_for(ev, computing, resumes, trusted, ts) is not None:
+        if _onset_for(ev, failures, resumes, trusted, ts) is not None:
             why.append("written at or after the onset")
         if bad_input_ms is not None and ts >= bad_input_ms:
             why.append("written after an input failed quality")
@@ -623,8 +628,8 @@ def _owner(ev: Evidence, firing: list[dict[str, Any]], ownership: Ownership | No
                       "receiver": o.receiver, "receivers": route(attrs) if route else [],
                       "why": o.why})
     if paged:
-        computing = [p for p in paged if p["detector"] not in POLICY_DETECTORS]
-        first = (computing or paged)[0]
+        failures = computing(paged)
+        first = (failures or paged)[0]
         return {"team": first["team"], "receiver": first["receiver"],
                 "owns": ownership.teams.get(first["team"], ("", ""))[1],
                 "why": f"the first alert ({first['detector']}, probable cause "
@@ -699,8 +704,7 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
     # alerts that fired, also those resolved since (a finished run's alerts resolve with it,
     # and an investigation after the fact still needs their onset, failure and owner)
     fired = [a for a in alerts if a.get("status") in ("firing", "resolved")]
-    onset = min((onset_of(a) for a in fired if a["detector"] not in POLICY_DETECTORS),
-                default=None)
+    onset = min((onset_of(a) for a in computing(fired)), default=None)
     changed = _what_changed(ev, me, facts["experiment_family"])
     if me is not None and changed["reference_run_id"] is None:
         missing.append(changed["reference"])
@@ -769,12 +773,12 @@ def hurting(rows: Sequence[Row], since_ms: int, now_ms: int, family: str | None,
         for key, value in (("detectors", a.get("detector")), ("causes", a.get("probable_cause"))):
             if value and value not in r[key]:
                 r[key].append(str(value))
-        computing = a.get("detector") not in POLICY_DETECTORS
-        if a.get("owner") and (not r["owner"] or (computing and not r["by_computing"])):
-            r["by_computing"] = computing
+        is_computing = a.get("detector") not in POLICY_DETECTORS
+        if a.get("owner") and (not r["owner"] or (is_computing and not r["by_computing"])):
+            r["by_computing"] = is_computing
             r["owner"] = str(a["owner"])  # stamped by the processor
-        elif ownership is not None and (not r["owner"] or (computing and not r["by_computing"])):
-            r["by_computing"] = computing
+        elif ownership is not None and (not r["owner"] or (is_computing and not r["by_computing"])):
+            r["by_computing"] = is_computing
             r["owner"] = ownership.owner_for(
                 str(a.get("probable_cause") or "unknown"), team=a.get("team") or None,
                 experiment_family=a.get("experiment_family") or None).team
