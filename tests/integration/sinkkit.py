@@ -234,13 +234,13 @@ class SinkProc:
         return self.proc is not None and self.proc.poll() is None
 
 
-def wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``cond`` every half second until it returns something true; fail the test after
-    ``timeout`` seconds, naming ``what`` it waited for."""
+def wait(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
+    """Poll ``cond`` every ``every`` seconds until it returns something true; fail the test
+    after ``timeout`` seconds, naming ``what`` it waited for."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = cond()
         if got:
             return got
-        time.sleep(0.5)
+        time.sleep(every)
     pytest.fail(f"timed out after {timeout} s waiting for {what}")

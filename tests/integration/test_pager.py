@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import Consumer, Producer
+from sinkkit import wait
 
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.core.codec import load_codec
@@ -69,13 +70,7 @@ def publish(stack, topic: str, items: list[tuple[str, bytes]]) -> None:
 
 
 def wait_until(cond: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+    return wait(cond, timeout, what, every=0.2)
 
 
 def read_dlq(stack, topic: str, n: int, timeout: float = 30) -> list[DeadLetter]:

@@ -56,8 +56,10 @@ from runwatch.core.stream.runstate import (
     context,
     dead_letter,
     emit,
+    firing_entry,
     flush_waiting,
     observe,
+    resolve_now,
 )
 from runwatch.core.stream.runstate import clear as clear_healthy
 
@@ -315,31 +317,10 @@ def _stall_over(s: RunState, cfg: RunConfig, now: int, at: int) -> list[Output]:
     gap above the bound: the run is still silent. Resolving on it, the next timer round
     paged the stall again, once per backdated step: a page and a resolve every few seconds.
     """
-    entry = _firing_entry(s, "rule:stalled", "step_gap_ms")
+    entry = firing_entry(s, "rule:stalled", "step_gap_ms")
     if entry is None or entry["last_seen_ms"] - at > entry["expected"]:
         return []
-    return _resolve_now(s, cfg, "rule:stalled", "step_gap_ms", now, at)
-
-
-def _firing_entry(s: RunState, detector: str, indicator: str) -> dict[str, Any] | None:
-    """Return the run's alert book entry of a firing alert (no subject), or None."""
-    entries = s.alerts.get("entries")
-    if not entries:  # the common case on a step's path: no alert at all
-        return None
-    entry = entries.get(alerting.dedup_key(s.run_id, detector, indicator, ""))
-    return entry if entry is not None and entry["status"] == "firing" else None
-
-
-def _resolve_now(s: RunState, cfg: RunConfig, detector: str, indicator: str, now: int,
-                 at: int) -> list[Output]:
-    """Resolve a firing alert at once: an event showed its condition over (or never true)."""
-    if _firing_entry(s, detector, indicator) is None:
-        return []
-    book = AlertBook.from_state(s.alerts)
-    out = alerting.healthy(book, s.run_id, detector, indicator, "", context(s, cfg), now,
-                           alerting.AlertPolicy(clear_after=1, resolve_ms=0), at)
-    s.alerts = book.to_state()
-    return list(out)
+    return resolve_now(s, cfg, "rule:stalled", "step_gap_ms", now, at)
 
 
 def _restart_evidence(s: RunState, cfg: RunConfig, count: float, at: int, now: int,
@@ -420,7 +401,7 @@ def _loss_window(s: RunState, step: float, loss: float, at: int, now: int,
     if "warm" in s.signals:
         _warm_rise(s, step)
     earlier, noise = _loss_lows(s)
-    diverged = _firing_entry(s, "rule:loss_divergence", "loss")
+    diverged = firing_entry(s, "rule:loss_divergence", "loss")
     jump = s.signals.get("lr_jump")
     if jump is not None:
         jump[3] += 1
@@ -705,7 +686,7 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
         else:  # it left the queue in time: a page the horizon raised before this arrived
-            out += _resolve_now(s, cfg, "rule:queue_deadline", "queue_delay_ms", now, at)
+            out += resolve_now(s, cfg, "rule:queue_deadline", "queue_delay_ms", now, at)
     # restarts: a rising attempt or a retrying/preempted transition, never a repeated running
     restarts = int(ind.restart_count(s.states, [s.attempt]))
     if restarts > s.restarts:

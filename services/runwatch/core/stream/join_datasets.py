@@ -22,37 +22,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from runwatch.core.paging import lifecycle as alerting
-from runwatch.core.paging.lifecycle import AlertBook
 from runwatch.core.signals import datachecks
 from runwatch.core.signals.rules import Finding
 from runwatch.core.stream.rekey import refs_match
-from runwatch.core.stream.runstate import Output, RunConfig, RunState, context, emit
+from runwatch.core.stream.runstate import (
+    Output,
+    RunConfig,
+    RunState,
+    clear,
+    emit,
+    firing_entry,
+    resolve_now,
+)
 
 __all__ = ["clear_versions", "refreshed", "silent_datasets", "stage_failures"]
 
 SILENT = "data_silent"
 """``RunState.signals`` key: dataset reference → event time the timer paged it silent."""
-
-
-def _firing(s: RunState, detector: str, indicator: str, subject: str) -> bool:
-    entries = s.alerts.get("entries")
-    if not entries:
-        return False
-    entry = entries.get(alerting.dedup_key(s.run_id, detector, indicator, subject))
-    return entry is not None and entry["status"] == "firing"
-
-
-def _resolve(s: RunState, cfg: RunConfig, detector: str, indicator: str, subject: str,
-             now: int, at: int) -> list[Output]:
-    """Resolve a firing alert at once (its condition shown over)."""
-    if not _firing(s, detector, indicator, subject):
-        return []
-    book = AlertBook.from_state(s.alerts)
-    out = alerting.healthy(book, s.run_id, detector, indicator, subject, context(s, cfg), now,
-                           alerting.AlertPolicy(clear_after=1, resolve_ms=0), at)
-    s.alerts = book.to_state()
-    return list(out)
 
 
 def silent_datasets(s: RunState, cfg: RunConfig, now: int, hz: int,
@@ -76,7 +62,7 @@ def silent_datasets(s: RunState, cfg: RunConfig, now: int, hz: int,
             continue  # never reported: rule:missing_data_report's case
         ref = max(refs, key=lambda r: int(s.reports[r].get("at_ms") or 0))
         rep: dict[str, Any] = s.reports[ref]
-        if _firing(s, "watch:freshness_lag", "freshness_lag", ref):
+        if firing_entry(s, "watch:freshness_lag", "freshness_lag", ref) is not None:
             continue  # paged already (by the timer or by a report of old rows)
         silent.pop(ref, None)  # (its page resolved otherwise: retired, replaced)
         stopped = datachecks.reports_stopped(rep.get("hist") or {},
@@ -93,7 +79,7 @@ def silent_datasets(s: RunState, cfg: RunConfig, now: int, hz: int,
                     f"{quiet:.0f} ms; bound {bound:.0f} ms (its usual delay and "
                     f"{datachecks.SILENT_K:g} refresh intervals)", subject=ref)
         out += emit(s, cfg, f, now, one_shot=False)
-        if _firing(s, "watch:freshness_lag", "freshness_lag", ref):
+        if firing_entry(s, "watch:freshness_lag", "freshness_lag", ref) is not None:
             silent[ref] = hz
     if silent:
         s.signals[SILENT] = silent
@@ -123,7 +109,7 @@ def refreshed(s: RunState, cfg: RunConfig, ref: str, before: dict[str, Any] | No
         del s.signals[SILENT]
     if any(f.detector == "watch:freshness_lag" for f in found):
         return []
-    return _resolve(s, cfg, "watch:freshness_lag", "freshness_lag", ref, now, at)
+    return resolve_now(s, cfg, "watch:freshness_lag", "freshness_lag", now, at, ref)
 
 
 def _versions(s: RunState, uri: str, ref: str, detector: str) -> list[str]:
@@ -144,19 +130,11 @@ def clear_versions(s: RunState, cfg: RunConfig, detector: str, indicator: str, u
     """
     if uri not in s.datasets:
         return []
-    entries = s.alerts.get("entries")
-    if not entries:
-        return []
     out: list[Output] = []
     for other in _versions(s, uri, ref, detector):
-        entry = entries.get(alerting.dedup_key(s.run_id, detector, indicator, other))
-        if entry is None or entry["status"] != "firing" or entry["last_seen_ms"] > at:
-            continue
-        book = AlertBook.from_state(s.alerts)
-        out += alerting.healthy(book, s.run_id, detector, indicator, other, context(s, cfg),
-                                now, cfg.policy, at)
-        s.alerts = book.to_state()
-        entries = s.alerts.get("entries") or {}
+        entry = firing_entry(s, detector, indicator, other)
+        if entry is not None and entry["last_seen_ms"] <= at:
+            out += clear(s, cfg, detector, indicator, now, other, at)
     return out
 
 

@@ -481,29 +481,43 @@ def _update(state: RunState, cfg: RunConfig, f: Finding, now_ms: int) -> list[Ou
 
 
 def clear(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms: int,
-          subject: str = "", at_ms: int | None = None) -> list[Output]:
-    """Record a healthy evaluation (event time ``at_ms``) of an alerting condition (hysteresis)."""
-    if not _firing(state, detector, indicator, subject):
+          subject: str = "", at_ms: int | None = None,
+          policy: AlertPolicy | None = None) -> list[Output]:
+    """Record a healthy evaluation (event time ``at_ms``) of an alerting condition.
+
+    Hysteresis as ``cfg.policy`` says, or ``policy``.
+    """
+    if firing_entry(state, detector, indicator, subject) is None:
         return []  # nothing to count healthy (the common case: no book to rebuild)
     book = AlertBook.from_state(state.alerts)
     out = alerting.healthy(book, state.run_id, detector, indicator, subject,
-                           context(state, cfg), now_ms, cfg.policy, at_ms)
+                           context(state, cfg), now_ms, policy or cfg.policy, at_ms)
     state.alerts = book.to_state()
     return list(out)
 
 
-def _firing(state: RunState, detector: str, indicator: str, subject: str = "") -> bool:
-    """Whether the run's alert book holds this condition firing (all that healthy/hold change)."""
+_AT_ONCE = AlertPolicy(clear_after=1, resolve_ms=0)
+
+
+def resolve_now(state: RunState, cfg: RunConfig, detector: str, indicator: str, now_ms: int,
+                at_ms: int, subject: str = "") -> list[Output]:
+    """Resolve a firing alert at once: an event showed its condition over (or never true)."""
+    return clear(state, cfg, detector, indicator, now_ms, subject, at_ms, policy=_AT_ONCE)
+
+
+def firing_entry(state: RunState, detector: str, indicator: str,
+                 subject: str = "") -> dict[str, Any] | None:
+    """Return the run's alert book entry of this condition while it fires, else None."""
     entries = state.alerts.get("entries")
-    if not entries:
-        return False
+    if not entries:  # the common case on a step's path: no alert at all
+        return None
     entry = entries.get(alerting.dedup_key(state.run_id, detector, indicator, subject))
-    return entry is not None and entry["status"] == "firing"
+    return entry if entry is not None and entry["status"] == "firing" else None
 
 
 def _hold(state: RunState, detector: str, indicator: str) -> None:
     """Keep a firing alert firing through an out-of-range evaluation that does not fire."""
-    if _firing(state, detector, indicator):
+    if firing_entry(state, detector, indicator) is not None:
         book = AlertBook.from_state(state.alerts)
         alerting.hold(book, state.run_id, detector, indicator)
         state.alerts = book.to_state()
