@@ -750,11 +750,9 @@ class BatchConsumer:
             KafkaAuthError: A SASL/TLS client whose login the broker refuses.
 
         """
-        conf: dict[str, Any] = dict(kafka.client_config())
+        conf = group_config(kafka, group_id)
         conf.update(
             {
-                "group.id": group_id,
-                "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
                 # librdkafka's default session (45 s): a member killed with SIGKILL holds
@@ -769,10 +767,6 @@ class BatchConsumer:
         check_credentials(conf)  # librdkafka would retry a refused login forever
         self._conf = {k: conf.get(k) for k in ("bootstrap.servers", "sasl.username",
                                                "security.protocol", "sasl.mechanism")}
-        # librdkafka's own lines go to DEBUG, as the producer's do: without a logger it
-        # printed a FAIL line to stderr per connection attempt (about 19 a second against
-        # a broker that is not there) and nothing said which setting to fix.
-        conf.setdefault("logger", _LibrdkafkaLog())
         conf.setdefault("error_cb", self._on_error)
         self._unreachable_logged = False
         self._consumer = Consumer(conf)
@@ -927,6 +921,17 @@ class BatchConsumer:
         self._consumer.close()
 
 
+def group_config(kafka: KafkaSettings, group_id: str) -> dict[str, Any]:
+    """Return a consumer's settings in ``group_id``: offsets committed by hand.
+
+    librdkafka's own lines go to DEBUG, as the producer's do: without a logger it printed
+    a FAIL line to stderr per connection attempt (about 19 a second against a broker that
+    is not there) and nothing said which setting to fix.
+    """
+    return {**kafka.client_config(), "group.id": group_id, "enable.auto.commit": False,
+            "logger": _LibrdkafkaLog()}
+
+
 def start_new_group(kafka: KafkaSettings, group_id: str, topic: str, since_ms: int | None,
                     *, timeout: float = 30.0) -> dict[int, int]:
     """Commit where a consumer group with no committed offset on ``topic`` starts.
@@ -950,9 +955,7 @@ def start_new_group(kafka: KafkaSettings, group_id: str, topic: str, since_ms: i
     """
     if since_ms is None:
         return {}
-    conf: dict[str, Any] = dict(kafka.client_config())
-    conf.update({"group.id": group_id, "enable.auto.commit": False,
-                 "logger": _LibrdkafkaLog()})
+    conf = group_config(kafka, group_id)
     check_credentials(conf)
     consumer = Consumer(conf)
     try:

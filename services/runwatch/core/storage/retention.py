@@ -222,19 +222,20 @@ def rollup_table(source: str, resolution: str) -> str:
     return f"{source}_{resolution}"
 
 
-def _retained_query(rules: RetentionRules) -> str:
+def _retained_query(rules: RetentionRules, columns: str = "run_id") -> str:
+    """The query of the retained runs' ids (and ``columns``, each a fixed expression)."""
     conds = [f"max(last_active) >= now64(3) - INTERVAL {rules.active_within_s} SECOND"]
     if rules.anomalous:
         conds.append("max(anomalous) = 1")
     if rules.material:
         conds.append("max(material) = 1")
     having = " OR ".join(conds)  # fixed identifiers and numbers only
-    return "SELECT run_id FROM ${db}.retention_marks GROUP BY run_id HAVING " + having  # noqa: S608
+    return (f"SELECT {columns} FROM ${{db}}.retention_marks "  # noqa: S608
+            f"GROUP BY run_id HAVING {having}")
 
 
 def _dictionary(rules: RetentionRules) -> str:
-    query = _retained_query(rules).replace(
-        "SELECT run_id ", "SELECT run_id, toUInt8(1) AS retained ", 1)
+    query = _retained_query(rules, "run_id, toUInt8(1) AS retained")
     return (
         "CREATE OR REPLACE DICTIONARY ${db}.retained_runs\n"
         "(run_id String, retained UInt8 DEFAULT 0)\nPRIMARY KEY run_id\n"
