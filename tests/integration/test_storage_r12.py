@@ -29,6 +29,7 @@ import pytest
 from sinkkit import ROOT, Store, delete_topics, make_topics, migrate, wait
 
 from runwatch.adapters.clickhouse import make_client
+from runwatch.adapters.evidence import EvidenceReader
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 from runwatch.adapters.publisher import Publisher
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
@@ -310,3 +311,12 @@ def test_the_sdks_own_end_is_the_outcome_over_a_later_epilog(published: Publishe
     got = dict(q(p.client, f"SELECT run_id, toString(outcome) FROM {p.db}.run_summaries FINAL "
                            f"WHERE run_id IN ('{p.failed_ok}', '{p.killed}')"))
     assert got == {p.failed_ok: "failed", p.killed: "failed"}
+
+
+def test_investigate_reads_a_runs_outcome_as_the_summary_does(published: Published) -> None:
+    """`runwatch investigate` listed the epilog's later `succeeded` as the state of a family
+    run whose SDK said failed, where the summary, cost and SLOs say failed."""
+    p = published
+    ev = EvidenceReader(p.client, p.db).evidence(p.chain, int(time.time() * 1000))
+    states = {r["run_id"]: r["state"] for r in ev.family_runs}
+    assert states.get(p.failed_ok) == "failed", states

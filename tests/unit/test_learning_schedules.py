@@ -18,10 +18,12 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from sdk_kit import Clock, deliver_live, timed
 
 import runwatch
 from runwatch.adapters.publisher import CaptureTransport, Publisher
+from runwatch.client.emit import emit_records
 from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert
 from runwatch.processor.memory import MemoryProcessor
@@ -295,3 +297,62 @@ def test_the_restarted_container_hanging_after_it_stepped_pages() -> None:
     alerts = live(restarted(5), tail_ms=30 * MIN, hung=True)
     assert [(a.run_id, a.detector) for a in alerts if a.status == "firing"] == [
         ("r1", "rule:stalled")]
+
+
+def failed_then_epilog(epilog: str) -> list[Alert]:
+    """Run ``a`` evaluates for 12 minutes, then its trainer fails (the SDK's end) and, 45 s
+    later, the Slurm epilog publishes ``epilog`` (``runwatch emit``: exit 0 from a batch
+    script whose last command succeeded). Run ``b`` of the family then hangs for 20 min."""
+    t, clock = CaptureTransport(), Clock(T0)
+    hook = Publisher(t, kind="hook", clock=clock)
+
+    def start(run_id: str) -> tuple[Any, Any]:
+        run = runwatch.init("fam", run_id=run_id, team="ml", transport=t, install_hooks=False,
+                            capture_lineage=False, strict=True, clock=clock)
+        n = make_node(f"node-{run_id}", Publisher(t, kind="agent", clock=clock))
+        for g in range(8):
+            n.nvml.attach_process(g, 5000 + g)
+            n.nvml.util[g] = 92.0
+            n.attributor.pids[5000 + g] = run_id
+        return run, n.agent
+
+    a, agent = start("a")
+    for i in range(400):
+        clock.t += 1000
+        if i == 200:  # a 12-minute evaluation, explained by its validation
+            for _ in range(72):
+                clock.t += 10_000
+                agent.tick(now_ms=clock.t)
+            a.validation(i, {"val_loss": 1.9}, now_ms=clock.t)
+        a.step(i, loss=2.0 - i / 1000, step_ms=1000.0)
+        if i % 10 == 0:
+            agent.tick(now_ms=clock.t)
+    a.finish("failed", reason="RuntimeError: NCCL watchdog timeout", now_ms=clock.t)
+    clock.t += 45_000
+    assert not emit_records(hook, [{"type": "JobEvent", "run_id": "a", "state": epilog,
+                                    "attempt": 1}]).errors
+    clock.t += MIN
+    b, agent = start("b")
+    for i in range(300):
+        clock.t += 1000
+        b.step(i, loss=2.0 - i / 1000, step_ms=1000.0)
+        if i % 10 == 0:
+            agent.tick(now_ms=clock.t)
+    for _ in range(120):  # hangs: the GPUs stay busy, no step comes
+        clock.t += 10_000
+        agent.tick(now_ms=clock.t)
+    msgs = [(at, m) for at, m in timed(t.messages)
+            if (getattr(r := load_codec().decode(m[2]), "run_id", ""), getattr(r, "state", ""))
+            != ("b", "succeeded")]  # b hangs: it never ends
+    wall = Clock(T0)
+    m = MemoryProcessor(clock=wall)
+    deliver_live(m, wall, msgs)
+    return [x for x in m.alerts if isinstance(x, Alert) and x.run_id == "b"]
+
+
+@pytest.mark.parametrize("epilog", ["succeeded", "failed"])
+def test_a_failed_run_teaches_its_family_nothing_whatever_the_epilog_says(epilog: str) -> None:
+    """The SDK's own end stands over the epilog's later one, as in the run summary: a failed
+    run's 12-minute evaluation became its family's usual pause when the epilog said
+    succeeded, and the next run's 20-minute hang never paged."""
+    assert ("rule:stalled", "execution") in firing(failed_then_epilog(epilog))

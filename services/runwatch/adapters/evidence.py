@@ -29,6 +29,7 @@ from runwatch.core.investigate.answers import Evidence, Router
 from runwatch.core.investigate.cost import CostRow
 from runwatch.core.investigate.html import checkpoint_share
 from runwatch.core.paging.ownership import Ownership
+from runwatch.core.storage.outcome import OUTCOME_SQL
 
 BUCKETS = 300
 STEP_BUCKETS = 1200
@@ -260,7 +261,7 @@ class EvidenceReader:
         if not run_ids:
             return {}
         rows = self._rows_in(
-            "SELECT toString(run_id) AS run_id, argMax(state, ts) AS state "  # noqa: S608
+            f"SELECT toString(run_id) AS run_id, {OUTCOME_SQL} AS state "  # noqa: S608
             f"FROM {self._t('job_events')} WHERE run_id IN {{r:Array(String)}} GROUP BY run_id",
             run_ids)
         return {str(r["run_id"]): str(r["state"]) for r in rows}

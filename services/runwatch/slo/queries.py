@@ -35,13 +35,10 @@ from typing import Any
 
 from runwatch.core.slo import indicators as ind
 from runwatch.core.slo.spec import Objective
+from runwatch.core.storage.outcome import OUTCOME_SQL, TERMINAL_SQL
 
-_T = "('succeeded', 'failed', 'cancelled')"
-_SDK_END = f"source_kind = 'sdk' AND state IN {_T}"
-_OUTCOME = (  # as the run summary's: the SDK's own end over a scheduler hook's later one
-    f"if(countIf({_SDK_END}) > 0 AND maxIf(ts, {_SDK_END}) >= maxIf(ts, state = 'running'), "
-    f"argMaxIf(state, ts, {_SDK_END}), "
-    f"if(countIf(state IN {_T}) > 0, argMaxIf(state, ts, state IN {_T}), argMax(state, ts)))")
+_T = TERMINAL_SQL
+_OUTCOME = OUTCOME_SQL  # as the run summary's: the SDK's own end over a scheduler hook's later one
 _SINCE = "fromUnixTimestamp64Milli(toInt64(%(since)s))"
 _NOW = "fromUnixTimestamp64Milli(toInt64(%(now)s))"
 _STARTED = ("toUnixTimestamp64Milli(if(countIf(state = 'running') > 0, "

@@ -666,7 +666,17 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         s.last_step_at_ms = 0
     if e.state in KILLED and s.job_state not in NOT_RUNNING | ENDED:
         out += _stalled_until_killed(s, at, now, cfg)
-    s.job_state = e.state
+    if e.state in ENDED and e.source.kind == "sdk":
+        s.signals["sdk_end"] = 1
+    elif e.state not in ENDED:
+        s.signals.pop("sdk_end", None)
+    if not (e.state in ENDED and s.job_state in ENDED and s.signals.get("sdk_end")
+            and e.source.kind != "sdk"):
+        # the SDK's own end stands over a scheduler hook's later one (as in the run
+        # summary): a Slurm epilog that read exit 0 from a batch script whose last
+        # command succeeded says succeeded after the trainer said failed, and a failed
+        # run's figures must not become its family's healthy baseline
+        s.job_state = e.state
     _released(s, e.state, at)
     s.attempt = max(s.attempt, e.attempt)
     s.team = e.team or s.team

@@ -1,0 +1,25 @@
+"""A run's outcome from its job events, in ClickHouse SQL: one expression for every reader.
+
+The run summary (``schemas/clickhouse/summary/run_summary.sql``) writes the same rule
+in its own statement: the SDK's own end (``source_kind = 'sdk'``) wins when it came
+after the run's latest ``running``, over a scheduler hook's later end (a Slurm epilog
+that read exit 0 from a batch script whose last command succeeded publishes
+``succeeded`` after the SDK's ``failed``); otherwise the latest terminal state; a run
+with none has its latest state. Used by ``runwatch slo`` and ``runwatch investigate``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["OUTCOME_SQL", "TERMINAL_SQL"]
+
+TERMINAL_SQL = "('succeeded', 'failed', 'cancelled')"
+"""The terminal job states, as an SQL tuple."""
+
+_SDK_END = f"source_kind = 'sdk' AND state IN {TERMINAL_SQL}"
+
+OUTCOME_SQL = (
+    f"if(countIf({_SDK_END}) > 0 AND maxIf(ts, {_SDK_END}) >= maxIf(ts, state = 'running'), "
+    f"argMaxIf(state, ts, {_SDK_END}), "
+    f"if(countIf(state IN {TERMINAL_SQL}) > 0, argMaxIf(state, ts, state IN {TERMINAL_SQL}), "
+    "argMax(state, ts)))")
+"""An aggregate over one run's ``job_events`` rows (``GROUP BY run_id``): its outcome."""
