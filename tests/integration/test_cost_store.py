@@ -379,3 +379,27 @@ def test_fairness_counts_each_run_as_cost_bills_it(store: Store) -> None:
     assert used == pytest.approx({r: billed[r] for r in ODD}, abs=0.02)
     assert used["resumed"] == pytest.approx(8.0, abs=0.02)  # 0.5 h x 8, then 1 h x 4
     client.command(f"DROP DATABASE {db}")
+
+
+def test_a_run_the_sdk_alone_reports_is_billed_its_manifests_gpus(store: Store) -> None:
+    """A run with no scheduler hook and no node agent (the SDK alone, its manifest naming
+    2 H100s) was billed 0 GPU-h and 0.00 USD, and no bad-input counter said so. It is billed
+    its running time x its manifest's GPUs, all of it counted as unobserved."""
+    from runwatch.client import init
+
+    start = (int(time.time()) - 7200) * 1000
+    capture = CaptureTransport()
+    run = init(run_id="sdk-alone", experiment_family="f", team="t", transport=capture,
+               clock=lambda: start, capture_lineage=False, install_hooks=False,
+               lineage={"hardware": {"nodes": ["n1"], "gpu_count": 2, "gpu_model": "H100"}})
+    for i in range(1, 61):
+        run.step(i, loss=1.0 / i, now_ms=start + i * 60_000, step_ms=55_000.0)
+    run.finish("succeeded", timeout=10.0, now_ms=start + 3_600_000)
+    db, client = store_capture(store.url, capture, ["sdk-alone"])
+    got = cli_json(store.url, db, "cost", "--by", "run", "--since", "1d")
+    (group,) = got["groups"]
+    assert group["gpu_hours"] == pytest.approx(2.0, abs=0.01), group
+    assert group["cost"] == pytest.approx(8.0, abs=0.05), group  # the example's 4 USD/GPU-h
+    assert got["bad_input"]["telemetry_gap_runs"] == 1, got["bad_input"]
+    assert got["bad_input"]["unobserved_gpu_hours"] == pytest.approx(2.0, abs=0.01)
+    client.command(f"DROP DATABASE {db}")

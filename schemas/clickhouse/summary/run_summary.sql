@@ -72,7 +72,8 @@ WITH
         FROM iv ARRAY JOIN inodes AS n ARRAY JOIN igpus AS g),
     mf AS (
         SELECT run_id AS rid, argMax(labels['node_pool'], ts) AS pool, argMax(labels['tenancy'], ts) AS ten,
-               argMaxIf(gpu_model, ts, gpu_model != '') AS mgpu
+               argMaxIf(gpu_model, ts, gpu_model != '') AS mgpu,
+               argMaxIf(gpu_count, ts, gpu_count > 0) AS mgpus
         FROM ${db}.run_manifests WHERE run_id IN %(runs)s GROUP BY rid),
     -- the latest step wins; at one step (a resumed attempt logs it again) the later record.
     -- The final loss is that of the latest step with a loss (has_loss, migration 0060): the
@@ -266,14 +267,18 @@ SELECT jobs.rid, jobs.team, jobs.fam, jobs.outcome, jobs.started_at, jobs.ended_
        now64(3),
        -- the allocation's GPU model, else the one the run's manifest saw (NVML)
        if(jobs.gmodel != '', jobs.gmodel, mf.mgpu),
-       -- the allocation's GPUs, else those the samples attributed to the run showed
-       toUInt32(if(length(jobs.anodes) * length(jobs.agpus) > 0,
-                   length(jobs.anodes) * length(jobs.agpus), cost.ngpus)),
+       -- the allocation's GPUs, else those the samples attributed to the run showed, else
+       -- (the SDK alone: no hook, no agent) those its manifest names
+       toUInt32(multiIf(length(jobs.anodes) * length(jobs.agpus) > 0,
+                        length(jobs.anodes) * length(jobs.agpus), cost.ngpus > 0, cost.ngpus,
+                        mf.mgpus)),
        jobs.q, jobs.pc, mf.pool, mf.ten,
        if(jobs.nrunning > 0, jobs.running_at, NULL),
        if(jobs.nqueued > 0 AND jobs.nrunning > 0 AND jobs.running_at >= jobs.queued_at,
           (toUnixTimestamp64Milli(jobs.running_at) - toUnixTimestamp64Milli(jobs.queued_at)) / 1000, NULL),
-       ivs.alloc_ms / 3600000,
+       -- a run with neither an allocation nor a GPU sample is billed its running time x
+       -- its manifest's GPUs (not 0: docs/cost.md, bad input), all of it unobserved
+       if(ivs.alloc_ms = 0 AND cost.ngpus = 0, ivs.running_ms * mf.mgpus, ivs.alloc_ms) / 3600000,
        cost.observed_h, cost.noproc_h, cost.stalled_h, cost.lost_h, cost.no_artifact_h,
        cost.hist_h, cost.hist_u, toUInt8(ctx.usable), st.nsteps, skew.skewed, skew.max_skew,
        qw.waits,

@@ -43,6 +43,10 @@ _MANIFEST_COLS = (
     "gpu_count", "gpu_model", "seed_policy", "framework_versions", "experiment_family", "team",
     "labels", "resumed_from_checkpoint",
 )
+_ALERT_ORDER = "ts, kafka_partition, kafka_offset"
+"""An alert's records in the order the processor published them: by time, then by offset (an
+alert that fired and resolved in one millisecond, as a backfilled run's or a retired run's,
+read firing at random when only the time ordered them)."""
 _ALERT_COLS = (
     "toUnixTimestamp64Milli(ts) AS ts_ms, toString(run_id) AS run_id, alert_id, status, "
     "severity, detector, indicator, probable_cause, "
@@ -138,7 +142,7 @@ class EvidenceReader:
             f"FROM {t('job_events')} FINAL WHERE run_id = {{r:String}} ORDER BY ts", r=run_id)
         ev.alerts = self._rows(
             f"SELECT {self._alert_cols()} FROM {t('alerts')} FINAL WHERE run_id = {{r:String}} "  # noqa: S608
-            "ORDER BY ts", r=run_id)
+            f"ORDER BY {_ALERT_ORDER}", r=run_id)
         if self._have("checkpoints", ev):
             ev.checkpoints = self._rows(
                 "SELECT toUnixTimestamp64Milli(ts) AS ts_ms, step, sha256, expected_sha256, "  # noqa: S608
@@ -271,7 +275,8 @@ class EvidenceReader:
         if not run_ids:
             return out
         for r in self._rows_in(f"SELECT {self._alert_cols()} FROM {self._t('alerts')} "  # noqa: S608
-                               "FINAL WHERE run_id IN {r:Array(String)} ORDER BY ts LIMIT 20000",
+                               "FINAL WHERE run_id IN {r:Array(String)} "
+                               f"ORDER BY {_ALERT_ORDER} LIMIT 20000",
                                run_ids):
             out.setdefault(str(r["run_id"]), []).append(r)
         return out
@@ -415,7 +420,7 @@ class EvidenceReader:
         # aliases unlike the columns: WHERE reads the stored experiment_family, not argMax's.
         # The latest record: by time, then by the order the processor published them (an
         # alert fired and resolved in one millisecond, as when a run is retired)
-        latest = (f"(SELECT *, (ts, kafka_partition, kafka_offset) AS o "  # noqa: S608
+        latest = (f"(SELECT *, ({_ALERT_ORDER}) AS o "  # noqa: S608
                   f"FROM {self._t('alerts')} FINAL)")
         rows = self._rows(
             "SELECT alert_id, toString(argMax(run_id, o)) AS a_run, "  # noqa: S608
