@@ -260,24 +260,32 @@ def test_the_same_run_hanging_pages() -> None:
 # ------------------------------------------------------------------ restarts without an attempt
 
 
-def restarted(hang_after: int | None) -> Script:
+def restarted(hang_after: int | None, *, load_min: int = 12, attempt: int | None = None,
+              skips: int = 0) -> Script:
     """A Kubernetes training container OOM-killed 40 minutes in (no end event) and restarted
     by ``restartPolicy: OnFailure`` 25 s later under the same run id with no attempt; it loads
-    its checkpoint for 12 minutes, then steps again (``hang_after``: that many steps, then it
-    hangs). Another run beside it logs once a minute."""
+    its checkpoint for ``load_min`` minutes, then steps again (``hang_after``: that many steps,
+    then it hangs; 0: it hangs in its load). ``attempt``: a requeue (Slurm) that says its
+    attempt instead. ``skips``: the restarted process's fp16 loss scaler, not restored from
+    the checkpoint, skips that many steps again as it finds its scale (an infinite gradient
+    norm each). Its first process found its scale after 9. Another run beside it logs once a
+    minute."""
     def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
         rng = random.Random(5)
         run = init()
         for i in range(2_400):
             clock.t += 1_000
-            run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+            run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0,
+                     grad_norm=math.inf if i < 9 else 1.0 + 0.1 * rng.random())
         run.finish("failed", reason=KILLED)  # publishes what is queued; its end is left out
         clock.t += 25_000
-        run = init(resumed_from="s3://ckpt/r1/step-2000")
-        clock.t += 12 * MIN
-        for i in range(2_000, 2_000 + (hang_after or 1_200)):
+        run = init(resumed_from="s3://ckpt/r1/step-2000",
+                   **({} if attempt is None else {"attempt": attempt}))
+        clock.t += load_min * MIN
+        for i in range(2_000, 2_000 + (1_200 if hang_after is None else hang_after)):
             clock.t += 1_000
-            run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0)
+            run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0,
+                     grad_norm=math.inf if i < 2_000 + skips else 1.0 + 0.1 * rng.random())
         end = clock.t
         run.finish()
         clock.t = T0
@@ -297,6 +305,41 @@ def test_the_restarted_container_hanging_after_it_stepped_pages() -> None:
     alerts = live(restarted(5), tail_ms=30 * MIN, hung=True)
     assert [(a.run_id, a.detector) for a in alerts if a.status == "firing"] == [
         ("r1", "rule:stalled")]
+
+
+@pytest.mark.parametrize("attempt", [None, 2])
+def test_a_restarted_job_hanging_in_its_load_pages(attempt: int | None) -> None:
+    """It stepped for 40 minutes, then started again (a Kubernetes restart, or a Slurm
+    requeue saying attempt 2) and never stepped: the stall clock waited for a first step,
+    and nothing paged for 3 hours. A load may take 30 minutes (or twice the run's own
+    start-up and longest checkpoint write)."""
+    alerts = live(restarted(0, attempt=attempt), tail_ms=5 * MIN, hung=True)
+    stalls = [a for a in alerts if a.status == "firing"]
+    assert [(a.run_id, a.detector, a.probable_cause) for a in stalls] == [
+        ("r1", "rule:stalled", "execution")]
+    assert "since it started again" in stalls[0].title
+    assert 30 * MIN < stalls[0].observed < 32 * MIN
+
+
+@pytest.mark.parametrize("attempt", [None, 2])
+def test_a_restarted_job_loading_for_25_minutes_does_not_page(attempt: int | None) -> None:
+    assert [a.detector for a in live(restarted(None, load_min=25, attempt=attempt))
+            if a.status == "firing"] == []
+
+
+@pytest.mark.parametrize("attempt", [None, 2])
+def test_a_restarted_loss_scaler_finding_its_scale_again_does_not_page(
+        attempt: int | None) -> None:
+    """17 skips after a restart (the scaler's state was not in the checkpoint) paged
+    rule:non_finite, critical, at the 8th: the start-up allowance held for the first
+    process only."""
+    assert [a.detector for a in live(restarted(None, attempt=attempt, skips=17))
+            if a.status == "firing"] == []
+
+
+def test_a_restarted_job_whose_gradients_never_stop_overflowing_pages() -> None:
+    assert [a.detector for a in live(restarted(None, skips=60)) if a.status == "firing"] == [
+        "rule:non_finite"]
 
 
 def failed_then_epilog(epilog: str) -> list[Alert]:

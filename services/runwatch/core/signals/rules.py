@@ -406,6 +406,28 @@ def stalled(
     )
 
 
+def stalled_after_restart(restarted_ms: int, now_ms: int, bound_ms: int) -> Finding | None:
+    """Fire when a run that stepped before started again and has not stepped for ``bound_ms``.
+
+    Args:
+        restarted_ms: Event time of the ``running`` that started it again.
+        now_ms: The processor's event-time horizon at the timer tick.
+        bound_ms: How long its load may take (the caller's bound).
+
+    Returns:
+        A critical execution finding (the stall rule's), or None.
+
+    """
+    silent = float(now_ms - restarted_ms)
+    if restarted_ms <= 0 or silent <= bound_ms:
+        return None
+    return _hard(
+        "stalled", "step_gap_ms", "execution", silent, float(bound_ms), now_ms,
+        f"Job stalled: no step for {silent / 1000:.1f} s since it started again",
+        f"it stepped before its restart; a load may take {bound_ms / 1000:.0f} s",
+    )
+
+
 XID_CLEANUP = frozenset({45})
 """XIDs that report the driver cleaning up after a process, not a GPU fault: XID 45
 ("preemptive cleanup") is logged on every GPU of a job killed with SIGKILL (``scancel

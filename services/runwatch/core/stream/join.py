@@ -274,6 +274,23 @@ def stall_floor(s: RunState, cfg: RunConfig) -> int:
     return max(cfg.stall_min_ms, int(PAUSE_K * known))
 
 
+RESTART_FLOOR_K = 3
+"""A restarted attempt that has not stepped yet is stalled after ``RESTART_FLOOR_K`` x
+the stall floor (30 min), or twice its first start-up (first ``running`` to first step)
+plus its longest checkpoint write, if longer: it loads a checkpoint (a 12-minute load paged
+a healthy Kubernetes restart when the stall clock ran from the restart at the usual floor),
+but a load that never ends is a hang (a requeued or restarted job hanging in its load went
+unpaged for 3 hours when the clock waited for a first step)."""
+
+
+def restart_bound(s: RunState, cfg: RunConfig) -> int:
+    """Return how long a restarted attempt may go without a step (:data:`RESTART_FLOOR_K`)."""
+    start = s.started_at_ms or s.first_at_ms
+    lead = max(s.first_step_at_ms - start, 0) if s.first_step_at_ms and start else 0
+    write = max((float(c[1]) for c in s.checkpoints), default=0.0)
+    return int(max(RESTART_FLOOR_K * stall_floor(s, cfg), 2 * (lead + write)))
+
+
 PAUSE_STAT = "pause_ms"
 """Workload-baseline entry of the finished runs' longest explained pause (one value per run)."""
 
@@ -663,7 +680,12 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # the stall clock waits for its first step. So does a process that started again
         # after the run's last step with no attempt given (a Kubernetes container restarted
         # after an OOM kill: its SDK's ``running`` comes after steps were seen)
+        if s.last_step_at_ms:  # it stepped before: a load that never ends is a hang
+            s.signals["restarted_at"] = at
         s.last_step_at_ms = 0
+        # a new process: its loss scaler starts again and finds its scale as at the start
+        s.signals.pop("scaled", None)
+        s.signals.pop("overflows", None)
     if e.state in KILLED and s.job_state not in NOT_RUNNING | ENDED:
         out += _stalled_until_killed(s, at, now, cfg)
     if e.state in ENDED and e.source.kind == "sdk":
@@ -1015,6 +1037,11 @@ def tick(state: RunState, now_ms: int, cfg: RunConfig,
         if (s.last_step_at_ms and s.job_state not in NOT_RUNNING
                 and hz - s.last_step_at_ms > floor):
             f = rules.stalled(s.last_step_at_ms, step_period(s), hz, cfg.stall_k, floor)
+            if f:
+                out += emit(s, cfg, f, now_ms, one_shot=True)
+        elif (not s.last_step_at_ms and s.job_state not in NOT_RUNNING
+              and (since := int(s.signals.get("restarted_at", 0)))):
+            f = rules.stalled_after_restart(since, hz, restart_bound(s, cfg))
             if f:
                 out += emit(s, cfg, f, now_ms, one_shot=True)
         if s.started_at_ms is None:
