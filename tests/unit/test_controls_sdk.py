@@ -215,3 +215,38 @@ def test_a_step_without_a_loss_or_with_a_nan_metric_does_not_page(how: str) -> N
                 run.step(i, loss=1.0, metrics={"acc": math.nan if i % 50 < 20 else 0.9},
                          samples=64, step_ms=1000.0, loader_wait_ms=20.0)
     assert pages(script) == []
+
+
+def family_pages(first: int, second: int, slower_from: int | None = None) -> list[str]:
+    """Run ``a`` of a family at ``first`` samples a step, then ``b`` at ``second`` (both one
+    step a second; ``slower_from``: b's steps take twice as long from that step on); replay
+    both; return what paged on ``b``."""
+    t = CaptureTransport()
+    clock = Clock(T0)
+    for run_id, samples, steps in (("a", first, 300), ("b", second, 1200)):
+        run = runwatch.init("fam", run_id=run_id, team="ml", transport=t, install_hooks=False,
+                            capture_lineage=False, strict=True, clock=clock)
+        for i in range(steps):
+            slow = slower_from is not None and run_id == "b" and i >= slower_from
+            clock.t += 2000 if slow else 1000
+            run.step(i, loss=2.0 - i / 1000, step_ms=2000.0 if slow else 1000.0,
+                     loader_wait_ms=20.0, samples=samples)
+        run.finish()
+        clock.t += 60 * 60_000
+    codec = load_codec()
+    records = [codec.decode(v) for _, _, v in t.messages]
+    alerts = offline.replay(offline.as_messages(records), ProcessorSettings(save_interval_s=0))
+    return sorted({a.detector for a in alerts if a.status == "firing" and a.run_id == "b"})
+
+
+def test_a_run_at_half_its_familys_batch_size_does_not_page_its_throughput() -> None:
+    """A sweep point at 128 samples a step after a run at 256 was paged "throughput fell to
+    178 (baseline 256)" at its 14th step, and the alert never resolved: the family's
+    samples per second seeded the watch whatever the step size."""
+    assert family_pages(256, 128) == []
+
+
+def test_a_run_at_its_familys_batch_size_at_half_its_speed_from_the_start_pages() -> None:
+    """The family's rate at the same step size still seeds the watch: a run slow from its
+    first step is judged against it."""
+    assert family_pages(256, 256, slower_from=0) == ["watch:throughput"]

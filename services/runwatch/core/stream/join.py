@@ -315,8 +315,12 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
     # (a curriculum doubling the sequence length), and a job that counts tokens alone
     # reports no samples, whose throughput of 0 could never fall
     name, done = ("token_throughput", e.tokens) if e.tokens else ("throughput", e.samples)
+    size = s.signals.get(f"{name}_size")
+    if size is None and done:  # the run's step size (2 significant digits), from its first
+        size = s.signals[f"{name}_size"] = f"{float(f'{done:.2g}'):g}"
     out += observe(s, cfg, name, ind.throughput(done, e.step_ms), at, now, bl,
-                   cause=lambda: throughput_cause(s, at, cfg))
+                   cause=lambda: throughput_cause(s, at, cfg),
+                   baseline_key=f"{name}@{size}")
     if e.effective_batch_size is not None:
         out += observe(s, cfg, "effective_batch_size", float(e.effective_batch_size), at, now,
                        bl)

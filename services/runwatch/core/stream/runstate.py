@@ -526,7 +526,8 @@ def _hold(state: RunState, detector: str, indicator: str) -> None:
 def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, now_ms: int,
             baseline: dict[str, list[float]] | None, detail: str = "",
             signal: str | None = None,
-            cause: Callable[[], tuple[str, bool]] | None = None) -> list[Output]:
+            cause: Callable[[], tuple[str, bool]] | None = None,
+            baseline_key: str | None = None) -> list[Output]:
     """Feed one indicator value to its watch; emit evidence or an alert when it fires.
 
     Args:
@@ -542,6 +543,9 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
         cause: Called only when the watch fires (evidence lookups are not free):
             (signal class, whether the finding alerts); overrides ``signal`` and
             :data:`~runwatch.core.signals.indwatch.ALERTING_WATCHES`.
+        baseline_key: Where the run's statistics go in its workload baseline, and where the
+            watch is seeded from (default ``name``): throughput per step size, since a
+            family's runs at another batch size run at another rate.
 
     Returns:
         Alerts to publish.
@@ -550,7 +554,10 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
     if not math.isfinite(x):
         return []
     spec = cfg.specs[name]
-    state.stats[name] = RunningStats.added(state.stats.get(name, _NO_STATS), x)
+    key = baseline_key or name
+    state.stats[key] = RunningStats.added(state.stats.get(key, _NO_STATS), x)
+    if key != name and name not in state.watches:
+        baseline = {name: baseline[key]} if baseline and key in baseline else None
     r = watch_of(state, cfg, name, baseline).update(x, spec)
     out: list[Output] = []
     if r.drift:
