@@ -140,18 +140,23 @@ def test_a_resume_at_the_same_rate_that_diverges_stays_an_execution_cause() -> N
 # ------------------------------------------------------------------ start-up gradient norms
 
 
-def norms(explode_at: int | None, start: float) -> Script:
+def norms(explode_at: int | None, start: float, factor: float = 33.0,
+          first: bool = True) -> Script:
     """Gradient norms from ``start`` (fresh weights) settling to 0.3 by step 1,000 (15 %
-    noise); from ``explode_at`` 33 times that within 50 steps, held (clipping keeps the
-    loss finite)."""
+    noise); from ``explode_at`` ``factor`` times that within 50 steps, held (clipping keeps
+    the loss finite). ``first=False``: a healthy run of the family came first (its statistics
+    seed the watch)."""
     def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
+        if not first:
+            norms(None, start)(lambda **kw: init(run_id="r0", **kw), clock, node)
+            clock.t += 10 * MIN
         rng = random.Random(7)
         run = init()
         for i in range(4_000):
             clock.t += 1_000
             level = 0.3 + (start - 0.3) * math.exp(-i / 200)
             if explode_at is not None and i >= explode_at:
-                level = 0.3 * (1 + 32 * min((i - explode_at) / 50, 1.0))
+                level = 0.3 * (1 + (factor - 1) * min((i - explode_at) / 50, 1.0))
             run.step(i, loss=loss_at(i, rng), lr=1e-4, grad_norm=level * (1 + rng.gauss(0, 0.15)),
                      samples=64, step_ms=1000.0, loader_wait_ms=20.0)
         run.finish()
@@ -168,6 +173,22 @@ def test_a_grad_norm_explosion_pages_in_a_run_whose_first_norms_were_high() -> N
 
 def test_norms_settling_from_a_high_start_do_not_page() -> None:
     assert firing(live(norms(None, start=8.0))) == []
+
+
+@pytest.mark.parametrize("factor", [15.0, 33.0])
+def test_a_grad_norm_explosion_pages_in_a_familys_second_run(factor: float) -> None:
+    """The family's statistics (its first run's norms, high start included) seeded the second
+    run's watch at about twice where its norms settle, and it never learnt again: a 15-fold
+    explosion never paged in any run after a family's first."""
+    alerts = [a for a in live(norms(2_500, start=8.0, factor=factor, first=False))
+              if a.detector == "watch:grad_norm" and a.status == "firing"]
+    assert [a.run_id for a in alerts] == ["r1"]
+    exploded = T0 + (4_000 + 10 * 60 + 2_500) * 1_000  # r0's 4,000 steps, a pause, 2,500
+    assert 0 < alerts[0].first_seen_ms - exploded <= 120_000
+
+
+def test_a_familys_second_run_settling_from_a_high_start_does_not_page() -> None:
+    assert firing(live(norms(None, start=8.0, first=False))) == []
 
 
 # ------------------------------------------------------------------ sparse logging

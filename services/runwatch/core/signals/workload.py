@@ -195,10 +195,14 @@ class Watch:
                                or sign * (x - self.base.mean) > bound)
         self.streak = self.streak + 1 if out else 0
         score = min(max(gap / (2 * bound), 0.0), 1.0) if bound > 0 else float(gap > 0)
-        if spec.settles and not self.seeded:
+        if spec.settles:
             self.low = self.low + 1 if self.level < SETTLED * self.base.mean else 0
             if self.low >= spec.warmup:  # settled well below: learn where it is now
+                # a seeded watch too: its family's mean holds the high norms every run
+                # starts with, and a 15-fold explosion in a family's second run, its
+                # norms settled at 0.3 against a seed of 0.59, never paged
                 self.base, self.level, self.streak, self.low = RunningStats(), math.nan, 0, 0
+                self.seeded = False
         return self.streak >= spec.persist, score
 
     def to_state(self) -> dict[str, Any]:
