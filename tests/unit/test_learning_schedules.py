@@ -420,3 +420,46 @@ def test_a_failed_run_teaches_its_family_nothing_whatever_the_epilog_says(epilog
     run's 12-minute evaluation became its family's usual pause when the epilog said
     succeeded, and the next run's 20-minute hang never paged."""
     assert ("rule:stalled", "execution") in firing(failed_then_epilog(epilog))
+
+
+# ------------------------------------------------------------------ a corrupt checkpoint's reach
+
+
+def corrupt_then_nan(resume: str | None, tmp: Any) -> Script:
+    """A checkpoint at step 200 whose bytes do not match its expected checksum, a NaN loss
+    at step 500. ``resume``: before the NaN the job started again, ``"named"`` resuming from
+    that file (``resumed_from``), ``"latest"`` a Kubernetes restart naming none (it loads
+    the latest), ``"other"`` resuming from another, good file; None: one process throughout."""
+    def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
+        rng = random.Random(4)
+        bad, good = tmp / "step-200.pt", tmp / "step-100.pt"
+        bad.write_bytes(b"weights-200")
+        good.write_bytes(b"weights-100")
+        run = init()
+        for i in range(1, 600):
+            clock.t += 1_000
+            if i == 300 and resume is not None:
+                run.finish("failed", reason=KILLED)
+                clock.t += 30_000
+                frm = {"named": str(bad), "other": str(good)}.get(resume)
+                run = init(**({"resumed_from": frm} if frm else {}))
+                clock.t += 60_000
+            run.step(i, loss=math.nan if i == 500 else loss_at(i, rng), samples=64,
+                     step_ms=1000.0)
+            if i == 200:
+                run.checkpoint(str(bad), step=200, duration_ms=500.0, expected_sha256="0" * 64)
+        run.finish()
+    return script
+
+
+@pytest.mark.parametrize(("resume", "cause"), [(None, "learning"), ("other", "learning"),
+                                               ("named", "artifact"), ("latest", "artifact")])
+def test_a_corrupt_checkpoint_explains_a_nan_only_once_loaded(resume: str | None, cause: str,
+                                                              tmp_path: Any) -> None:
+    """A NaN five minutes after a mismatched write, in a run that never resumed, was blamed
+    on the checkpoint (artifact) and its onset moved back to the write: the process that
+    wrote it still held the good state."""
+    alerts = live(corrupt_then_nan(resume, tmp_path), tail_ms=5 * MIN)
+    nan = [a for a in alerts if a.detector == "rule:non_finite" and a.status == "firing"]
+    assert [a.probable_cause for a in nan] == [cause]
+    assert "rule:checkpoint_checksum" in {a.detector for a in alerts}

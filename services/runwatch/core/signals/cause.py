@@ -46,7 +46,9 @@ occupancy, throttling, clocks, temperature,    less busy GPU steps slower, it do
 power, memory, interconnect)                   not stop; GPUs that idle while a job
                                                does not step are its consequence
 ``rule:checkpoint_checksum``                   numerics, learning (a resumed
-                                               corrupt checkpoint)
+                                               corrupt checkpoint: counted once
+                                               a process may have loaded it,
+                                               ``runstate.evidence_at``)
 image policy (``rule:image_allow_list``,       nothing: policy findings say
 ``rule:image_missing``), failed gates,         where a run stands, not what
 serialization, other artifact findings         happened to its computation

@@ -686,6 +686,7 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # after an OOM kill: its SDK's ``running`` comes after steps were seen)
         if s.last_step_at_ms:  # it stepped before: a load that never ends is a hang
             s.signals["restarted_at"] = at
+        s.signals["resumed"] = at  # a new process: it may load a (corrupt) checkpoint
         s.last_step_at_ms = 0
         # a new process: its loss scaler starts again and finds its scale as at the start
         s.signals.pop("scaled", None)
@@ -885,6 +886,9 @@ def _manifest(s: RunState, e: RunManifest, at: int, now: int, cfg: RunConfig) ->
     s.image = e.image_digest or s.image
     s.team = e.team or s.team
     s.family = e.experiment_family or s.family
+    resumed = s.signals.get("resumed_from") or []
+    if e.resumed_from_checkpoint and e.resumed_from_checkpoint not in resumed:
+        s.signals["resumed_from"] = [*resumed, e.resumed_from_checkpoint][-8:]
     if e.hardware is not None:
         s.gpu_model = e.hardware.gpu_model or s.gpu_model
         s.gpu_count = e.hardware.gpu_count or s.gpu_count

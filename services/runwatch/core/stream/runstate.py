@@ -374,6 +374,26 @@ def emit(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: 
     return out + _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
 
 
+def _same_file(a: str, b: str) -> bool:
+    a, b = (x.removeprefix("file://").rstrip("/") for x in (a, b))
+    return bool(a and b) and (a == b or a.startswith(b + "/") or b.startswith(a + "/"))
+
+
+def _loaded(state: RunState, uri: str, found_ms: int, at_ms: int) -> bool:
+    """Whether the run may have loaded the checkpoint ``uri`` found corrupt at ``found_ms``.
+
+    A corrupt checkpoint harms the model only once a process loads it: an attempt that
+    names it as where it resumed from (``resumed_from``), or one that started again after
+    it was found without naming any (a restart that loads the latest). The process that
+    wrote it still holds the good state: a NaN 5 minutes after a mismatched write, in a run
+    that never resumed, was blamed on the checkpoint (cause artifact).
+    """
+    named = state.signals.get("resumed_from") or []
+    if named:
+        return any(_same_file(uri, r) for r in named)
+    return found_ms <= int(state.signals.get("resumed", 0)) <= at_ms
+
+
 def evidence_at(state: RunState, at_ms: int) -> list[Finding]:
     """Return the run's evidence as seen at ``at_ms``.
 
@@ -401,6 +421,9 @@ def evidence_at(state: RunState, at_ms: int) -> list[Finding]:
         if e["first"] > at_ms:
             continue
         f = finding_from_dict(e["f"])
+        if f.detector == "rule:checkpoint_checksum" and not _loaded(state, f.subject,
+                                                                    e["first"], at_ms):
+            continue
         seen = min(e["last"], at_ms)
         if f.signal == "data" and (f.subject in reports or f.subject in stages):
             parts = ((reports.get(f.subject) or {}).get("hist") or {}).get("parts") or {}
