@@ -463,3 +463,47 @@ def test_a_corrupt_checkpoint_explains_a_nan_only_once_loaded(resume: str | None
     nan = [a for a in alerts if a.detector == "rule:non_finite" and a.status == "firing"]
     assert [a.probable_cause for a in nan] == [cause]
     assert "rule:checkpoint_checksum" in {a.detector for a in alerts}
+
+
+# ------------------------------------------------------------------ a hard rule repeating later
+
+
+def nan_twice(burst: bool) -> list[Alert]:
+    """Attempt 1 hits a NaN loss at step 25 and fails; attempt 2 resumes from step 10 and
+    hits it again at step 25, 25 minutes later. ``burst``: the records reach the processor
+    together (a backfill after an outage), else live."""
+    t, clock = CaptureTransport(), Clock(T0)
+    for attempt, first in ((1, 1), (2, 11)):
+        run = runwatch.init("fam", run_id="r1", team="ml", transport=t, install_hooks=False,
+                            capture_lineage=False, strict=True, clock=clock, attempt=attempt,
+                            **({"resumed_from": "s3://ckpt/r1/step-10"} if attempt > 1 else {}))
+        for i in range(first, 26):
+            clock.t += MIN
+            run.step(i, loss=math.nan if i == 25 else 2.0 - i / 100, samples=64,
+                     step_ms=60_000.0)
+        run.finish("failed", reason="loss is NaN")
+        clock.t += 10 * MIN  # requeued: it waits, loads
+    msgs = timed(t.messages)
+    wall = Clock(T0)
+    m = MemoryProcessor(clock=wall)
+    if burst:
+        wall.t = clock.t + 60 * MIN
+        m.feed([msg for _, msg in msgs])
+        m.tick(wall.t)
+    else:
+        deliver_live(m, wall, msgs)
+    return [a for a in m.alerts if isinstance(a, Alert) and a.detector == "rule:non_finite"]
+
+
+@pytest.mark.parametrize("burst", [False, True])
+def test_a_nan_repeating_after_the_quiet_time_is_a_new_sighting_live_or_backfilled(
+        burst: bool) -> None:
+    """Read in one batch, the retry's NaN 25 minutes later extended the first alert (it had
+    not resolved: the timer never saw the 15 quiet minutes) and `investigate` said the
+    recurrence was never seen: deterministic unknown."""
+    alerts = nan_twice(burst)
+    assert [a.status for a in alerts] == ["firing", "resolved", "firing"], [
+        (a.status, a.first_seen_ms, a.last_seen_ms) for a in alerts]
+    first, resolved, again = alerts
+    assert resolved.last_seen_ms == first.first_seen_ms
+    assert again.first_seen_ms - first.first_seen_ms == 25 * MIN

@@ -199,6 +199,15 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
     """
     key = dedup_key(ctx.run_id, finding.detector, finding.indicator, finding.subject)
     entry = book.entries.get(key)
+    if (entry is not None and entry["status"] == "firing" and entry["one_shot"]
+            and finding.at_ms - entry["last_seen_ms"] >= policy.quiet_ms):
+        # quiet for quiet_ms of event time before this repeat: it resolved then, as the
+        # timer resolves it live (a backfill or a replay reads the repeat in the same batch:
+        # the NaN of a retry at the same step was the first alert's sighting, never a new one)
+        resolved = _resolve(book, key, entry, ctx, now_ms,
+                            entry["last_seen_ms"] + policy.quiet_ms)
+        return [resolved, *fire(book, finding, verdict, ctx, now_ms, policy,
+                                one_shot=one_shot)]
     if entry is not None and entry["status"] == "firing":
         entry["last_seen_ms"] = max(entry["last_seen_ms"], finding.at_ms)
         entry["clear_streak"] = 0
