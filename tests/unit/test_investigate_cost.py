@@ -186,3 +186,21 @@ def test_allocated_time_without_telemetry_is_drawn_as_such_not_as_use() -> None:
     svg = cost_svg(got)
     assert 'data-cause="unobserved" data-gpu-hours="3"' in svg
     assert 'data-cause="useful" data-gpu-hours="1"' in svg
+
+
+def test_a_job_cancelled_in_the_queue_says_it_never_ran() -> None:
+    """Its cost line read "0 GPU-h, 0.00 EUR ( at 0 EUR/GPU-h)": no model, a price of 0."""
+    import io
+
+    from rich.console import Console
+
+    from runwatch.commands.investigate import _show_cost
+
+    never = RunCost(run_id="me", family="fam", team="vision", outcome="cancelled")
+    got = cost_answer("me", "fam", [*rows()[:4], CostRow(never, T0 + 5 * H)], PRICES, {},
+                      T0 + 9 * H)
+    assert (got["run"]["ran"], got["run"]["cost"]) == (False, 0.0)
+    out = io.StringIO()
+    _show_cost(Console(file=out, width=200), got)
+    line = out.getvalue().splitlines()[1]
+    assert line == "Cost  0 GPU-h, 0.00 EUR (never ran)", line

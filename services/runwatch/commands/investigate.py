@@ -259,7 +259,8 @@ def _show_cost(con: Any, cost: Mapping[str, Any], *, resume: bool = True) -> Non
     if run is None:
         con.print(f"\n[bold]Cost[/bold]  {esc(cost['note'])}")
         return
-    price = (f" ({esc(run['gpu_model'])} at {run['per_gpu_hour']:g} {esc(cur)}/GPU-h)"
+    price = (" (never ran)" if not run.get("ran", True) else
+             f" ({esc(run['gpu_model'])} at {run['per_gpu_hour']:g} {esc(cur)}/GPU-h)"
              if run["priced"] else "")
     con.print(f"\n[bold]Cost[/bold]  {run['gpu_hours']:g} GPU-h, "
               f"{esc(money(run['cost'], cur, run['unpriced_reason']))}{price}")

@@ -29,7 +29,15 @@ from statistics import median
 from typing import Any
 
 from runwatch.core.cost.prices import Prices
-from runwatch.core.cost.waste import CAUSES, RunCost, RunWaste, attribute, bad_input, baselines
+from runwatch.core.cost.waste import (
+    CAUSES,
+    RunCost,
+    RunWaste,
+    attribute,
+    bad_input,
+    baselines,
+    ran,
+)
 
 #: How many of the family's earlier runs the run is compared with.
 PEERS = 20
@@ -54,6 +62,7 @@ def _item(w: RunWaste, ended_ms: int) -> dict[str, Any]:
         "run_id": w.run.run_id, "ended_ms": ended_ms, "outcome": w.run.outcome,
         "gpu_model": w.run.gpu_model, "gpu_count": w.run.gpu_count,
         "gpu_hours": round(w.run.gpu_hours, 3), "priced": w.price is not None,
+        "ran": ran(w.run),
         "per_gpu_hour": w.price, "cost": _r(w.cost, 2),
         "unpriced_reason": "" if w.price is not None else w.unpriced_reason,
         "wasted_gpu_hours": {c: round(w.waste_h[c], 3) for c in CAUSES},
