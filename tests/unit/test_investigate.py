@@ -341,6 +341,16 @@ def test_hurting_gives_each_run_the_earliest_onset_of_its_alerts() -> None:
         ("r1", 2, T0 + 2 * MIN)]
 
 
+def test_a_registry_alerts_onset_is_its_own_sighting_not_its_gates() -> None:
+    """A push after a failed gate: the registry alert's evidence is the gate decision, and
+    the run was listed (and its alert shown) "from" the gate's time, before the push."""
+    rows = [dict(_alert("g1", T0 + 20 * MIN, detector="rule:registry_without_gate",
+                        cause="artifact", evidence=(T0 + 2 * MIN,)), run_id="r1",
+                 state="succeeded")]
+    got = answers.hurting(rows, T0, T0 + 30 * MIN, None, OWN, "db")
+    assert [r["first_onset_ms"] for r in got["runs"]] == [T0 + 20 * MIN]
+
+
 def test_checkpoint_share_spreads_each_write_over_its_buckets() -> None:
     share = checkpoint_share([{"ts_ms": T0 + 15 * MIN, "duration_ms": 10 * MIN}],
                              (T0, T0 + 60 * MIN), buckets=6)

@@ -153,7 +153,14 @@ def latest_alerts(rows: Sequence[Row]) -> list[dict[str, Any]]:
 
 
 def onset_of(alert: Row) -> int:
-    """Return an alert's onset: the earliest of its first sighting and its evidence."""
+    """Return an alert's onset: the earliest of its first sighting and its evidence.
+
+    A policy finding's (:data:`POLICY_DETECTORS`) is its first sighting: its evidence (a
+    registry push's failed gate) is where the run stood, not when something went wrong,
+    and put a registry alert before the model was registered.
+    """
+    if alert.get("detector") in POLICY_DETECTORS:
+        return int(alert.get("first_seen_ms") or 0)
     times = [int(t) for t in alert.get("evidence_at_ms") or () if t]
     return min([int(alert.get("first_seen_ms") or 0), *times])
 
