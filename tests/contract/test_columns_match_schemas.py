@@ -231,9 +231,7 @@ def _value(datum: Any, path: str) -> Any:
 
 
 def _stored(value: Any) -> Any:
-    """A field value as the row holds it (bytes as latin-1 text, arrays as lists)."""
-    if isinstance(value, bytes):
-        return value.decode("latin-1")
+    """A field value as the row holds it (bytes as bytes, arrays as lists)."""
     if isinstance(value, list | tuple):
         return [_stored(v) for v in value]
     return value

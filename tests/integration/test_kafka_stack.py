@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -14,7 +12,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from runwatch.stack.manager import Stack
-from runwatch.stack.settings import StackSettings
 
 pytestmark = pytest.mark.integration
 
@@ -95,32 +92,6 @@ def _committed(bootstrap: str, topic: str, group: str) -> dict[int, int]:
                 time.sleep(0.5)
     finally:
         consumer.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def private_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A broker of our own (ephemeral ports, temp state) that we may restart.
-
-    The shared stack serves other test sessions at the same time; restarting
-    its broker would pull the rug from under them.
-    """
-    settings = StackSettings(state_dir=tmp_path_factory.mktemp("kafka-restart"),
-                             kafka_port=_free_port(), controller_port=_free_port())
-    stack = Stack(settings)
-    result = stack.up(services=["kafka"])
-    if not result.ok:
-        stack.down()
-        pytest.fail(f"private broker did not start: {result.failed['kafka']}", pytrace=False)
-    try:
-        yield stack
-    finally:
-        stack.down()
 
 
 def test_broker_is_apache_kafka(stack) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from sinkkit import (
     SinkProc,
     expected_counts,
@@ -24,7 +25,10 @@ from sinkkit import (
     table_counts,
 )
 
+from runwatch.adapters.kafka import CommitFailed, plain_producer
 from runwatch.adapters.settings import ClickHouseSettings, KafkaSettings
+from runwatch.core.codec import load_codec
+from runwatch.core.records import DeadLetter, Source
 from runwatch.sink.service import Sink
 from runwatch.sink.settings import SinkSettings
 from runwatch.testing.synth import Event, mixed_events
@@ -181,16 +185,56 @@ def test_rows_clickhouse_rejects_are_dead_lettered_and_the_rest_stored(
          "dead letters"),
     ])
     dead = client.query(
-        f"SELECT stage, target_table, reason, original, event_id FROM {db}.dead_letters"
+        f"SELECT stage, target_table, reason, hex(original), event_id FROM {db}.dead_letters"
     ).result_rows
     assert {(stage, table) for stage, table, *_ in dead} == {("insert", "step_timings")}
     assert all("469" in reason and "step_ms_sane" in reason for _s, _t, reason, *_ in dead)
-    originals = {bytes(original, "latin-1") if isinstance(original, str) else original
-                 for *_x, original, _e in dead}
+    originals = {bytes.fromhex(original) for *_x, original, _e in dead}
     assert originals == {encoded[i] for i in bad}
     stored = {r[0] for r in client.query(f"SELECT event_id FROM {db}.step_timings").result_rows}
     assert stored.isdisjoint({events[i].record.event_id for i in bad})
     assert sink.stats["dead_letters"] == len(bad)
+
+
+def test_dead_letters_store_the_original_bytes_byte_for_byte(
+    stack, sink_topics, own_store
+) -> None:
+    """A dead letter's original (and key) is stored as the bytes it was, not as latin-1 text.
+
+    The processor's DeadLetter on rw.dlq carries a LearningStep it rejected, and the sink
+    dead-letters bytes it cannot decode itself. Both were stored with every byte >= 0x80
+    as two (latin-1 text written as UTF-8): the stored LearningStep failed to decode
+    (``wrong magic bytes c383``), so a dead letter could not be inspected or replayed.
+    """
+    codec = load_codec()
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(own_store.url, db)
+    now = int(time.time() * 1000)
+    events = mixed_events(seed=3, runs=1, ticks=4, start_ms=now - 600_000)
+    step = next(e for e in events if e.kind == "LearningStep").record
+    rejected = codec.encode(step)
+    assert max(rejected) >= 0x80
+    letter = DeadLetter(event_id=str(uuid.uuid4()), emitted_at_ms=now,
+                        source=Source(kind="processor", host="h", runwatch_version="0"),
+                        seq=0, topic="rw.learning", partition=3, offset=42,
+                        reason="late event", original=rejected, key=b"run-\xe9\xff",
+                        failed_at_ms=now)
+    garbage, garbage_key = b"\xc3\x01\xff\x80\x00not avro \xe9", b"k\xc3\xa9\x80"
+    producer = plain_producer(KafkaSettings(bootstrap_servers=stack.bootstrap_servers))
+    producer.produce(sink_topics["rw.dlq"], value=codec.encode(letter))
+    producer.produce(sink_topics["rw.exec.job"], value=garbage, key=garbage_key)
+    assert producer.flush(30) == 0
+    _sink_until(stack, sink_topics, own_store, db, [
+        (lambda: table_counts(client, db, ["dead_letters"])["dead_letters"] == 2, 60,
+         "two dead letters"),
+    ])
+    rows = client.query(
+        f"SELECT stage, hex(original), length(original), hex(key) FROM {db}.dead_letters"
+    ).result_rows
+    stored = {stage: (bytes.fromhex(o), n, bytes.fromhex(k)) for stage, o, n, k in rows}
+    assert stored == {"upstream": (rejected, len(rejected), b"run-\xe9\xff"),
+                      "decode": (garbage, len(garbage), garbage_key)}
+    assert codec.decode(stored["upstream"][0]) == step
 
 
 def test_one_rejected_gpu_row_of_a_sample_loses_no_other_gpus_row(
@@ -344,3 +388,103 @@ def test_a_producer_copy_after_a_restart_is_dropped_and_counted_once(
     assert "remembering" in text and "event ids stored in the last 3600 s" in text, text[-2000:]
     last = text.rsplit("sink stopped: ", 1)[-1]
     assert f"'duplicates': {len(copied)}" in last, last[:300]
+
+
+def _caught_up(bootstrap: str, group: str, topics: list[str]) -> bool:
+    """Whether ``group`` has committed the end of every partition of ``topics``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{group}-probe"})
+    try:
+        meta = consumer.list_topics(timeout=10).topics
+        parts = [TopicPartition(t, p) for t in topics for p in meta[t].partitions]
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        try:
+            committed = {(tp.topic, tp.partition): tp.offset
+                         for tp in probe.committed(parts, timeout=10)}
+        finally:
+            probe.close()
+        for tp in parts:
+            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high > 0 and committed[(tp.topic, tp.partition)] != high:
+                return False
+        return True
+    except KafkaException:  # the coordinator is still loading after the restart
+        return False
+    finally:
+        consumer.close()
+
+
+def test_records_read_again_after_a_failed_commit_are_not_stored_twice(
+    stack, sink_topics, own_store
+) -> None:
+    """A commit fails and the consumer reads again from the committed offsets: no row twice.
+
+    After a broker restart (the sink process itself went on) the sink's commits failed
+    (``_WAIT_COORD``) and its consumer read again, from the last committed offsets,
+    records the process had stored: 519 rows for 500 steps per run, each copy with the
+    same partition and offset. The insert deduplication token names the first batch's
+    offset ranges, which the re-read batch does not repeat, and the high-water marks the
+    sink skips by were those read when its partitions were assigned. Here the commit
+    fails as it did then, and the consumer is put back at the committed offsets as it
+    was then, while the producers go on (so the re-read batch ends elsewhere than the
+    stored one, as under live traffic); the sink must skip what it had read.
+    """
+    bootstrap = stack.bootstrap_servers
+    db = f"t_{uuid.uuid4().hex[:10]}"
+    client = migrate(own_store.url, db)
+    events = mixed_events(seed=17, runs=2, ticks=30, start_ms=int(time.time() * 1000) - 600_000)
+    third = len(events) // 3
+    group = f"sink-{uuid.uuid4().hex[:8]}"
+    stop = threading.Event()
+    sink = Sink(
+        SinkSettings(group_id=group, topics=tuple(sink_topics.values()), summary_sweep_s=0),
+        KafkaSettings(bootstrap_servers=bootstrap),
+        ClickHouseSettings(url=own_store.url, database=db),
+        stop,
+    )
+    commit = sink.consumer.commit_offsets
+    failing = threading.Event()
+    failed: list[dict[tuple[str, int], int]] = []
+
+    def coordinator_away(offsets: dict[tuple[str, int], int], **kw: Any) -> None:
+        if not failing.is_set() or failed:
+            commit(offsets, **kw)
+            return
+        failed.append(dict(offsets))
+        publish(bootstrap, sink_topics, events[2 * third:])  # the producers go on
+        consumer = sink.consumer._consumer  # on the sink's consuming thread, as commits are
+        parts = consumer.committed(consumer.assignment(), timeout=10)
+        for tp in parts:  # back to where the group stands, as after the broker's restart
+            consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                         tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+        msg = "Commit failed: Local: Waiting for coordinator"
+        raise CommitFailed(msg)
+
+    sink.consumer.commit_offsets = coordinator_away  # type: ignore[method-assign]
+    worker = threading.Thread(target=sink.run)
+    worker.start()
+    want = expected_counts(events)
+    tables = sorted(want)
+    topics = list(sink_topics.values())
+    try:
+        publish(bootstrap, sink_topics, events[:third])
+        first = expected_counts(events[:third])
+        _wait(lambda: table_counts(client, db, sorted(first)) == dict(first), 60, "first third")
+        _wait(lambda: _caught_up(bootstrap, group, topics), 30, "first third committed")
+        failing.set()
+        publish(bootstrap, sink_topics, events[third:2 * third])
+        _wait(lambda: bool(failed), 30, "a failed commit")
+        _wait(lambda: _caught_up(bootstrap, group, topics), 60, "every offset committed")
+        _wait(lambda: table_counts(client, db, tables) == dict(want), 30, "every row")
+    finally:
+        stop.set()
+        worker.join(60)
+    assert not worker.is_alive()
+    for table in tables:
+        sql = (f"SELECT count(), uniqExact(event_id), "  # noqa: S608
+               f"uniqExact(kafka_topic, kafka_partition, kafka_offset) FROM {db}.{table}")
+        n, ids, positions = client.query(sql).result_rows[0]
+        per_event = 8 if table == "gpu_samples" else 1
+        assert (n, ids * per_event, positions * per_event) == (want[table],) * 3, table
+    rolled = client.query(f"SELECT countMerge(samples) FROM {db}.gpu_samples_1m").result_rows[0][0]
+    assert rolled == want["gpu_samples"]
+    assert sink.stats["reread"] > 0, sink.stats  # the re-read did happen

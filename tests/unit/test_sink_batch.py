@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from runwatch.core.storage.rows import Origin
-from runwatch.sink.batch import FlushBatch, SeenEvents, dedup_token, should_skip
+from runwatch.sink.batch import FlushBatch, ReadUpTo, SeenEvents, dedup_token, should_skip
 
 
 @pytest.mark.parametrize(
@@ -73,6 +73,23 @@ def test_watermark_skip(offset: int, skip: bool) -> None:
     marks = {("gpu_samples", "rw.exec.node", 2): 10}
     assert should_skip(marks, "gpu_samples", Origin("rw.exec.node", 2, offset)) is skip
     assert not should_skip(marks, "host_samples", Origin("rw.exec.node", 2, offset))
+
+
+def test_what_the_process_read_is_read_again_only_as_a_reread() -> None:
+    """Offsets handed to the writer, or in the current batch, are reads again."""
+    read = ReadUpTo()
+    first: dict[tuple[str, int], int] = {}
+    assert [read.again(first, "t", 0, off) for off in (0, 1, 2)] == [False] * 3
+    assert read.again(first, "t", 0, 1)  # delivered twice into one batch
+    assert first == {("t", 0): 3}  # never moved back
+    read.hand_over(first)
+    read.hand_over({("t", 0): 2})  # an older level changes nothing
+    pending: dict[tuple[str, int], int] = {}
+    # the consumer is put back at the committed offset 1 (a failed commit, a rebalance)
+    assert [read.again(pending, "t", 0, off) for off in (1, 2, 3)] == [True, True, False]
+    assert pending == {("t", 0): 4}  # the reads again are committed with this batch
+    assert not read.again(pending, "t", 1, 0)  # another partition
+    assert not read.again({}, "u", 0, 0)  # another topic
 
 
 def test_sink_topics_come_from_the_topic_map(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runwatch.sink.batch import FlushBatch, SeenEvents
+from runwatch.sink.batch import FlushBatch, ReadUpTo, SeenEvents
 from runwatch.sink.service import Sink
 from runwatch.sink.settings import SinkSettings
 
@@ -69,6 +69,7 @@ def _sink(paused: bool, room: bool, pending: bool) -> Sink:
     sink.refresh_marks = False
     sink.seq = 0
     sink.seen = SeenEvents(10)
+    sink.read = ReadUpTo()
     sink.ended = OrderedDict()
     return sink
 

@@ -14,6 +14,15 @@ Idempotency, as designed here:
    (``deduplicate_blocks_in_dependent_materialized_views``).
 3. **event_id.** Producer duplicates (same ``event_id`` at another offset) are
    dropped within a bounded window; ReplacingMergeTree keys are the backstop.
+4. **What this process has read.** The consumer may deliver again what this
+   process already read: an offset commit fails (the broker or its group
+   coordinator is away) and the group then hands the partitions out again from
+   the last committed offsets, while the process itself goes on. The marks of
+   (1) were read when the partitions were assigned and the tokens of (2) name
+   the first batch's offset ranges, not the re-read batch's, so neither caught
+   it (a broker restart stored 19 of every 500 steps twice). :class:`ReadUpTo`
+   remembers, per partition, where the batches handed to the writer end and
+   where the current batch ends; a message before that is skipped.
 """
 
 from __future__ import annotations
@@ -142,6 +151,45 @@ class SeenEvents:
                 self._seen.popitem(last=False)
             return False
         return first != where
+
+
+class ReadUpTo:
+    """Per partition, the offset before which this process has read every message.
+
+    Two levels: ``handed`` (the batches given to the writer, which stores them in
+    order or fails the process) and the current batch's own ``offsets``. A
+    message before either was read by this process already; a revoked partition
+    keeps its handed level (those rows are stored whoever owns it next) and
+    loses the current batch's (those rows are dropped and read again).
+    """
+
+    __slots__ = ("handed",)
+
+    def __init__(self) -> None:
+        """Start with nothing read."""
+        self.handed: dict[tuple[str, int], int] = {}
+
+    def hand_over(self, offsets: dict[tuple[str, int], int]) -> None:
+        """Note a batch given to the writer (``{(topic, partition): next offset}``)."""
+        handed = self.handed
+        for key, nxt in offsets.items():
+            if nxt > handed.get(key, 0):
+                handed[key] = nxt
+
+    def again(self, pending: dict[tuple[str, int], int], topic: str, partition: int,
+              offset: int) -> bool:
+        """Note a consumed message; return whether this process had read it already.
+
+        Either way ``pending`` (the current batch's ``{(topic, partition): next
+        offset}``) comes to cover it, never moving back: a message read again is
+        committed with the current batch, so the group's committed offsets catch up
+        even when nothing new follows.
+        """
+        key = (topic, partition)
+        before = pending.get(key, 0)
+        if offset >= before:
+            pending[key] = offset + 1
+        return offset < before or offset < self.handed.get(key, 0)
 
 
 def should_skip(watermarks: dict[tuple[str, str, int], int], table: str, origin: Origin) -> bool:

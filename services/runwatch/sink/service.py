@@ -44,7 +44,7 @@ from runwatch.core.storage.rows import (
     rows_for,
 )
 from runwatch.resources import summary_sql_file
-from runwatch.sink.batch import FlushBatch, SeenEvents
+from runwatch.sink.batch import FlushBatch, ReadUpTo, SeenEvents
 from runwatch.sink.settings import SinkSettings
 from runwatch.sink.writer import Writer, WriterStopped
 
@@ -91,9 +91,11 @@ class Sink:
         self.watermarks: dict[tuple[str, int], dict[str, int]] = {}
         self.refresh_marks = True
         self.seen = SeenEvents(settings.dedup_window)
+        self.read = ReadUpTo()  # what this process read already (a failed commit re-reads it)
         self.seen_loaded = settings.dedup_seed_s <= 0  # read from the store once, at start
         self.first_pending_ms: int | None = None
-        self.counts = {"messages": 0, "dead_letters": 0, "duplicates": 0, "skipped": 0}
+        self.counts = {"messages": 0, "dead_letters": 0, "duplicates": 0, "skipped": 0,
+                       "reread": 0}
         summary = settings.summary_sql or summary_sql_file()
         summary_sql = summary.read_text(encoding="utf-8").replace("${db}", self.db)
         self.writer = Writer(settings, self._new_client, self.db, summary_sql, self.stop)
@@ -108,7 +110,11 @@ class Sink:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters: messages, rows stored, dead letters, duplicates, skipped."""
+        """Counters: messages, rows stored, dead letters, duplicates, skipped, reread.
+
+        ``skipped`` counts rows the store held already (its high-water marks), ``reread``
+        messages this process had read already (delivered again after a failed commit).
+        """
         w = self.writer.stats
         return {
             **self.counts,
@@ -255,10 +261,13 @@ class Sink:
         columns = batch.columns
         now = _now_ms()
         self.counts["messages"] += len(msgs)
+        again = self.read.again
         for msg in msgs:
-            value = msg.value() or b""
             topic, part, off = str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0)
-            offsets[(topic, part)] = off + 1
+            if again(offsets, topic, part, off):  # notes off in offsets either way
+                self.counts["reread"] += 1  # stored, or in this batch, already
+                continue
+            value = msg.value() or b""
             try:
                 name, record = decode(value)
             except DecodeError as exc:
@@ -326,7 +335,8 @@ class Sink:
         try:
             self.consumer.commit_offsets(offsets)
         except Exception as exc:  # noqa: BLE001 - a lost commit only means a replay
-            logger.warning("offset commit failed (rows are stored; replay is exact): %s", exc)
+            logger.warning("offset commit failed (rows are stored; what the consumer reads "
+                           "again is skipped): %s", exc)
 
     def _hand_over(self) -> None:
         """Queue the current batch for the writer and start a new one.
@@ -343,6 +353,7 @@ class Sink:
             self.seq += 1
             self.batch.seq = self.seq
             self.writer.submit(self.batch)
+            self.read.hand_over(self.batch.offsets)
         self.batch = FlushBatch()
         self.first_pending_ms = None
 

@@ -9,6 +9,9 @@ came from (the sink resumes from them). Timestamps are epoch milliseconds,
 which clickhouse-connect writes as raw ``DateTime64(3)`` ticks. A
 ``NodeSample`` becomes one ``host_samples`` row plus one ``gpu_samples`` row per
 GPU; a GPU's run is the first run among its processes, else the sample's.
+A dead letter's ``original`` and ``key`` stay ``bytes``: clickhouse-connect writes
+bytes to a ``String`` column as they are, but encodes ``str`` as UTF-8 (latin-1 text
+stored every byte >= 0x80 as two bytes, and the stored copy no longer decoded).
 """
 
 from __future__ import annotations
@@ -462,8 +465,8 @@ def _dead(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 r["partition"],
                 r["offset"],
                 r["reason"],
-                bytes(r["original"]).decode("latin-1"),
-                None if key is None else bytes(key).decode("latin-1"),
+                bytes(r["original"]),
+                None if key is None else bytes(key),
                 r["source"]["kind"],
                 *_KAFKA_OF(o),
             ),
@@ -557,8 +560,8 @@ def dead_letter_row(
         origin.partition,
         origin.offset,
         reason[:4000],
-        original.decode("latin-1"),
-        None if key is None else key.decode("latin-1"),
+        bytes(original),
+        None if key is None else bytes(key),
         "sink",
         *_KAFKA_OF(origin),
     )
