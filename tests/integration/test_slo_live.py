@@ -30,8 +30,10 @@ from sinkkit import ROOT, SinkProc, Store, delete_topics, make_topics, migrate
 
 import runwatch
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+from runwatch.adapters.publisher import Publisher
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.client import DatasetRef
+from runwatch.client.emit import emit_records
 from runwatch.core.codec import load_codec
 
 pytestmark = pytest.mark.integration
@@ -62,6 +64,15 @@ metadata: {{name: queued-{fam}}}
 spec:
   owner: ml
   indicator: {{spec: {{kind: training_window, family: {fam}-q, maxDuration: 2h}}}}
+  timeWindow: [{{duration: 30d, isRolling: true}}]
+  objectives: [{{target: 0.9}}]
+---
+apiVersion: openslo/v1
+kind: SLO
+metadata: {{name: retried-{fam}}}
+spec:
+  owner: ml
+  indicator: {{spec: {{kind: training_window, family: {fam}-retry, maxDuration: 1h}}}}
   timeWindow: [{{duration: 30d, isRolling: true}}]
   objectives: [{{target: 0.9}}]
 """
@@ -135,9 +146,26 @@ def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     # queued 50 min before it ran (the scheduler's event), then 100 min running: within 2 h
     _run(shared, topics, f"{fam}-q1", f"{fam}-q", now - 4 * H, now - 4 * H + 100 * 60_000,
          queued_ms=now - 4 * H - 50 * 60_000)
+    # attempt 1 fails 10 minutes in, the job is requeued and attempt 2 runs from 15 minutes
+    # to 40 (a 1-hour limit); and a job cancelled in the queue (the scheduler's hooks)
+    retried = now - 6 * H
+    first = runwatch.init(f"{fam}-retry", team="ml", run_id=f"{fam}-retried", strict=True,
+                          transport=shared, topics=topics, install_hooks=False,
+                          capture_lineage=False, clock=lambda: retried, attempt=1)
+    first.finish("failed", reason="NCCL timeout", now_ms=retried + 10 * 60_000)
+    again = runwatch.init(f"{fam}-retry", team="ml", run_id=f"{fam}-retried", strict=True,
+                          transport=shared, topics=topics, install_hooks=False,
+                          capture_lineage=False, clock=lambda: retried + 15 * 60_000, attempt=2)
+    again.finish("succeeded", now_ms=retried + 40 * 60_000)
+    hook = Publisher(shared, kind="hook", topics=topics)
+    assert not emit_records(hook, [
+        {"type": "job-state", "run_id": f"{fam}-cancelq", "state": state,
+         "experiment_family": f"{fam}-retry", "emitted_at_ms": at}
+        for state, at in (("queued", now - 5 * H), ("cancelled", now - 5 * H + 30 * 60_000))
+    ]).errors
     assert transport.flush(60) == 0
     _wait("the runs' job events in ClickHouse",
-          lambda: _count(client, f"SELECT count() FROM {db}.job_events FINAL") == 45)
+          lambda: _count(client, f"SELECT count() FROM {db}.job_events FINAL") == 51)
     slo_file = tmp / "slos.yaml"
     slo_file.write_text(SLOS.format(fam=fam))
     env = {**os.environ, "CLICKHOUSE_URL": store.url, "CLICKHOUSE_DATABASE": db,
@@ -149,7 +177,7 @@ def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
          "--interval", "2", "--topic", topics["rw.alerts"]],
         env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     ctx = {"fam": fam, "db": db, "client": client, "topics": topics, "env": env, "bad": bad,
-           "file": slo_file, "log": log, "shared": shared, "now": now}
+           "file": slo_file, "log": log, "shared": shared, "now": now, "retried": retried}
     try:
         _wait("the first evaluation round", lambda: _count(
             client, f"SELECT count() FROM {db}.slo_points WHERE objective = 'window-{fam}'") > 0)
@@ -354,3 +382,24 @@ def test_a_queued_run_is_timed_from_its_first_running_event_after_its_events_exp
     after = status()
     # its summary began at the queued event: 150 min, a bad event, before the fix
     assert (after["good"], after["valid"], after["bad_events"]) == (1, 1, [])
+
+
+def test_a_retried_run_is_no_event_while_its_next_attempt_runs_and_a_queue_cancel_none(
+        live) -> None:
+    """Attempt 1 failed 10 minutes in; attempt 2 ran from 15 minutes: while it ran inside its
+    hour the run was a bad event, "run ...: failed". A job cancelled in the queue never
+    trained: it was a bad event too, 30 minutes of queue shown as its duration."""
+    fam, t0 = live["fam"], live["retried"]
+
+    def status(at: int) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-m", "runwatch", "slo", "status", "--json", "--file",
+             str(live["file"]), "--at", str(at)],
+            env=live["env"], cwd=ROOT, capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stderr
+        return next(s for s in json.loads(out.stdout) if s["objective"] == f"retried-{fam}")
+
+    during = status(t0 + 20 * 60_000)  # attempt 2 is running
+    assert (during["good"], during["valid"], during["bad_events"]) == (0, 0, []), during
+    after = status(live["now"])
+    assert (after["good"], after["valid"], after["bad_events"]) == (1, 1, []), after

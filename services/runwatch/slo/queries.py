@@ -39,6 +39,9 @@ from runwatch.core.storage.outcome import OUTCOME_SQL, TERMINAL_SQL
 
 _T = TERMINAL_SQL
 _OUTCOME = OUTCOME_SQL  # as the run summary's: the SDK's own end over a scheduler hook's later one
+# a run that trained: one queued (or scheduled) and never running was cancelled or failed in
+# the queue, no training outcome (the queue deadline judges the queue)
+_RAN = "countIf(state = 'running') > 0 OR countIf(state IN ('queued', 'scheduled')) = 0"
 _SINCE = "fromUnixTimestamp64Milli(toInt64(%(since)s))"
 _NOW = "fromUnixTimestamp64Milli(toInt64(%(now)s))"
 _STARTED = ("toUnixTimestamp64Milli(if(countIf(state = 'running') > 0, "
@@ -65,11 +68,13 @@ FROM ${{db}}.job_events
 WHERE run_id IN (SELECT run_id FROM ${{db}}.job_events WHERE ts > {_SINCE} AND ts <= {_NOW})
   AND ts <= {_NOW}
 GROUP BY rid
+HAVING {_RAN}
 UNION ALL
 SELECT run_id, toUnixTimestamp64Milli(coalesce(running_at, started_at)),
        toUnixTimestamp64Milli(ended_at), toString(outcome), toString(experiment_family), 1
 FROM ${{db}}.run_summaries FINAL
-WHERE outcome IN {_T} AND ended_at > {_SINCE} AND ended_at <= {_NOW}""",
+WHERE outcome IN {_T} AND ended_at > {_SINCE} AND ended_at <= {_NOW}
+  AND (running_at IS NOT NULL OR outcome != 'cancelled')""",
     "evaluation_retained": f"""
 WITH runs AS (
     SELECT rid, max(at) AS ended, argMax(st, at) AS st, any(fam) AS fam
