@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,9 +31,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from sinkkit import wait
 
+from runwatch.adapters import kafka as kafka_adapter
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.core.codec import load_codec
 from runwatch.core.records import Alert, DeadLetter, Evidence, Source
+from runwatch.pager import service as pager_service
 from runwatch.pager.service import Pager, PagerSettings
 
 pytestmark = pytest.mark.integration
@@ -136,7 +141,8 @@ def recorder() -> Iterator[Recorder]:
 def run_pager(stack, tmp_path: Path) -> Iterator[Callable[..., Pager]]:
     started: list[tuple[Pager, threading.Thread]] = []
 
-    def start(rules: str, alerts_topic: str, dlq_topic: str, **kw: object) -> Pager:
+    def start(rules: str, alerts_topic: str, dlq_topic: str, bootstrap: str | None = None,
+              **kw: object) -> Pager:
         rules_file = tmp_path / f"routes-{uuid.uuid4().hex[:6]}.yaml"
         rules_file.write_text(rules)
         kw.setdefault("group_id", f"pager-{uuid.uuid4().hex[:8]}")
@@ -144,7 +150,8 @@ def run_pager(stack, tmp_path: Path) -> Iterator[Callable[..., Pager]]:
             rules_file=rules_file, state_dir=tmp_path / "state", alerts_topic=alerts_topic,
             dlq_topic=dlq_topic, **kw,  # type: ignore[arg-type]
         )
-        pager = Pager(settings, KafkaSettings(bootstrap_servers=stack.bootstrap_servers))
+        pager = Pager(settings,
+                      KafkaSettings(bootstrap_servers=bootstrap or stack.bootstrap_servers))
         t = threading.Thread(target=pager.run, daemon=True)
         t.start()
         started.append((pager, t))
@@ -268,6 +275,144 @@ def test_a_new_consumer_group_does_not_page_the_history(
     run_pager(rules, alerts, dlq, group_id=group)
     wait_until(lambda: len(recorder.bodies("/hook")) == 2, 60, "the unread alert")
     assert [b["alert"]["dedup_key"] for b in recorder.bodies("/hook")] == ["k-new", "k-late"]
+
+
+class LateBroker:
+    """The broker behind a port that nothing listens on until :meth:`open`.
+
+    A client bootstrapped there finds no broker (as during a broker restart) until the
+    port opens; then each connection is forwarded to the real broker, whose metadata sends
+    the client on to it directly.
+    """
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.address = f"127.0.0.1:{self.port}"
+        self._closed = threading.Event()
+        self._server: socket.socket | None = None
+
+    def open(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server.settimeout(0.2)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def open_after(self, seconds: float) -> None:
+        timer = threading.Timer(seconds, self.open)
+        timer.daemon = True
+        timer.start()
+
+    def _accept(self) -> None:
+        assert self._server is not None
+        while not self._closed.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._server is not None:
+            self._server.close()
+
+
+def test_a_new_group_placed_while_the_broker_is_away_waits_for_it(stack, fresh_topic) -> None:
+    """Placing a new group while no broker answers used to give up after one try and
+    leave the group at ``auto.offset.reset`` (earliest): the pager paged the whole history.
+    It now tries again until the broker answers and commits the start it was asked for."""
+    topic = fresh_topic(partitions=2, prefix="rw.alerts")
+    p = Producer(stack.kafka_config())
+    for i in range(6):
+        p.produce(topic, b"old", f"k{i}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    late = LateBroker(stack.bootstrap_servers)
+    late.open_after(4.0)
+    group = f"pager-{uuid.uuid4().hex[:8]}"
+    try:
+        t0 = time.monotonic()
+        started = kafka_adapter.start_new_group(
+            KafkaSettings(bootstrap_servers=late.address), group, topic, now_ms(), timeout=2.0)
+        assert time.monotonic() - t0 >= 3.5  # it waited for the broker
+    finally:
+        late.close()
+    assert started == {0: 3, 1: 3}  # the end: "latest"
+    c = Consumer(stack.kafka_config(group_id=group))
+    try:
+        committed = c.committed([kafka_adapter.TopicPartition(topic, i) for i in (0, 1)],
+                                timeout=10)
+    finally:
+        c.close()
+    assert [tp.offset for tp in committed] == [3, 3]
+
+
+def test_placing_a_group_gives_up_only_when_told() -> None:
+    """No broker at all: the placement raises once its wait or its stop says so; it never
+    returns as if placed (which left the group to read everything)."""
+    nobody = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    t0 = time.monotonic()
+    with pytest.raises(kafka_adapter.GroupNotPlaced, match="could not place"):
+        kafka_adapter.start_new_group(nobody, "g-none", "rw.alerts", now_ms(), timeout=0.5,
+                                      wait_s=2.0, backoff_s=(0.2, 0.5))
+    assert 1.0 <= time.monotonic() - t0 < 10
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    with pytest.raises(kafka_adapter.GroupNotPlaced, match="stopped"):
+        kafka_adapter.start_new_group(nobody, "g-none", "rw.alerts", now_ms(), timeout=0.5,
+                                      stop=stop, backoff_s=(0.2, 0.5))
+
+
+def test_a_pager_started_while_the_broker_is_away_pages_no_history(
+    stack, fresh_topic, run_pager, recorder, monkeypatch
+) -> None:
+    """The repro of the ops report (D3): a pager with a new group and
+    ``RUNWATCH_PAGER_START=latest`` started while the broker did not answer logged
+    "could not place new consumer group ...; it starts at auto.offset.reset" and paged
+    every alert of rw.alerts' history. Each broker round trip is cut to 2 s here so
+    that the broker, back after 5 s, comes after the first try gave up."""
+    monkeypatch.setattr(pager_service, "start_new_group",
+                        functools.partial(kafka_adapter.start_new_group, timeout=2.0))
+    alerts = fresh_topic(partitions=1, prefix="rw.alerts")
+    dlq = fresh_topic(partitions=1, prefix="rw.dlq")
+    rules = (f"receivers:\n  - name: hook\n    kind: webhook\n    url: {recorder.url}/hook\n"
+             f"    secret_env: IT_HOOK_SECRET\nroute:\n  receiver: hook\n")
+    monkeypatch.setenv("IT_HOOK_SECRET", "s")
+    codec = load_codec()
+    p = Producer(stack.kafka_config())
+    for key, status in (("k-old", "firing"), ("k-old", "resolved"), ("k-older", "firing")):
+        p.produce(alerts, codec.encode(make_alert(key, status)), key.encode())
+    assert p.flush(30) == 0
+    late = LateBroker(stack.bootstrap_servers)
+    late.open_after(5.0)
+    try:
+        run_pager(rules, alerts, dlq, bootstrap=late.address, start="latest")
+        time.sleep(1.0)  # after the pager started: "latest" includes it
+        p.produce(alerts, codec.encode(make_alert("k-new")), b"k-new")
+        assert p.flush(30) == 0
+        wait_until(lambda: recorder.bodies("/hook"), 60, "the new alert")
+        time.sleep(2.0)  # anything older would have come first
+        assert [b["alert"]["dedup_key"] for b in recorder.bodies("/hook")] == ["k-new"]
+    finally:
+        late.close()
 
 
 def test_kill_9_mid_retry_loses_nothing_and_pages_once(

@@ -9,6 +9,7 @@ ephemeral ports) instead of the shared one other tests use.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import socket
 import subprocess
@@ -374,3 +375,45 @@ def test_batch_consumer_commits_explicitly(
         rest.extend(c2.poll_batch(100, 1.0))
     c2.close()
     assert [m.value() for m in rest] == [f"v{i}".encode() for i in range(commit_upto, 10)]
+
+
+def _cli(stack, tmp_path: Path, *args: str,
+         stdin: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers,
+               RUNWATCH_PRODUCER_SPOOL_DIR=str(tmp_path / "spool"))
+    env.pop("RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS", None)  # the default 10 s: the case seen
+    return subprocess.run([sys.executable, "-m", "runwatch", *args], input=stdin, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_short_agent_run_to_a_misspelt_topic_names_it_and_fails(stack, tmp_path: Path) -> None:
+    """``runwatch agent --count 2 --topic rw.exec.nod`` stopped after 10 s, before its
+    records timed out (10 s) and the topic was found missing: it exited 0 with them left in
+    the spool and no line naming the topic (a longer run did say so, and exited 1)."""
+    typo = f"rw.exec.nod-{uuid.uuid4().hex[:8]}"
+    p = _cli(stack, tmp_path, "agent", "--count", "2", "--interval", "0.2", "--node",
+             "n-typo", "--topic", typo)
+    assert p.returncode == 1, p.stderr
+    assert f"topic {typo!r} does not exist on the broker" in p.stderr
+    assert "missing_topic=2" in p.stderr and "left_in_spool=0" in p.stderr
+
+
+def test_emit_says_how_many_records_were_delivered(stack, tmp_path: Path) -> None:
+    """``emit --stdin`` printed "published 1, rejected 0" before delivery, also of a record
+    the broker then refused (a misspelt --topic-prefix); it now says what was delivered."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    line = json.dumps({"type": "JobEvent", "run_id": "emit-x", "state": "queued"}) + "\n"
+    p = _cli(stack, tmp_path, "emit", "--stdin", "--topic-prefix", prefix, stdin=line + "oops\n")
+    assert p.returncode == 1, p.stderr
+    assert ("handed 1 to the producer, delivered 0, rejected 1, refused by the broker 1: "
+            "topic missing for 1") in p.stderr, p.stderr
+    assert "published" not in p.stderr
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    topic = f"{prefix}rw.exec.job"
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    try:
+        p = _cli(stack, tmp_path / "2", "emit", "--stdin", "--topic-prefix", prefix, stdin=line)
+        assert p.returncode == 0, p.stderr
+        assert "handed 1 to the producer, delivered 1, rejected 0" in p.stderr, p.stderr
+    finally:
+        admin.delete_topics([topic])[topic].result(30)

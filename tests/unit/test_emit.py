@@ -180,4 +180,5 @@ def test_cli_stdin_reports_line_numbers(tmp_path: Path) -> None:
     )
     p = _cli(["--stdin"], tmp_path, stdin=data)
     assert p.returncode == 1
-    assert "published 2, rejected 1" in p.stderr and "line 2: invalid JSON" in p.stderr
+    assert "handed 2 to the producer, delivered 0, rejected 1" in p.stderr
+    assert "line 2: invalid JSON" in p.stderr

@@ -185,7 +185,7 @@ def test_emit_cli_stdin_with_bytes_that_are_not_utf8(tmp_path, io_env: dict) -> 
                        input=blob, env=env, capture_output=True, timeout=60, check=False)
     err = p.stderr.decode()
     assert p.returncode == 1, err
-    assert "published 2, rejected 3" in err
+    assert "handed 2 to the producer, delivered 0, rejected 3" in err
     assert "line 2: not UTF-8: byte 0xff at column 1" in err
     assert "line 4: unknown record type 'Nope'" in err
     assert "line 6: invalid JSON" in err

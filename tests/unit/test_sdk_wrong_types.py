@@ -163,3 +163,30 @@ def test_init_arguments_of_another_type_are_read_as_what_they_mean(caplog) -> No
     assert manifest2.labels == {} and c2["dropped_wrong_type"] == 2
     assert {e.attempt for e in t2.records("JobEvent")} == {0}
     assert "dropped labels (a mapping of name to value) ['prod']" in caplog.text
+
+
+@pytest.mark.parametrize("key", ["learning", "rw.learnig"])
+def test_a_topics_key_that_names_no_topic_is_refused_not_ignored(key: str, caplog) -> None:
+    """``topics={"learning": "staging.learning"}`` (or a misspelt ``rw.learnig``) was ignored
+    without a word, even with strict=True: a staging job's steps went to production's
+    rw.learning. strict raises, naming the key and the accepted ones; otherwise one error
+    line, counted in topics_ignored, and the run goes on (the good keys still apply)."""
+    with pytest.raises(ValueError, match=rf"unknown key '{key}'.*rw\.exec\.job.*rw\.learning"):
+        _run(ListTransport(), topics={key: "staging.learning"}, strict=True)
+    t = ListTransport()
+    with caplog.at_level(logging.ERROR):
+        run = _run(t, topics={key: "staging.learning", "rw.exec.job": "staging.job"})
+        run.step(0, loss=1.0, step_ms=5.0)
+        c = run.finish()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and repr(key) in errors[0] and "rw.learning" in errors[0], errors
+    assert c["topics_ignored"] == 1
+    assert {topic for topic, _, _ in t.out} == {"rw.lineage", "staging.job", "rw.learning"}
+
+
+def test_a_publisher_refuses_an_override_it_would_ignore() -> None:
+    from runwatch.adapters.publisher import CaptureTransport, Publisher
+
+    with pytest.raises(ValueError, match="unknown key 'exec.node'"):
+        Publisher(CaptureTransport(), kind="agent", topics={"exec.node": "staging.node"})
+    Publisher(CaptureTransport(), kind="agent", topics={"rw.exec.node": "staging.node"})

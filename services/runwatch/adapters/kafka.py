@@ -709,6 +709,17 @@ class _Closed:
         return 0
 
 
+def delivery_wait_s(settings: ProducerSettings) -> float:
+    """Return how long a producer that stops waits for its records' delivery.
+
+    Past the message timeout and the missing-topic check after it (two metadata answers a
+    second apart): a record to a topic the broker lacks is then refused, counted in
+    ``missing_topic`` and named, instead of being left in the spool as if the broker were
+    away.
+    """
+    return settings.message_timeout_ms / 1000 + 10.0
+
+
 Partitions = list[TopicPartition]
 RebalanceCallback = Callable[[Partitions], None]
 
@@ -932,8 +943,22 @@ def group_config(kafka: KafkaSettings, group_id: str) -> dict[str, Any]:
             "logger": _LibrdkafkaLog()}
 
 
+#: Errors of a consumer-group placement that mean the group already has members (another
+#: instance placed it and joined first): placement is tried again a few times (the committed
+#: offsets it made are then found), then left to those members.
+_GROUP_HAS_MEMBERS = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+                                KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID})
+_MEMBER_TRIES = 5
+
+
+class GroupNotPlaced(RuntimeError):
+    """A new consumer group could not be placed before the caller's deadline (or stop)."""
+
+
 def start_new_group(kafka: KafkaSettings, group_id: str, topic: str, since_ms: int | None,
-                    *, timeout: float = 30.0) -> dict[int, int]:
+                    *, timeout: float = 10.0, stop: threading.Event | None = None,
+                    wait_s: float | None = None, backoff_s: tuple[float, float] = (0.5, 30.0),
+                    ) -> dict[int, int]:
     """Commit where a consumer group with no committed offset on ``topic`` starts.
 
     Each partition of ``topic`` the group has no committed offset on gets the offset of
@@ -942,46 +967,127 @@ def start_new_group(kafka: KafkaSettings, group_id: str, topic: str, since_ms: i
     committed offset keeps it (at least once). ``since_ms`` None leaves every partition to
     ``auto.offset.reset``.
 
+    A broker or group coordinator that does not answer (down, restarting, ``NOT_COORDINATOR``,
+    a timeout) is asked again, with exponential backoff from ``backoff_s[0]`` up to
+    ``backoff_s[1]`` seconds, until it answers: logged once when it first fails, then about
+    every five minutes, and once placed. Falling back to ``auto.offset.reset`` then (the
+    ``earliest`` of a :class:`BatchConsumer`) read, and a pager paged, the whole history.
+    A topic that does not exist is left to ``auto.offset.reset`` (it has no history yet);
+    so is a group whose other members refuse the commit ``_MEMBER_TRIES`` times in a row
+    (they hold the group and read from their own positions).
+
     Args:
         kafka: Where Kafka is.
         group_id: The consumer group.
         topic: The topic.
         since_ms: Record timestamp (UTC epoch ms) to start a new group's partitions at.
         timeout: Seconds for each broker round trip.
+        stop: Set to give up waiting (raises :class:`GroupNotPlaced`).
+        wait_s: Give up after this many seconds (raises :class:`GroupNotPlaced`); None:
+            wait as long as it takes.
+        backoff_s: First and longest pause between tries.
 
     Returns:
         Partition -> the offset committed for it (empty when the group had them all).
+
+    Raises:
+        GroupNotPlaced: ``stop`` was set or ``wait_s`` passed before the broker answered.
+        KafkaAuthorizationError: The broker's ACLs refuse the topic or the group.
 
     """
     if since_ms is None:
         return {}
     conf = group_config(kafka, group_id)
     check_credentials(conf)
+    started = time.monotonic()
+    pause, tries, member_refusals, last_logged = backoff_s[0], 0, 0, -1.0
+    while True:
+        tries += 1
+        try:
+            placed = _place_group(conf, topic, since_ms, timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            code = err.code() if err is not None else None
+            if code in AUTHORIZATION_ERRORS:
+                raise KafkaAuthorizationError(authorization_message(conf, str(exc))) from exc
+            if code in _GROUP_HAS_MEMBERS:
+                member_refusals += 1
+                if member_refusals >= _MEMBER_TRIES:
+                    logger.warning("new consumer group %s on %s: its other members refuse the "
+                                   "commit (%s); they hold the group, left to them", group_id,
+                                   topic, exc)
+                    return {}
+            else:
+                member_refusals = 0
+            waited = time.monotonic() - started
+            if last_logged < 0 or waited - last_logged >= 300:
+                last_logged = waited
+                logger.warning(
+                    "could not place new consumer group %s on %s yet (%s); trying again until "
+                    "the broker answers (try %d, %.0f s): nothing is read before that",
+                    group_id, topic, exc, tries, waited)
+            if wait_s is not None and waited + pause > wait_s:
+                msg = (f"could not place new consumer group {group_id} on {topic} in "
+                       f"{waited:.0f} s ({tries} tries): {exc}")
+                raise GroupNotPlaced(msg) from exc
+            if stop is not None and stop.wait(pause):
+                msg = f"stopped before new consumer group {group_id} was placed on {topic}"
+                raise GroupNotPlaced(msg) from exc
+            if stop is None:
+                time.sleep(pause)
+            pause = min(pause * 2, backoff_s[1])
+            continue
+        if tries > 1:
+            logger.info("placed new consumer group %s on %s after %d tries (%.0f s)", group_id,
+                        topic, tries, time.monotonic() - started)
+        return placed
+
+
+def _place_group(conf: dict[str, Any], topic: str, since_ms: int,
+                 timeout: float) -> dict[int, int]:
+    """One try of :func:`start_new_group`.
+
+    Raises:
+        KafkaException: The broker did not answer, or answered with an error.
+
+    """
     consumer = Consumer(conf)
     try:
         meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return {}
+        if meta is None or (meta.error is not None
+                            and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            return {}  # no such topic (yet): nothing to skip
+        if meta.error is not None:
+            raise KafkaException(meta.error)
+        if not meta.partitions:
+            raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                            f"{topic} lists no partitions"))
         parts = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
-        fresh = [TopicPartition(topic, tp.partition, since_ms)
-                 for tp in consumer.committed(parts, timeout=timeout) if tp.offset < 0]
+        fresh = []
+        for tp in _checked(consumer.committed(parts, timeout=timeout)):
+            if tp.offset < 0:
+                fresh.append(TopicPartition(topic, tp.partition, since_ms))
         if not fresh:
             return {}
         starts: list[TopicPartition] = []
-        for tp in consumer.offsets_for_times(fresh, timeout=timeout):
+        for tp in _checked(consumer.offsets_for_times(fresh, timeout=timeout)):
             offset = tp.offset
             if offset < 0:  # nothing written since: start at the end
                 offset = consumer.get_watermark_offsets(
                     TopicPartition(topic, tp.partition), timeout=timeout)[1]
             starts.append(TopicPartition(topic, tp.partition, offset))
-        consumer.commit(offsets=starts, asynchronous=False)
+        _checked(consumer.commit(offsets=starts, asynchronous=False) or [])
         return {tp.partition: tp.offset for tp in starts}
-    except KafkaException as exc:  # e.g. another member already joined: auto.offset.reset
-        logger.warning("could not place new consumer group %s on %s (%s); it starts at "
-                       "auto.offset.reset", group_id, topic, exc)
-        return {}
     finally:
         consumer.close()
+
+
+def _checked(parts: list[TopicPartition]) -> list[TopicPartition]:
+    """Return ``parts``; raise the first per-partition error among them."""
+    for tp in parts:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return parts
 
 
 def plain_producer(kafka: KafkaSettings, **extra: Any) -> Producer:

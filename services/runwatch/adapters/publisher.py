@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from runwatch._version import __version__
 from runwatch.core.records import Source
-from runwatch.core.topics import load_topics, record_topics
+from runwatch.core.topics import load_topics, record_topics, unknown_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,16 @@ class RecordTooLarge(ValueError):
 
 #: Components of the topic map that write through this publisher.
 PRODUCER_WRITERS = frozenset({"sdk", "agent", "hook"})
+
+
+@functools.cache
+def topic_names() -> frozenset[str]:
+    """Return every topic's name in ``schemas/topics.yaml``: what a ``topics=`` key may be.
+
+    A map of all of them (``rw.alerts`` and the internal ones too) is a user's usual way to
+    move every topic under a prefix.
+    """
+    return frozenset(load_topics())
 
 
 @functools.cache
@@ -147,13 +157,20 @@ class Publisher:
         Args:
             transport: Where encoded records go.
             kind: Source kind (sdk, agent, hook, cli).
-            topics: Overrides: logical topic (``rw.learning``) -> actual topic.
+            topics: Overrides: a topic's name in the map (``rw.learning``) -> the topic
+                to write instead.
             codec: An Avro codec (default: :func:`runwatch.core.codec.load_codec`).
             clock: Epoch milliseconds used when a caller gives no time (default:
                 the wall clock); replays and simulators pass their own.
             max_record_bytes: Largest encoded record handed to the transport.
 
+        Raises:
+            ValueError: A key of ``topics`` names no topic of ``schemas/topics.yaml``.
+
         """
+        problem = unknown_overrides(topics or {}, topic_names())
+        if problem is not None:  # it would be ignored: the records went to the default topic
+            raise ValueError(problem)
         self.clock = clock
         if codec is None:
             from runwatch.core.codec import load_codec

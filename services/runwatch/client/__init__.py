@@ -149,6 +149,32 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
     return 0
 
 
+def _topic_overrides(topics: Mapping[str, str] | None,
+                     strict: bool) -> tuple[Mapping[str, str] | None, int]:
+    """Return ``topics=`` without the keys that name no topic of the map, and their count.
+
+    Raises:
+        ValueError: With ``strict``, when a key names no such topic.
+
+    """
+    if not topics:
+        return topics, 0
+    from runwatch.adapters.publisher import topic_names
+    from runwatch.core.topics import unknown_overrides
+
+    written = topic_names()
+    problem = unknown_overrides(topics, written)
+    if problem is None:
+        return topics, 0
+    if strict:
+        msg = f"runwatch.init: {problem}"
+        raise ValueError(msg)
+    kept = {k: v for k, v in topics.items() if k in written}
+    logger.error("runwatch.init: %s. Ignored (counted in run.counters['topics_ignored']): the "
+                 "records go to their default topics", problem)
+    return kept, len(topics) - len(kept)
+
+
 def init(
     project: str | None = None,
     *,
@@ -193,7 +219,11 @@ def init(
         resumed_from: Checkpoint this run resumes from.
         parent_run_id: Run this one derives from.
         labels: Free labels.
-        topics: Topic overrides (logical name -> topic).
+        topics: Topic overrides: a topic's name in ``schemas/topics.yaml``
+            (``rw.learning``) -> the topic to write instead. A key that is not one
+            (``learning``, ``rw.learnig``) is refused: logged as an error naming the
+            accepted keys, counted in ``topics_ignored`` and ignored (its records
+            would go to their default topics; ``strict``: ``ValueError``).
         transport: A ready transport (tests); built from settings otherwise.
         kafka: KafkaSettings (env ``KAFKA_*`` by default).
         producer: ProducerSettings (env ``RUNWATCH_PRODUCER_*`` by default).
@@ -242,9 +272,10 @@ def init(
                 logger.exception("runwatch could not open the spools earlier jobs left")
         if attempt is None:
             attempt = attempt_from_env(os.environ)
+        topics, ignored = _topic_overrides(topics, strict)
         publisher = Publisher(transport, kind="sdk", topics=topics, clock=clock)
         _check_schemas(publisher.codec)
-        return Run(
+        run = Run(
             publisher,
             run_id=rid,
             experiment_family=experiment_family or project,
@@ -264,6 +295,9 @@ def init(
             lineage=lineage,
             orphans=orphans,
         )
+        if ignored:
+            run.counters["topics_ignored"] += ignored
+        return run
     except Exception as exc:
         if own_transport is not None:  # nothing was published: stop its thread
             with contextlib.suppress(Exception):

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     """
     from runwatch.adapters.host import HostSampler
-    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
+    from runwatch.adapters.kafka import KafkaTransport, ProducerSettings, delivery_wait_s
     from runwatch.adapters.nvml import Nvml
     from runwatch.adapters.publisher import Publisher
     from runwatch.adapters.settings import KafkaSettings
@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     agent.run(stop, interval, max_ticks=args.count)
     if nvml is not None:
         nvml.close()
-    c = transport.close(10.0)
+    # past the producer's message timeout, by which a record to a topic the broker lacks
+    # is told from an outage and refused, naming the topic (a 10 s wait ended first: a
+    # short run with a misspelt --topic exited 0, its records left in the spool)
+    c = transport.close(delivery_wait_s(transport.settings))
     logger.info("agent stopped after %d samples", agent.ticks)
     return 0 if c.failed == 0 else 1

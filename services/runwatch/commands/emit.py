@@ -74,12 +74,21 @@ def _publisher(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     return pub, orphans
 
 
-def _finish(pub: Any, errors: list[str], timeout: float, orphans: list[Any]) -> int:
+def _finish(pub: Any, errors: list[str], timeout: float, orphans: list[Any],
+            handed: int | None = None) -> int:
+    """Print the rejected lines, wait for delivery and say what became of the records.
+
+    ``handed`` (``--stdin``): the records handed to the producer, summarised once their
+    delivery is known (the summary said "published" before any was delivered, also of
+    records the broker then refused).
+    """
     for e in errors:
         print(e, file=sys.stderr)
     c = pub.transport.close(timeout)
     for t in orphans:
         t.close(0.0 if c.in_spool else min(timeout, 5.0))
+    if handed is not None:
+        print(delivery_summary(handed, len(errors), c), file=sys.stderr)
     left = c.in_spool
     if left:
         print(f"{left} record(s) spooled locally; they are sent on the next emit", file=sys.stderr)
@@ -147,5 +156,21 @@ def run_stdin(args: argparse.Namespace) -> int:
 
     pub, orphans = _publisher(args)
     res = emit_lines(pub, read_lines(sys.stdin.buffer))  # bytes: each line is checked as UTF-8
-    print(f"published {res.published}, rejected {len(res.errors)}", file=sys.stderr)
-    return _finish(pub, res.errors, args.timeout, orphans)
+    return _finish(pub, res.errors, args.timeout, orphans, handed=res.published)
+
+
+def delivery_summary(handed: int, rejected: int, c: Any) -> str:
+    """Return the ``--stdin`` summary: records handed over, delivered, refused, rejected.
+
+    Args:
+        handed: Records handed to the producer (lines that passed the checks).
+        rejected: Lines refused before that (each named on stderr).
+        c: The transport's final counters.
+
+    """
+    text = (f"handed {handed} to the producer, delivered {c.sent + c.replayed}, "
+            f"rejected {rejected}")
+    if c.failed:
+        why = f": topic missing for {c.missing_topic}" if c.missing_topic else ""
+        text += f", refused by the broker {c.failed}{why}"
+    return text

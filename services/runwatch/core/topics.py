@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -170,6 +171,30 @@ def record_topics(
         for fullname in spec.records:
             out.setdefault(fullname.rsplit(".", 1)[-1], spec.name)
     return out
+
+
+def unknown_overrides(overrides: Mapping[str, str], written: Iterable[str]) -> str | None:
+    """Say which topic overrides name no topic of the map (None: all do).
+
+    An override's key is a topic's name in the map (``rw.learning``): a short name
+    (``learning``) or a misspelt one (``rw.learnig``) used to be ignored without a word,
+    and the records went to the default topic.
+
+    Args:
+        overrides: Topic name in the map -> the topic to write instead.
+        written: The names a key may be (every topic of the map).
+
+    Returns:
+        The error, naming the keys refused and the accepted ones, or None.
+
+    """
+    known = set(written)
+    bad = sorted(str(k) for k in overrides if k not in known)
+    if not bad:
+        return None
+    return (f"topics: unknown key{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))}: "
+            f"a key is a topic's name in schemas/topics.yaml (one of {', '.join(sorted(known))}),"
+            f" the value the topic to write instead")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from runwatch._version import __version__
 from runwatch.adapters.kafka import (
     BatchConsumer,
     CommitFailed,
+    GroupNotPlaced,
     KafkaTransport,
     ProducerSettings,
     start_new_group,
@@ -220,7 +221,12 @@ class Pager:
 
         """
         s = self.settings
-        self.start_group(_now_ms())
+        try:
+            self.start_group(_now_ms())
+        except GroupNotPlaced as exc:  # stopped while the broker did not answer
+            log.info("%s", exc)
+            self.close()
+            return 0
         # one alert is delivered to its receivers one after the other, each up to the
         # delivery deadline: the group must wait for all of them before it thinks this
         # member dead (with one deadline, two receivers answering 503 + Retry-After made
@@ -274,14 +280,20 @@ class Pager:
         A new group used to start at offset 0 and page the whole history of rw.alerts
         (alerts resolved long ago paged as firing, then as resolved). A group with
         committed offsets goes on from them: nothing it has not delivered is skipped.
+        While the broker or the group's coordinator does not answer, this waits for it
+        (until stopped): it used to give up on the first error and leave the group to
+        ``auto.offset.reset`` (earliest), which paged the whole history all the same.
 
         Returns:
             Partition -> start offset, for the partitions that had no committed offset.
 
+        Raises:
+            GroupNotPlaced: The pager was stopped before the broker answered.
+
         """
         s = self.settings
         since = start_since_ms(s.start, now_ms)
-        started = start_new_group(self.kafka, s.group_id, s.alerts_topic, since)
+        started = start_new_group(self.kafka, s.group_id, s.alerts_topic, since, stop=self.stop)
         if started:
             log.info("new consumer group %s: starting %s at %s (RUNWATCH_PAGER_START=%s), "
                      "partition -> offset %s", s.group_id, s.alerts_topic,

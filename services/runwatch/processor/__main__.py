@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from runwatch.adapters.clientlog import collapse_aiokafka_repeats
 from runwatch.adapters.kafka_security import check_credentials
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.adapters.topics import cluster_replication
@@ -30,6 +31,9 @@ W = TypeVar("W", bound=_Worker)
 def main(argv: list[str] | None = None) -> None:
     """Build the app from env settings and hand the arguments to faust's worker CLI."""
     args = list(sys.argv[1:] if argv is None else argv) or ["worker", "-l", "info"]
+    # aiokafka logs an error per connection attempt while the broker is away (75,000 lines
+    # for a 96 s outage): each kind once, then once a minute with the count left out
+    collapse_aiokafka_repeats()
     settings, kafka = ProcessorSettings(), KafkaSettings()
     if args[0] == "worker":
         args += worker_web_args(settings, args)

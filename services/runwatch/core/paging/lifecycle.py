@@ -27,6 +27,9 @@ Every duration here is measured on the run's event time (the findings'
 horizon on the timer), never on the processor's wall clock, so a replay or a
 backfill goes through the same lifecycle as live traffic. ``now_ms`` only
 stamps the records sent (and ``renotify_ms``, a delivery matter).
+
+Size: one alert's whole lifecycle (fire, hold, clear, expire, cap, cause updates) in one
+place, over one book format; split, each part would need the book's invariants again.
 """
 
 from __future__ import annotations
