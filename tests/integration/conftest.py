@@ -6,10 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sinkkit import Store, delete_topics, free_port, make_topics
+from sinkkit import Store, delete_topics, make_topics, own_broker
 
 from runwatch.stack.manager import Stack
-from runwatch.stack.settings import StackSettings
 from runwatch.testing.harness import Harness
 
 
@@ -44,19 +43,15 @@ def sink_topics(stack) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def private_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A broker of our own (ephemeral ports, temp state) that we may stop and restart.
-
-    The shared stack serves other test sessions at the same time; restarting
-    its broker would pull the rug from under them.
-    """
-    settings = StackSettings(state_dir=tmp_path_factory.mktemp("kafka-restart"),
-                             kafka_port=free_port(), controller_port=free_port())
-    stack = Stack(settings)
-    result = stack.up(services=["kafka"])
-    if not result.ok:
-        stack.down()
-        pytest.fail(f"private broker did not start: {result.failed['kafka']}", pytrace=False)
-    try:
+    """A broker of our own that we may stop and restart (the shared stack's serves others)."""
+    with own_broker(tmp_path_factory.mktemp("kafka-restart")) as stack:
         yield stack
-    finally:
-        stack.down()
+
+
+@pytest.fixture(scope="module")
+def module_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A store of the test module's own (its databases are dropped as the tests pass)."""
+    store = Store(tmp_path_factory.mktemp("store") / "chdb")
+    store.start()
+    yield store
+    store.stop()

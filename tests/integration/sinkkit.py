@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -10,7 +11,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from runwatch.core.storage.retention import RetentionRules, parse_rules
 from runwatch.core.storage.rows import Origin, record_rows
 from runwatch.core.topics import load_topics
 from runwatch.sink.settings import default_topics
+from runwatch.stack.manager import Stack
+from runwatch.stack.settings import StackSettings
 from runwatch.testing.synth import TOPIC_OF, Event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +39,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def own_broker(state_dir: Path, *, secure: bool = False) -> Iterator[Stack]:
+    """A broker of a test module's own (ephemeral ports, ``state_dir``), stopped afterwards.
+
+    The shared stack serves other test sessions at the same time: a test that stops or
+    restarts its broker, or secures it, needs one of its own.
+    """
+    settings = StackSettings(state_dir=state_dir, secure=secure, kafka_port=free_port(),
+                             controller_port=free_port())
+    stack = Stack(settings)
+    result = stack.up(services=["kafka"])
+    if not result.ok:
+        stack.down()
+        pytest.fail(f"own broker did not start: {result.failed['kafka']}", pytrace=False)
+    try:
+        yield stack
+    finally:
+        stack.down()
 
 
 class Store:

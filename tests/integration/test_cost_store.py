@@ -26,12 +26,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory):
-    """A store of the module's own (the scenarios' databases are dropped as they pass)."""
-    s = Store(tmp_path_factory.mktemp("cost") / "chdb")
-    s.start()
-    yield s
-    s.stop()
+def store(module_store: Store) -> Store:
+    return module_store
 
 
 BOTTLENECKS = ["supply_crunch", "scheduler_fragmentation", "storage_contention",

@@ -34,11 +34,8 @@ class Clock:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory):
-    s = Store(tmp_path_factory.mktemp("investigate") / "chdb")
-    s.start()
-    yield s
-    s.stop()
+def store(module_store: Store) -> Store:
+    return module_store
 
 
 def test_an_alert_fired_and_resolved_in_one_millisecond_reads_resolved(store: Store) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sinkkit import own_broker
 
 from runwatch.adapters.kafka import BatchConsumer, KafkaTransport, ProducerSettings
 from runwatch.adapters.kafka_security import KafkaAuthError, KafkaAuthorizationError
@@ -29,32 +29,16 @@ from runwatch.adapters.settings import KafkaSettings
 from runwatch.stack.manager import Stack
 from runwatch.stack.prepare import ensure_topics
 from runwatch.stack.secure import SecureFiles, role_env
-from runwatch.stack.settings import StackSettings
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def secure_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A secured broker of this module's own, with the topics of the map."""
-    settings = StackSettings(state_dir=tmp_path_factory.mktemp("kafka-secure"), secure=True,
-                             kafka_port=_free_port(), controller_port=_free_port())
-    stack = Stack(settings)
-    result = stack.up(services=["kafka"])
-    if not result.ok:
-        stack.down()
-        pytest.fail(f"secured broker did not start: {result.failed['kafka']}", pytrace=False)
-    try:
-        ensure_topics(settings)
+    with own_broker(tmp_path_factory.mktemp("kafka-secure"), secure=True) as stack:
+        ensure_topics(stack.settings)
         yield stack
-    finally:
-        stack.down()
 
 
 def _env(stack: Stack, role: str, **override: str) -> dict[str, str]:
