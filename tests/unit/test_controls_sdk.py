@@ -218,6 +218,10 @@ def test_a_step_without_a_loss_or_with_a_nan_metric_does_not_page(how: str) -> N
 
 
 def family_pages(first: int, second: int, slower_from: int | None = None) -> list[str]:
+    return sorted({a.detector for a in family_alerts(first, second, slower_from)})
+
+
+def family_alerts(first: int, second: int, slower_from: int | None = None) -> list[Any]:
     """Run ``a`` of a family at ``first`` samples a step, then ``b`` at ``second`` (both one
     step a second; ``slower_from``: b's steps take twice as long from that step on); replay
     both; return what paged on ``b``."""
@@ -236,7 +240,7 @@ def family_pages(first: int, second: int, slower_from: int | None = None) -> lis
     codec = load_codec()
     records = [codec.decode(v) for _, _, v in t.messages]
     alerts = offline.replay(offline.as_messages(records), ProcessorSettings(save_interval_s=0))
-    return sorted({a.detector for a in alerts if a.status == "firing" and a.run_id == "b"})
+    return [a for a in alerts if a.status == "firing" and a.run_id == "b"]
 
 
 def test_a_run_at_half_its_familys_batch_size_does_not_page_its_throughput() -> None:
@@ -250,3 +254,10 @@ def test_a_run_at_its_familys_batch_size_at_half_its_speed_from_the_start_pages(
     """The family's rate at the same step size still seeds the watch: a run slow from its
     first step is judged against it."""
     assert family_pages(256, 256, slower_from=0) == ["watch:throughput"]
+
+
+def test_a_watchs_title_names_the_value_that_fired() -> None:
+    """A run at 128 samples/s against its family's 256 read "throughput fell to 178": the
+    smoothed level, still on its way down from the family's mean."""
+    (alert,) = family_alerts(256, 256, slower_from=0)
+    assert alert.title == "throughput fell to 128 (baseline 256)", alert.title

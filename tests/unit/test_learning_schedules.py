@@ -282,15 +282,16 @@ def test_the_same_run_hanging_pages() -> None:
 
 
 def restarted(hang_after: int | None, *, load_min: int = 12, attempt: int | None = None,
-              skips: int = 0) -> Script:
+              skips: int = 0, write_min: int = 0, nan_at: int | None = None) -> Script:
     """A Kubernetes training container OOM-killed 40 minutes in (no end event) and restarted
     by ``restartPolicy: OnFailure`` 25 s later under the same run id with no attempt; it loads
     its checkpoint for ``load_min`` minutes, then steps again (``hang_after``: that many steps,
     then it hangs; 0: it hangs in its load). ``attempt``: a requeue (Slurm) that says its
     attempt instead. ``skips``: the restarted process's fp16 loss scaler, not restored from
     the checkpoint, skips that many steps again as it finds its scale (an infinite gradient
-    norm each). Its first process found its scale after 9. Another run beside it logs once a
-    minute."""
+    norm each). Its first process found its scale after 9. ``write_min``: its first process
+    wrote a checkpoint that long at step 1,200. ``nan_at``: the restarted process's loss is
+    NaN at that step. Another run beside it logs once a minute."""
     def script(init: Callable[..., Any], clock: Clock, node: Callable[[str], Any]) -> None:
         rng = random.Random(5)
         run = init()
@@ -298,6 +299,11 @@ def restarted(hang_after: int | None, *, load_min: int = 12, attempt: int | None
             clock.t += 1_000
             run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0,
                      grad_norm=math.inf if i < 9 else 1.0 + 0.1 * rng.random())
+            if i == 1_200 and write_min:
+                start = clock.t
+                clock.t += write_min * MIN
+                run.checkpoint("s3://ckpt/r1/step-1200", step=i, started_at_ms=start,
+                               duration_ms=float(clock.t - start))
         run.finish("failed", reason=KILLED)  # publishes what is queued; its end is left out
         clock.t += 25_000
         run = init(resumed_from="s3://ckpt/r1/step-2000",
@@ -305,7 +311,8 @@ def restarted(hang_after: int | None, *, load_min: int = 12, attempt: int | None
         clock.t += load_min * MIN
         for i in range(2_000, 2_000 + (1_200 if hang_after is None else hang_after)):
             clock.t += 1_000
-            run.step(i, loss=loss_at(i, rng), samples=64, step_ms=1000.0, loader_wait_ms=20.0,
+            run.step(i, loss=math.nan if i == nan_at else loss_at(i, rng), samples=64,
+                     step_ms=1000.0, loader_wait_ms=20.0,
                      grad_norm=math.inf if i < 2_000 + skips else 1.0 + 0.1 * rng.random())
         end = clock.t
         run.finish()
@@ -340,6 +347,27 @@ def test_a_restarted_job_hanging_in_its_load_pages(attempt: int | None) -> None:
         ("r1", "rule:stalled", "execution")]
     assert "since it started again" in stalls[0].title
     assert 30 * MIN < stalls[0].observed < 32 * MIN
+
+
+@pytest.mark.parametrize("attempt", [None, 2])
+def test_a_restarted_job_that_wrote_a_9_minute_checkpoint_hanging_in_its_load_pages_at_30(
+        attempt: int | None) -> None:
+    """3 x its stall floor, twice its longest pause, counted the 9-minute write six times:
+    the page came 54 minutes after the restart."""
+    alerts = live(restarted(0, attempt=attempt, write_min=9), tail_ms=5 * MIN, hung=True)
+    stalls = [a for a in alerts if a.status == "firing"]
+    assert [a.detector for a in stalls] == ["rule:stalled"]
+    assert 30 * MIN < stalls[0].observed < 32 * MIN
+
+
+@pytest.mark.parametrize("attempt", [None, 2])
+def test_a_nan_after_a_restart_has_the_same_cause_on_slurm_and_kubernetes(
+        attempt: int | None) -> None:
+    """A requeue (its attempt rose) was a restart, evidence for the NaN (execution); the
+    same process started again by Kubernetes (no attempt) was none (learning)."""
+    alerts = live(restarted(None, attempt=attempt, nan_at=2_200))
+    nan = [a for a in alerts if a.detector == "rule:non_finite" and a.status == "firing"]
+    assert [a.probable_cause for a in nan] == ["execution"]
 
 
 @pytest.mark.parametrize("attempt", [None, 2])

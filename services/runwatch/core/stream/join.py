@@ -276,9 +276,11 @@ def stall_floor(s: RunState, cfg: RunConfig) -> int:
 
 RESTART_FLOOR_K = 3
 """A restarted attempt that has not stepped yet is stalled after ``RESTART_FLOOR_K`` x
-the stall floor (30 min), or twice its first start-up (first ``running`` to first step)
-plus its longest checkpoint write, if longer: it loads a checkpoint (a 12-minute load paged
-a healthy Kubernetes restart when the stall clock ran from the restart at the usual floor),
+``STALL_MIN_MS`` (30 min), or twice its first start-up (first ``running`` to first step)
+plus its longest checkpoint write, or its stall floor (twice its longest pause), if longer
+(3 x the stall floor counted a 9-minute write six times: 54 minutes): it loads a
+checkpoint (a 12-minute load paged a healthy Kubernetes restart when the stall clock ran
+from the restart at the usual floor),
 but a load that never ends is a hang (a requeued or restarted job hanging in its load went
 unpaged for 3 hours when the clock waited for a first step)."""
 
@@ -288,7 +290,7 @@ def restart_bound(s: RunState, cfg: RunConfig) -> int:
     start = s.started_at_ms or s.first_at_ms
     lead = max(s.first_step_at_ms - start, 0) if s.first_step_at_ms and start else 0
     write = max((float(c[1]) for c in s.checkpoints), default=0.0)
-    return int(max(RESTART_FLOOR_K * stall_floor(s, cfg), 2 * (lead + write)))
+    return int(max(RESTART_FLOOR_K * cfg.stall_min_ms, 2 * (lead + write), stall_floor(s, cfg)))
 
 
 PAUSE_STAT = "pause_ms"
@@ -686,6 +688,11 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # after an OOM kill: its SDK's ``running`` comes after steps were seen)
         if s.last_step_at_ms:  # it stepped before: a load that never ends is a hang
             s.signals["restarted_at"] = at
+            if (e.source.kind == "sdk" and e.attempt <= s.attempt
+                    and s.job_state not in NOT_RUNNING | ENDED):
+                # a process that started again with nothing else said (a Kubernetes
+                # restart): a restart, as a requeue's rising attempt is
+                s.signals["sdk_restarts"] = int(s.signals.get("sdk_restarts", 0)) + 1
         s.signals["resumed"] = at  # a new process: it may load a (corrupt) checkpoint
         s.last_step_at_ms = 0
         # a new process: its loss scaler starts again and finds its scale as at the start
@@ -725,7 +732,8 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         else:  # it left the queue in time: a page the horizon raised before this arrived
             out += resolve_now(s, cfg, "rule:queue_deadline", "queue_delay_ms", now, at)
     # restarts: a rising attempt or a retrying/preempted transition, never a repeated running
-    restarts = int(ind.restart_count(s.states, [s.attempt]))
+    restarts = int(ind.restart_count(s.states, [s.attempt])) + int(s.signals.get("sdk_restarts",
+                                                                               0))
     if restarts > s.restarts:
         s.restarts = restarts
         out += _restart_evidence(s, cfg, float(restarts), at, now, "restart_count")

@@ -602,7 +602,9 @@ def observe(state: RunState, cfg: RunConfig, name: str, x: float, at_ms: int, no
         detector=detector, indicator=name,
         signal=(signal or WATCH_SIGNAL[name]),  # type: ignore[arg-type]
         severity="warning", observed=r.level, expected=r.expected, score=r.score,
-        at_ms=at_ms, title=f"{name} {verb} to {r.level:.3g} (baseline {r.expected:.3g})",
+        # the value that fired, not the smoothed level: started at a seed of 257 samples/s,
+        # a run at 64 read "fell to 156"
+        at_ms=at_ms, title=f"{name} {verb} to {x:.3g} (baseline {r.expected:.3g})",
         detail=(detail or f"{name}={x:.4g}") + f"; z={r.z:.2f} slope={r.slope:.3g}/update",
         alert=alerts,
     )
