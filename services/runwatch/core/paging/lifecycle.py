@@ -184,7 +184,7 @@ def _owner(policy: AlertPolicy, cause: str, ctx: AlertContext, finding: Finding)
 
 
 def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext, now_ms: int,
-         policy: AlertPolicy, *, one_shot: bool) -> list[Alert]:
+         policy: AlertPolicy, *, one_shot: bool, seen_ms: int | None = None) -> list[Alert]:
     """Record a firing condition; return the Alert records to publish (maybe none).
 
     Args:
@@ -195,6 +195,10 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
         now_ms: Current time.
         policy: Lifecycle knobs.
         one_shot: True for rule findings that resolve by quiet time.
+        seen_ms: Event time the run's own records have reached (default: the finding's):
+            a one-shot alert whose last sighting is ``quiet_ms`` behind both resolved
+            before this one. A condition the timer judges again on the horizon (a stall, a
+            report still missing) while the run sends nothing goes on.
 
     Returns:
         Zero, one or two alerts (an alert plus the cap notice).
@@ -202,15 +206,16 @@ def fire(book: AlertBook, finding: Finding, verdict: Verdict, ctx: AlertContext,
     """
     key = dedup_key(ctx.run_id, finding.detector, finding.indicator, finding.subject)
     entry = book.entries.get(key)
+    seen = finding.at_ms if seen_ms is None else min(finding.at_ms, seen_ms)
     if (entry is not None and entry["status"] == "firing" and entry["one_shot"]
-            and finding.at_ms - entry["last_seen_ms"] >= policy.quiet_ms):
+            and seen - entry["last_seen_ms"] >= policy.quiet_ms):
         # quiet for quiet_ms of event time before this repeat: it resolved then, as the
         # timer resolves it live (a backfill or a replay reads the repeat in the same batch:
         # the NaN of a retry at the same step was the first alert's sighting, never a new one)
         resolved = _resolve(book, key, entry, ctx, now_ms,
                             entry["last_seen_ms"] + policy.quiet_ms)
         return [resolved, *fire(book, finding, verdict, ctx, now_ms, policy,
-                                one_shot=one_shot)]
+                                one_shot=one_shot, seen_ms=seen_ms)]
     if entry is not None and entry["status"] == "firing":
         entry["last_seen_ms"] = max(entry["last_seen_ms"], finding.at_ms)
         entry["clear_streak"] = 0

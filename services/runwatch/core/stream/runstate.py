@@ -448,6 +448,7 @@ def _fire(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot:
     verdict = classify(f, evidence_at(state, f.at_ms), cfg.window_ms)
     book = AlertBook.from_state(state.alerts)
     out = alerting.fire(book, f, verdict, context(state, cfg, node), now_ms, cfg.policy,
+                        seen_ms=state.watermark_ms,
                         one_shot=one_shot)
     state.alerts = book.to_state()
     return list(out)
