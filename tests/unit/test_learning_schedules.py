@@ -480,13 +480,14 @@ def corrupt_then_nan(resume: str | None, tmp: Any) -> Script:
     return script
 
 
-@pytest.mark.parametrize(("resume", "cause"), [(None, "learning"), ("other", "learning"),
+@pytest.mark.parametrize(("resume", "cause"), [(None, "learning"), ("other", "execution"),
                                                ("named", "artifact"), ("latest", "artifact")])
 def test_a_corrupt_checkpoint_explains_a_nan_only_once_loaded(resume: str | None, cause: str,
                                                               tmp_path: Any) -> None:
     """A NaN five minutes after a mismatched write, in a run that never resumed, was blamed
     on the checkpoint (artifact) and its onset moved back to the write: the process that
-    wrote it still held the good state."""
+    wrote it still held the good state. Resumed from another, good file, the restart is the
+    evidence (execution), as for any NaN after a restart."""
     alerts = live(corrupt_then_nan(resume, tmp_path), tail_ms=5 * MIN)
     nan = [a for a in alerts if a.detector == "rule:non_finite" and a.status == "firing"]
     assert [a.probable_cause for a in nan] == [cause]
