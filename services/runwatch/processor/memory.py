@@ -21,7 +21,8 @@ import shutil
 import tempfile
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 from pathlib import Path
 
 from faust.types import TP
@@ -110,6 +111,13 @@ class MemoryProcessor:
         self.outputs: list[Alert | DeadLetter] = []  # alerts and dead letters, in order
         self.restore_each_batch = restore_each_batch
         self.parked: dict[str, list[tuple[str, bytes | None, bytes, int | None]]] = {}
+        # One private event loop for the driver's life (as the plain runtime's per-batch
+        # ``run_until_complete``): a loop per delivery cost more than the delivery.
+        self.loop = asyncio.new_event_loop()
+        weakref.finalize(self, self.loop.close)
+
+    def _run(self, drain: Coroutine[Any, Any, None]) -> None:
+        self.loop.run_until_complete(drain)
 
     def sent(self, topic: str, key: bytes | None, value: bytes, partition: int | None) -> None:
         """Take what an agent sent: outputs are kept, internal topics go back on the queue."""
@@ -135,7 +143,7 @@ class MemoryProcessor:
     def release(self, topic: str) -> None:
         """Deliver, in order, what :meth:`park` held back of ``topic``; then drain."""
         self.queue.extend(self.parked.pop(topic, []))
-        asyncio.run(self._drain())
+        self._run(self._drain())
 
     def feed(self, messages: Iterable[tuple[str, bytes | str | None, bytes]]) -> None:
         """Hand published ``(topic, key, value)`` messages to the agents, then drain.
@@ -147,13 +155,13 @@ class MemoryProcessor:
         for topic, key, value in messages:
             k = key.encode() if isinstance(key, str) else key
             self.queue.append((topic, k, value, None))
-        asyncio.run(self._drain())
+        self._run(self._drain())
 
     def tick(self, at_ms: int) -> None:
         """Run the timer's rules on every partition at ``at_ms`` (or the wall clock, if later)."""
         for part in range(self.settings.partitions):
             self.queue.append((self.p.tick_topic, b"tick", str(at_ms).encode(), part))
-        asyncio.run(self._drain())
+        self._run(self._drain())
 
     def _event(self, topic: str, key: bytes | None, value: bytes, part: int | None) -> _Event:
         if part is None:
