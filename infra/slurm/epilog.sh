@@ -4,6 +4,7 @@
 # the job's entries from the agent's allocation file. When both arrive, the run
 # summary and `runwatch slo` keep the SDK's own final JobEvent (it came after the
 # run's latest running one); the processor's live state takes the later one.
+# RUNWATCH_EMIT_TIMEOUT: seconds to wait for delivery (default 5), as the prolog.
 set -u
 [ -r /etc/default/runwatch ] && . /etc/default/runwatch
 RUNWATCH=${RUNWATCH:-/opt/runwatch/bin/runwatch}
@@ -31,7 +32,7 @@ ATTEMPT=$(( ${SLURM_JOB_RESTART_COUNT:-${SLURM_RESTART_COUNT:-0}} + 1 ))
 "$RUNWATCH" emit job-state --run-id "$RUN_ID" --state "$STATE" --reason "$REASON" \
   --attempt "$ATTEMPT" \
   --event-id "$RUN_ID-end-$ATTEMPT" \
-  --timeout 5 >/dev/null 2>&1 || true
+  --timeout "${RUNWATCH_EMIT_TIMEOUT:-5}" >/dev/null 2>&1 || true
 
 rm -f "$ALLOC_DIR/slurm-$SLURM_JOB_ID.json"
 python3 - "$ALLOC_DIR" <<'PY'

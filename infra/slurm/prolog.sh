@@ -6,7 +6,9 @@
 # slurm.conf:   Prolog=/etc/slurm/runwatch-prolog.sh
 #               Epilog=/etc/slurm/runwatch-epilog.sh
 # Environment:  KAFKA_BOOTSTRAP_SERVERS (and KAFKA_* TLS/SASL settings) in
-#               /etc/default/runwatch, read below.
+#               /etc/default/runwatch, read below. RUNWATCH_EMIT_TIMEOUT: seconds
+#               the hook waits for delivery (default 5; with the broker away the
+#               event spools and the hook waits that long, never failing the job).
 set -u
 [ -r /etc/default/runwatch ] && . /etc/default/runwatch
 RUNWATCH=${RUNWATCH:-/opt/runwatch/bin/runwatch}
@@ -51,5 +53,5 @@ fi
   --queue "${SLURM_JOB_PARTITION:-}" --attempt "$ATTEMPT" \
   --nodes "$NODES" --gpus "$GPUS" \
   --event-id "$EVENT_ID" \
-  --timeout 5 >/dev/null 2>&1 || true
+  --timeout "${RUNWATCH_EMIT_TIMEOUT:-5}" >/dev/null 2>&1 || true
 exit 0

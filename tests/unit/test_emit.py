@@ -182,3 +182,25 @@ def test_cli_stdin_reports_line_numbers(tmp_path: Path) -> None:
     assert p.returncode == 1
     assert "handed 2 to the producer, delivered 0, rejected 1" in p.stderr
     assert "line 2: invalid JSON" in p.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["emit", "--timeout", "1", "--topic-prefix", "t.", "job-state", "--run-id", "r", "--state",
+     "queued"],
+    ["emit", "job-state", "--run-id", "r", "--state", "queued", "--timeout", "1",
+     "--topic-prefix", "t."],
+])
+def test_emit_options_count_before_and_after_the_job_state_command(argv: list[str]) -> None:
+    """``emit --timeout 1 job-state ...`` waited the sub-command's default 15 s: its own
+    default replaced the value given before it (a prolog blocked 15 s with the broker away)."""
+    from runwatch.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert (args.timeout, args.topic_prefix) == (1.0, "t.")
+
+
+def test_emit_options_default_when_given_nowhere() -> None:
+    from runwatch.cli import build_parser
+
+    args = build_parser().parse_args(["emit", "job-state", "--run-id", "r", "--state", "queued"])
+    assert (args.timeout, args.topic_prefix) == (15.0, "")

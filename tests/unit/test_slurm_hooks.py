@@ -29,7 +29,7 @@ def _run_hook(hook: str, tmp_path: Path, node: str, **env: str) -> None:
     full = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "RUNWATCH": str(runwatch),
             "RUNWATCH_ALLOC_DIR": str(tmp_path / f"alloc-{node}"),
             "RUNWATCH_PRODUCER_SPOOL_DIR": str(tmp_path / "spool"),
-            "RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS": "300",
+            "RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS": "300", "RUNWATCH_EMIT_TIMEOUT": "1",
             "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9",  # nothing listens: the record spools
             "SLURM_JOB_ID": "4242", "SLURM_CLUSTER_NAME": "c1", **env}
     done = subprocess.run(["bash", str(HOOKS / hook)], env=full, capture_output=True,

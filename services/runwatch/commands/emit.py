@@ -53,8 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     js.add_argument("--team", default=None)
     js.add_argument("--experiment-family", default=None)
     js.add_argument("--event-id", default=None, help="fixed event id (idempotent re-runs)")
-    js.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for delivery")
-    js.add_argument("--topic-prefix", default="", help="prefix added to every topic name")
+    # given before or after ``job-state``: a sub-command's own default would replace the
+    # value given before it (``emit --timeout 1 job-state`` waited 15 s), so it has none
+    js.add_argument("--timeout", type=float, default=argparse.SUPPRESS,
+                    help="seconds to wait for delivery (default 15)")
+    js.add_argument("--topic-prefix", default=argparse.SUPPRESS,
+                    help="prefix added to every topic name")
     js.set_defaults(func=run_job_state)
 
 
