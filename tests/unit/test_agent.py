@@ -302,3 +302,11 @@ def test_an_interval_the_agent_cannot_keep_is_refused(interval: str, capsys,
     monkeypatch.setenv("RUNWATCH_AGENT_INTERVAL_S", interval)
     assert cli.main(["agent", "--nvml-double", "--count", "1"]) == 2
     assert "RUNWATCH_AGENT_INTERVAL_S" in capsys.readouterr().err
+
+
+def test_a_negative_count_is_refused(capsys) -> None:
+    """``--count -3`` took one sample and stopped, exit 0."""
+    from runwatch import cli
+
+    assert cli.main(["agent", "--nvml-double", "--count", "-3"]) == 2
+    assert "--count -3 must be 0 (run until signalled) or more" in capsys.readouterr().err

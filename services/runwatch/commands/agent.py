@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"runwatch agent: --interval {interval!r} must be between {INTERVAL_MIN_S:g} "
               f"and {INTERVAL_MAX_S:g} seconds", file=sys.stderr)
         return 2
+    if args.count < 0:  # "stop after -3 samples" took one sample and stopped
+        print(f"runwatch agent: --count {args.count} must be 0 (run until signalled) or more",
+              file=sys.stderr)
+        return 2
     node = args.node or settings.node or default_node()
     module: Any = None
     if args.nvml_double or settings.nvml_double:
