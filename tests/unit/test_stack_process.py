@@ -88,6 +88,34 @@ def test_stop_terms_then_kills(spawned, tmp_path: Path, argv, outcome) -> None:
     assert process.stop(rec, timeout_s=1) == "not running"
 
 
+def test_a_service_another_running_process_started_stops_at_once(tmp_path: Path) -> None:
+    """The stack's services are children of whoever started them; when that process
+    still runs and never collects them (a test session's other worker, a long-lived
+    script), a stopped service stays a zombie: it was waited on for the whole timeout
+    and reported "killed" (each service of the test session's stack 40 s)."""
+    import json
+    import subprocess
+
+    starter = subprocess.Popen([sys.executable, "-c", (  # noqa: S603
+        "import dataclasses, json, sys, time\n"
+        "from pathlib import Path\n"
+        "from runwatch.stack import process\n"
+        f"rec = process.spawn('svc', {SLEEPER!r}, Path({str(tmp_path / 'svc.log')!r}), "
+        f"Path({str(tmp_path)!r}))\n"
+        "print(json.dumps(dataclasses.asdict(rec)), flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert starter.stdout is not None
+        fields = json.loads(starter.stdout.readline())
+        rec = process.ProcessRecord(**{**fields, "argv": tuple(fields["argv"])})
+        assert process.owned_process(rec) is not None
+        assert process.stop(rec, timeout_s=20) == "stopped"
+        assert process.owned_process(rec) is None
+    finally:
+        starter.kill()
+        starter.wait()
+
+
 def test_previous_log_is_kept(spawned, tmp_path: Path) -> None:
     spawned((sys.executable, "-c", "print('first run')"))
     time.sleep(0.5)

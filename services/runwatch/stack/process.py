@@ -212,18 +212,39 @@ def stop(record: ProcessRecord, timeout_s: float) -> str:
         proc.send_signal(signal.SIGTERM)
     except psutil.NoSuchProcess:
         return "stopped"
-    _, alive = psutil.wait_procs([proc], timeout=timeout_s)
-    if not alive:
+    if _gone(proc, timeout_s):
         return "stopped"
     logger.warning("%s (pid %d) ignored SIGTERM for %.0fs; killing", record.service,
                    record.pid, timeout_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=10)
+    try:
+        proc.kill()
+    except psutil.NoSuchProcess:
+        pass
+    _gone(proc, 10.0)
     return "killed"
+
+
+def _gone(proc: psutil.Process, timeout_s: float) -> bool:
+    """Wait until a process has exited; return whether it did within ``timeout_s``.
+
+    An exited process that its parent has not collected yet (a zombie) has exited:
+    ``psutil.wait_procs`` counts it as alive when the parent is another process (the
+    one that started the stack and still runs, as a test session's other worker), and
+    each service then waited the whole timeout and was "killed" (40 s a service).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                _reap(proc.pid)  # ours to collect, when we are its parent
+                return True
+            if not proc.is_running():
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def port_holder(host: str, port: int) -> PortHolder | None:
