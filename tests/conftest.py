@@ -42,6 +42,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: The order tiers are handed to ``pytest -n`` workers (``--dist loadfile``): the long
+#: files on the stack first, the many short unit files last, so the workers finish
+#: together instead of one running the last long integration file alone.
+TIER_ORDER = ("e2e", "integration", "packaging", "chaos", "contract", "unit")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the session by tier (:data:`TIER_ORDER`); files keep their order within a tier."""
+    root = config.rootpath / "tests"
+
+    def tier(item: pytest.Item) -> int:
+        try:
+            top = item.path.relative_to(root).parts[0]
+        except ValueError:
+            return len(TIER_ORDER)
+        return TIER_ORDER.index(top) if top in TIER_ORDER else len(TIER_ORDER)
+
+    items.sort(key=tier)  # stable: a module's tests stay together and in order
+
+
 @dataclass
 class StackHandle:
     """Addresses of the services the tests talk to.
