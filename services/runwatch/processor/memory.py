@@ -22,8 +22,8 @@ import tempfile
 import weakref
 from collections import deque
 from collections.abc import Coroutine, Iterable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from faust.types import TP
 
