@@ -204,3 +204,22 @@ def test_emit_options_default_when_given_nowhere() -> None:
 
     args = build_parser().parse_args(["emit", "job-state", "--run-id", "r", "--state", "queued"])
     assert (args.timeout, args.topic_prefix) == (15.0, "")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-5", "3601", "abc"])
+@pytest.mark.parametrize("where", ["emit", "job-state", "gate"])
+def test_a_delivery_timeout_that_cannot_be_waited_is_refused(value: str, where: str,
+                                                             capsys) -> None:
+    """``--timeout nan`` waited forever with the broker away (a Slurm prolog held its job);
+    a negative one was taken as 0."""
+    from runwatch.cli import build_parser
+
+    argv = {"emit": ["emit", f"--timeout={value}", "job-state", "--run-id", "r", "--state",
+                     "queued"],
+            "job-state": ["emit", "job-state", "--run-id", "r", "--state", "queued",
+                          f"--timeout={value}"],
+            "gate": ["gate", "approve", "r", f"--timeout={value}"]}[where]
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv)
+    assert exc.value.code != 0
+    assert "argument --timeout" in capsys.readouterr().err

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from runwatch.commands import delivery_timeout
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``emit`` command.
@@ -20,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description='Publish a job state, or JSON lines from stdin ({"type": "JobEvent", ...}).',
     )
     p.add_argument("--stdin", action="store_true", help="read JSON lines from stdin")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for delivery")
+    p.add_argument("--timeout", type=delivery_timeout, default=15.0,
+                   help="seconds to wait for delivery (0 to 3600)")
     p.add_argument("--topic-prefix", default="", help="prefix added to every topic name")
     p.set_defaults(func=run_stdin)
     kinds = p.add_subparsers(dest="kind", metavar="KIND")
@@ -55,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     js.add_argument("--event-id", default=None, help="fixed event id (idempotent re-runs)")
     # given before or after ``job-state``: a sub-command's own default would replace the
     # value given before it (``emit --timeout 1 job-state`` waited 15 s), so it has none
-    js.add_argument("--timeout", type=float, default=argparse.SUPPRESS,
+    js.add_argument("--timeout", type=delivery_timeout, default=argparse.SUPPRESS,
                     help="seconds to wait for delivery (default 15)")
     js.add_argument("--topic-prefix", default=argparse.SUPPRESS,
                     help="prefix added to every topic name")

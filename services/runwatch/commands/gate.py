@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from runwatch.commands import delivery_timeout
 from runwatch.core.jsontext import json_text
 from runwatch.resources import read_config
 
@@ -332,7 +333,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         q.add_argument("run", help="the candidate run id")
         q.add_argument("--database", help="ClickHouse database (default CLICKHOUSE_DATABASE)")
         q.add_argument("--topic-prefix", default="", help="prefix added to every topic name")
-        q.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for delivery")
+        q.add_argument("--timeout", type=delivery_timeout, default=15.0,
+                       help="seconds to wait for delivery (0 to 3600)")
         q.add_argument("--at-ms", type=int, default=None,
                        help="event time of the published decision (default: now)")
         q.add_argument("--json", action="store_true", help="print the decision as JSON")
