@@ -310,3 +310,13 @@ def test_a_bad_slo_file_is_one_line_with_file_line_and_key(tmp_path: Path) -> No
     assert out.stderr.strip().splitlines()[-1] == (
         f"error: {bad}:{lineno}: spec.indicator.spec.maxLoss: bad duration '3 minutes' "
         "(use e.g. 30s, 15m, 2h, 1d)")
+
+
+@pytest.mark.parametrize("argv", [["--speed", "nan"], ["--duration", "inf"], ["--grace", "nan"],
+                                  ["--collect", "nan"], ["--grace", "-1"], ["--speed", "0"]])
+def test_simulate_refuses_numbers_it_cannot_run_with(argv: list[str], capsys) -> None:
+    """``--speed nan`` crashed with a traceback and ``--grace nan`` never ended."""
+    from runwatch import cli
+
+    assert cli.main(["simulate", "--offline", *argv]) == 2
+    assert "must be positive" in capsys.readouterr().err

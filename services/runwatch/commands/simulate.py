@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -71,10 +72,12 @@ def _run(args: argparse.Namespace) -> int:
         msg = (f"SLO scenarios ({', '.join(needs_store)}) are evaluated from what the sink "
                "stored in ClickHouse: they need Kafka, the sink and the store, not --offline")
         raise FatalError(msg)
-    if (args.nodes < 1 or args.runs < 1 or args.speed <= 0 or args.duration <= 0
-            or args.collect < 0):
+    # written so that nan fails each test (nan --speed crashed, nan --grace never ended)
+    if not (args.nodes >= 1 and args.runs >= 1 and 0 < args.speed < math.inf
+            and 0 < args.duration < math.inf and 0 <= args.grace < math.inf
+            and 0 <= args.collect < math.inf):
         print("runwatch simulate: --nodes, --runs, --speed and --duration must be positive, "
-              "--collect not negative", file=sys.stderr)
+              "--grace and --collect not negative (finite numbers)", file=sys.stderr)
         return 2
     from runwatch.core.slo.spec import SloConfigError
     from runwatch.sim.report import print_progress, run_and_score
