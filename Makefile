@@ -12,7 +12,10 @@ APT_PACKAGES := prometheus-alertmanager kcat chromium
 PYTEST_ARGS ?=
 # Test files run on this many pytest-xdist workers (each file on one worker, so a
 # module's fixtures start once); 0 runs them in this process, one after another.
+# Files are handed out in the session's order (tests/conftest.py: stack tiers first,
+# unit files last), not xdist's largest-file-first, so the workers end together.
 PYTEST_JOBS ?= 2
+XDIST := -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: deps venv jars apt up down status test unit packaging chaos lint demo bench bench-all clean
 
@@ -66,10 +69,10 @@ lint: venv
 # into a throwaway venv (pip needs the package registry or its cache).
 test: deps lint
 	$(RW) schemas check
-	$(BIN)/pytest -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 unit: venv
-	$(BIN)/pytest -n $(PYTEST_JOBS) --dist loadfile tests/unit tests/contract $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) tests/unit tests/contract $(PYTEST_ARGS)
 
 # The packaging tier alone (make test runs it with the rest): build the wheel,
 # install it base-only into a throwaway venv, run an SDK job through the local
