@@ -46,6 +46,10 @@ def test_a_fatal_error_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
         (["pager", "--check"], {"RUNWATCH_PAGER_MAX_ATTEMPTS": "many"},
          "error: bad setting: RUNWATCH_PAGER_MAX_ATTEMPTS='many': Input should be a valid "
          "integer, unable to parse string as an integer"),
+        # a port past 65535 was a traceback from bind() after the engine had started
+        (["store"], {"RUNWATCH_STORE_PORT": "70000"},
+         "error: bad setting: RUNWATCH_STORE_PORT='70000': Input should be less than or "
+         "equal to 65535"),
     ],
 )
 def test_a_bad_environment_setting_is_one_line_naming_it(
@@ -61,6 +65,15 @@ def test_a_bad_environment_setting_is_one_line_naming_it(
     err = capsys.readouterr().err
     assert err.strip() == line
     assert "hunter2" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "http"])
+def test_a_store_port_that_is_no_port_is_refused(port: str, capsys) -> None:
+    from runwatch.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["store", f"--port={port}"])
+    assert f"argument --port: {port} is not a TCP port" in capsys.readouterr().err
 
 
 def test_an_unreachable_broker_is_one_warning_naming_the_setting(tmp_path) -> None:

@@ -18,6 +18,17 @@ def _run(args: argparse.Namespace) -> int:
     return run_store(StoreSettings(**overrides))  # type: ignore[arg-type]
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:  # 70000 was a traceback from bind()
+        msg = f"{text} is not a TCP port (0 to 65535; 0: any free port)"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``store`` command.
 
@@ -35,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="listen port (default 8123; 0 = any free port)")
+    parser.add_argument("--port", type=_port, help="listen port (default 8123; 0 = any free port)")
     parser.add_argument("--path", type=Path, help="data directory (default .runwatch/clickhouse)")
     parser.add_argument(
         "--users",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runwatch.resources import ResourceError, users_file
@@ -37,7 +38,7 @@ class StoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RUNWATCH_STORE_", extra="ignore")
 
     host: str = "127.0.0.1"
-    port: int = 8123
+    port: int = Field(default=8123, ge=0, le=65535)  # 0: any free port
     path: Path = Path(".runwatch/clickhouse")
     users_file: Path | None = None
     keep_alive_timeout_s: float = 30.0
