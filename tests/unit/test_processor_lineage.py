@@ -23,6 +23,15 @@ from runwatch.processor.memory import MemoryProcessor
 WALL = int(time.time() * 1000)
 
 
+@pytest.fixture(autouse=True)
+def _wall_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's events start at the wall clock of its own start, as the processor's
+    clock (the wall clock) sees them live: taken once at import, a test that ran 20
+    minutes into the session fed its whole run at once 20 minutes late (a backfill),
+    and its rule waited for the input's horizon, which the test never ticks past."""
+    monkeypatch.setattr(f"{__name__}.WALL", int(time.time() * 1000))
+
+
 def start(t: CaptureTransport, run_id: str, at: int, *, version: str = "v1",
           lr: float = 0.1, revision: str = "abc", seed: int = 1) -> None:
     """One process of a run publishing its manifest (a first start, a retry, a resume)."""
