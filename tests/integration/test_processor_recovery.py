@@ -114,7 +114,8 @@ def test_two_workers_split_partitions_and_raise_the_same_alerts(harness: Harness
     harness.produce([e for run, evs in events.items() for e in evs[: opening[run] + 1]])
     allocs = harness.wait_messages("rw.internal.job-by-node", len(events), 40)
     assert allocs >= len(events), (allocs, harness.worker_log(0), harness.worker_log(1))
-    time.sleep(2)  # the node agents fetch them
+    lag = harness.wait_consumed("rw.internal.job-by-node", 60)  # the node agents applied them
+    assert lag == 0, (lag, harness.worker_log(0), harness.worker_log(1))
     harness.produce([e for run, evs in events.items() for e in evs[opening[run] + 1 :]])
     n = sum(1 for e in expected.values() if e.detector)
     records = harness.collect("rw.alerts", lambda r: len(summary(firing(r))) >= n, 60, settle_s=4)

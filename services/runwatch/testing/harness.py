@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runwatch.adapters.kafka import BatchConsumer, plain_producer
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from runwatch.adapters.kafka import BatchConsumer, group_config, plain_producer
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.adapters.topics import delete_topics_with_prefix, ensure_topics
 from runwatch.core.codec import load_codec
@@ -165,6 +167,36 @@ class Harness:
         finally:
             consumer.close()
         return seen
+
+    def wait_consumed(self, name: str, timeout_s: float) -> int:
+        """Wait until the workers' group has committed a topic up to its end; return the lag.
+
+        A committed offset means the worker processed the messages before it: e.g. the
+        node agents applied every allocation change on ``rw.internal.job-by-node`` before
+        a burst of backdated samples is sent (a fixed sleep was too short on a loaded
+        machine). Returns 0 once caught up, else the messages still uncommitted at the
+        deadline (a broker error while asking counts as not caught up yet).
+        """
+        topic = self.topic(name)
+        consumer = Consumer(group_config(self.kafka, self.app_id))
+        lag = -1
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+                    parts = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+                    done = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=10)}
+                    lag = sum(max(0, consumer.get_watermark_offsets(tp, timeout=10)[1]
+                                  - max(done[tp.partition], 0)) for tp in parts)
+                except (KafkaException, KeyError):
+                    lag = -1
+                if lag == 0:
+                    break
+                time.sleep(0.5)
+        finally:
+            consumer.close()
+        return lag
 
     def collect(self, name: str, until: Any, timeout_s: float, settle_s: float = 0.0) -> list[Any]:
         """Read decoded records from a topic until ``until(records)`` holds, then ``settle_s``."""
