@@ -277,6 +277,13 @@ def test_report_takes_integer_versions_and_whole_counts(tmp_path: Path) -> None:
      "schema must map column names to type names"),
     (("s3://ds", "v1", "p"), {"schema": {"x": float}}, TypeError,
      "schema type for column 'x' must be a type name"),
+    # these raised int()'s ValueError or "unhashable type: 'list'", naming nothing
+    (("s3://ds", "v1", "p"), {"now_ms": "soon"}, TypeError, "now_ms must be epoch milliseconds"),
+    (("s3://ds", "v1", "p"), {"now_ms": float("nan")}, TypeError,
+     "now_ms must be epoch milliseconds"),
+    (("s3://ds", "v1", "p"), {"label": ["y"]}, TypeError, "label must name a column"),
+    (("s3://ds", "v1", "p"), {"timestamp": {"ts": 1}}, TypeError, "timestamp must name a column"),
+    (("s3://ds", "v1", "p"), {"key": ["id"]}, TypeError, "key must name a column"),
 ])
 def test_report_misuse_raises_naming_the_argument_and_publishes_nothing(
         args, kwargs, error, match, tmp_path: Path) -> None:
@@ -285,6 +292,14 @@ def test_report_misuse_raises_naming_the_argument_and_publishes_nothing(
         report(*args, {"x": [1.0, 2.0]}, publisher=Publisher(t, kind="sdk"),
                baseline_directory=tmp_path, **kwargs)
     assert t.out == []
+
+
+def test_a_column_named_by_its_number_and_a_float_time_are_read(tmp_path: Path) -> None:
+    frame = {0: [0.5, 1.5, 2.5], 1: ["a", "b", "a"]}  # a frame read without a header
+    rec = report("s3://ds", "v1", "p", frame, label=np.int64(1), now_ms=3000.7,
+                 publisher=Publisher(ListTransport(), kind="sdk"), baseline_directory=tmp_path)
+    assert rec.label_distribution == pytest.approx({"a": 2 / 3, "b": 1 / 3})
+    assert rec.emitted_at_ms == 3000
 
 
 def test_a_label_or_timestamp_column_the_batch_lacks_is_said(tmp_path: Path, caplog) -> None:

@@ -9,6 +9,7 @@ never paging. Each case here goes through ``runwatch.init`` as a script does.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 
@@ -100,6 +101,82 @@ def test_metrics_that_are_no_mapping_raise_nothing_unless_strict(call) -> None:
     with pytest.raises(TypeError, match="a mapping of name to number"):
         call(strict)
     strict.finish()
+
+
+@pytest.mark.parametrize("bad", ["soon", float("nan"), float("inf"), [T0], {}])
+def test_a_bad_timestamp_or_duration_on_a_cold_path_call_raises_nothing(bad, caplog) -> None:
+    # int(now_ms) / float(duration_ms) raised ValueError, OverflowError or TypeError into
+    # the job (found by calling each method with bad values, as a stranger would)
+    t, clock = ListTransport(), Clock(T0)
+    run = _run(t, clock=clock)
+    with caplog.at_level(logging.WARNING):
+        run.checkpoint("s3://b/ckpt-1", step=10, duration_ms=bad)
+        run.checkpoint("s3://b/ckpt-2", step=20, now_ms=bad, started_at_ms=bad)
+        run.artifact("s3://b/model", now_ms=bad, sha256="ab" * 32)
+        run.gate("release", "pass", now_ms=bad)
+        run.job_state("running", now_ms=bad)
+        run.validation(30, {"val_loss": 1.9}, now_ms=bad)
+        run.evaluation({"acc": 0.9}, dataset="s3://eval@v1", samples=bad, step=bad, now_ms=bad)
+        c = run.finish()
+    assert "build_errors" not in c and "encode_errors" not in c
+    one, two = t.records("CheckpointEvent")
+    assert (one.step, one.duration_ms, one.started_at_ms) == (10, 0.0, T0)
+    assert (two.step, two.emitted_at_ms, two.started_at_ms) == (20, T0, T0)  # the run's clock
+    assert [a.emitted_at_ms for a in t.records("ArtifactEvent")] == [T0]
+    assert [g.emitted_at_ms for g in t.records("GateDecision")] == [T0]
+    ev = [v for v in t.records("ValidationResult") if v.kind == "evaluation"]
+    assert [(v.step, v.sample_count, v.emitted_at_ms) for v in ev] == [(0, 0, T0)]
+    assert c["dropped_wrong_type"] == 10
+    assert "dropped duration_ms" in caplog.text and "the run's clock stamps the call" in caplog.text
+    with pytest.raises(TypeError, match="duration_ms has wrong type"):
+        _run(ListTransport(), run_id="wt-strict", strict=True).checkpoint(
+            "s3://b/c", duration_ms=bad)
+
+
+def test_whole_numbers_of_another_type_on_a_cold_path_call_are_kept() -> None:
+    t, clock = ListTransport(), Clock(T0)
+    run = _run(t, clock=clock)
+    run.checkpoint("s3://b/ckpt", step=np.int64(40), duration_ms=np.float32(250.0),
+                   now_ms=float(T0 + 1000))
+    run.validation(np.int64(40), {"val_loss": 1.9}, epoch=2.0, now_ms=np.int64(T0 + 2000))
+    run.evaluation({"acc": 0.9}, dataset="s3://eval@v1", samples=np.int64(500), step=40.0)
+    run.gate("release", "fail", reasons="val_loss above 2.0")  # one reason, given as text
+    c = run.finish()
+    assert "build_errors" not in c and "encode_errors" not in c and "dropped_wrong_type" not in c
+    (ck,) = t.records("CheckpointEvent")
+    assert (ck.step, ck.duration_ms, ck.ended_at_ms, ck.started_at_ms) == (
+        40, 250.0, T0 + 1000, T0 + 750)
+    val, ev = t.records("ValidationResult")
+    assert (val.step, val.epoch, val.emitted_at_ms) == (40, 2, T0 + 2000)
+    assert (ev.step, ev.sample_count) == (40, 500)
+    assert t.records("GateDecision")[0].reasons == ("val_loss above 2.0",)
+
+
+def test_a_field_of_another_type_costs_that_field_not_the_record(tmp_path) -> None:
+    # each of these lost its whole record (counted in build_errors or encode_errors): a
+    # failed gate named None never paged, a step stamped NaN lost its NaN loss
+    t, clock = ListTransport(), Clock(T0)
+    run = _run(t, clock=clock)
+    ckpt = tmp_path / "step-10.pt"
+    ckpt.write_bytes(b"weights")
+    run.checkpoint(ckpt, step=10, expected_sha256=hashlib.sha256(b"other").digest())
+    run.checkpoint("s3://b/ckpt", step=20, expected_sha256=1234)
+    run.artifact("s3://b/model", kind=None, sha256=["ab"])
+    run.gate(None, "fail", reasons=[ValueError("val_loss 2.5 > 2.0"), None])
+    run.step(1, loss=float("nan"), now_ms=float("nan"))
+    c = run.finish()
+    assert "build_errors" not in c and "encode_errors" not in c
+    one, two = t.records("CheckpointEvent")
+    assert one.outcome == "corrupt" and one.expected_sha256 == hashlib.sha256(b"other").hexdigest()
+    assert (two.outcome, two.expected_sha256) == ("ok", None)
+    (art,) = t.records("ArtifactEvent")
+    assert (art.kind, art.sha256) == ("None", None)
+    (gate,) = t.records("GateDecision")
+    assert (gate.gate, gate.decision) == ("None", "fail")
+    assert gate.reasons == ("val_loss 2.5 > 2.0", "None")
+    (step,) = t.records("LearningStep")
+    assert math.isnan(step.loss) and step.emitted_at_ms == T0  # the run's clock
+    assert c["dropped_wrong_type"] == 5
 
 
 def test_an_unknown_status_is_taken_as_what_it_means_or_still_ends_the_run(caplog) -> None:

@@ -7,6 +7,7 @@ success, on an exception in the block, and when the SDK itself fails.
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -131,3 +132,17 @@ def test_an_explicit_start_stamps_the_event_at_its_end() -> None:
         st.duration_ms = 1_500.0
     ev = load_codec().decode(t.out[-1][2])
     assert (ev.started_at_ms, ev.emitted_at_ms, ev.duration_ms) == (T0, T0 + 1_500, 1_500.0)
+
+
+@pytest.mark.parametrize("bad", ["soon", float("nan"), [T0]])
+def test_a_start_that_is_no_time_is_said_and_the_stage_still_published(bad, caplog) -> None:
+    # int() of it raised at exit: the stage event was lost (logged as an error)
+    t = ListTransport()
+    with caplog.at_level(logging.WARNING, logger="runwatch.client.data"), data.stage(
+            "s", output="s3://o@1", publisher=Publisher(t, kind="sdk", clock=lambda: T0),
+            now_ms=bad) as st:
+        st.rows_out = 3
+    ev = load_codec().decode(t.out[-1][2])
+    assert (ev.started_at_ms, ev.rows_out, ev.outcome) == (T0, 3, "succeeded")
+    assert st.counters == {"published": 1, "errors": 1}
+    assert "is not epoch milliseconds" in caplog.text

@@ -271,6 +271,29 @@ def _name_arg(name: str, value: Any) -> str | None:
     raise TypeError(msg)
 
 
+def _epoch_ms(value: Any) -> int | None:
+    """Epoch ms given as an int, a finite float (floored) or a numpy integer; else None."""
+    if isinstance(value, float) and math.isfinite(value):
+        return math.floor(value)
+    if isinstance(value, int) and not isinstance(value, bool) or _integral(value):
+        return int(value)
+    return None
+
+
+def _column_arg(name: str, value: Any) -> str | None:
+    """A ``label``, ``timestamp`` or ``key`` argument of :func:`report`: a column name or None.
+
+    An integer names the column as :func:`to_columns` names it (a frame's column ``0`` is
+    ``"0"``); anything else is refused (a list raised ``unhashable type`` from deep inside).
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) or _integral(value):
+        return str(int(value))
+    msg = f"data.report: {name} must name a column (text), not {type(value).__name__}"
+    raise TypeError(msg)
+
+
 def _integral(value: Any) -> bool:
     """An integer of another library (numpy's int64...), not a bool."""
     return hasattr(value, "__index__") and not isinstance(value, bool | float | str)
@@ -367,10 +390,16 @@ def report(
     partition = _name_arg("partition", partition)
     run_id = _name_arg("run_id", run_id)
     rejected_samples = _count("rejected_samples", rejected_samples)
+    label, timestamp = _column_arg("label", label), _column_arg("timestamp", timestamp)
+    key = _column_arg("key", key)
     if now_ms is None:
         clock = clock or getattr(publisher, "clock", None)
         now_ms = clock() if clock is not None else int(time.time() * 1000)
-    now_ms = int(now_ms)
+    when = _epoch_ms(now_ms)
+    if when is None:
+        msg = f"data.report: now_ms must be epoch milliseconds (a number), not {now_ms!r:.80}"
+        raise TypeError(msg)
+    now_ms = when
     stats, base_name = compute_stats(
         dataset, table_or_stats, now_ms=now_ms, baseline=baseline, label=label, schema=schema,
         timestamp=timestamp, baseline_directory=baseline_directory, psi_threshold=psi_threshold,
@@ -434,7 +463,14 @@ class Stage:
         self.publisher = publisher
         self.topics = topics
         self.clock = clock or getattr(publisher, "clock", None)
-        self.started_at_ms = now_ms
+        self.counters: dict[str, int] = {"published": 0, "errors": 0}
+        if now_ms is not None and _epoch_ms(now_ms) is None:
+            # the stage event was lost at exit (int() of it raised, logged as an error)
+            self.counters["errors"] += 1
+            logger.warning("runwatch stage %s: now_ms %r is not epoch milliseconds: the clock "
+                           "stamps the stage (counted in errors)", self.name, now_ms)
+            now_ms = None
+        self.started_at_ms = None if now_ms is None else _epoch_ms(now_ms)
         self._explicit = now_ms is not None and self.clock is None
         self.baseline_directory = baseline_directory
         self.psi_threshold = psi_threshold
@@ -445,7 +481,6 @@ class Stage:
         self.stats: dq.QualityStats | None = None
         self.baseline: str | None = None
         self.record: StageEvent | None = None
-        self.counters: dict[str, int] = {"published": 0, "errors": 0}
         self._t0 = 0.0
 
     def _now(self) -> int:

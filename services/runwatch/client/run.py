@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from runwatch.adapters.publisher import Publisher
@@ -317,7 +317,8 @@ class Run(ExitHooks):
             if now_ms is None and self._clock is not None:
                 now_ms = self._clock()
             extra = (now_ms, step_ms, loader_wait_ms, effective_batch_size, worker_restarts)
-            if any(v is not None and type(v) not in _NUM for v in extra):
+            if any(v is not None and type(v) not in _NUM for v in extra) or (
+                    type(now_ms) is float and not math.isfinite(now_ms)):
                 extra = self._fix_extra(extra)
         self._q.append(
             (_STEP, step, loss, metrics, lr, grad_norm, samples, tokens, epoch, now - last, wait,
@@ -502,9 +503,9 @@ class Run(ExitHooks):
     def _fix_extra(self, extra: tuple[Any, ...]) -> tuple[Any, ...]:
         """A step's explicit times and counts; one that is not a number is left out alone."""
         now_ms, step_ms, wait_ms, ebs, restarts = extra
-        if now_ms is not None and type(now_ms) not in _NUM:
+        if now_ms is not None and (type(now_ms) not in _NUM or not math.isfinite(now_ms)):
             fixed = self._num(now_ms)
-            if fixed is None:
+            if fixed is None or not math.isfinite(fixed):  # NaN: the step failed to encode
                 self._bad("now_ms", now_ms, kept="the run's clock stamps the step")
                 fixed = self._clock() if self._clock is not None else None
             now_ms = fixed
@@ -548,10 +549,20 @@ class Run(ExitHooks):
             return
         self._q.append((kind, *item))
 
-    def _when(self, now_ms: int | None) -> int | None:
-        """Event time of a cold-path call: explicit, else the run's clock, else None."""
+    def _when(self, now_ms: Any) -> int | None:
+        """Event time of a cold-path call: explicit, else the run's clock, else None.
+
+        An explicit time that is no number (text, NaN, a list) is counted and logged as
+        a wrong type, and the run's clock stamps the call instead: a bad timestamp
+        must not raise into the job (it did, from ``int(now_ms)``).
+        """
         if now_ms is not None:
-            return int(now_ms)
+            if type(now_ms) is int:
+                return now_ms
+            fixed = _whole_number(now_ms)
+            if fixed is not None:
+                return fixed
+            self._bad("now_ms", now_ms, kept="the run's clock stamps the call")
         return self._clock() if self._clock is not None else None
 
     def now_ms(self) -> int:
@@ -584,7 +595,9 @@ class Run(ExitHooks):
         self._put(
             _REC,
             ValidationResult,
-            dict(step=step, epoch=epoch, metrics=metrics, dataset=ds, slice=slice),
+            dict(step=self._count_field("step", step, 0),
+                 epoch=self._count_field("epoch", epoch, 0), metrics=metrics, dataset=ds,
+                 slice=slice),
             self._when(now_ms),
         )
 
@@ -631,8 +644,9 @@ class Run(ExitHooks):
         self._put(
             _REC,
             ValidationResult,
-            dict(step=step, epoch=0, metrics=metrics, dataset=ds, slice=slice,
-                 kind="evaluation", sample_count=max(int(samples), 0), ci_low=lows,
+            dict(step=self._count_field("step", step, 0), epoch=0, metrics=metrics, dataset=ds,
+                 slice=slice, kind="evaluation",
+                 sample_count=max(self._count_field("samples", samples, 0), 0), ci_low=lows,
                  ci_high=highs, incumbent_run_id=incumbent),
             self._when(now_ms),
         )
@@ -660,17 +674,43 @@ class Run(ExitHooks):
             now_ms: When writing ended (UTC epoch ms); default: the run's clock.
 
         """
-        end = int(now_ms) if now_ms is not None else self.now_ms()
-        dur = float(duration_ms or 0.0)
+        end = self._when(now_ms)
+        end = end if end is not None else self.now_ms()
+        dur = 0.0
+        if duration_ms is not None:
+            number = self._num(duration_ms)
+            if number is None or not math.isfinite(number) or number < 0:
+                self._bad("duration_ms", duration_ms, kept="published as 0")
+            else:
+                dur = number
         outcome = self._choice("checkpoint outcome", outcome, _OUTCOMES, _OUTCOME_ALIASES,
                                "unknown") or "unknown"
-        start = started_at_ms if started_at_ms is not None else end - int(dur)
+        start = None if started_at_ms is None else _whole_number(started_at_ms)
+        if start is None:
+            if started_at_ms is not None:
+                self._bad("started_at_ms", started_at_ms, kept="now_ms - duration_ms is published")
+            start = end - int(dur)
+        step = self._count_field("step", step, 0)
+        expected_sha256 = self._checksum("expected_sha256", expected_sha256)
         uri = str(path_or_uri)
         self._put(
             _FN,
             self._build_checkpoint,
             (uri, step, start, end, dur, expected_sha256, outcome, file_stamp(uri)),
         )
+
+    def _checksum(self, what: str, value: Any) -> str | None:
+        """A given sha256 as text: ``hashlib``'s ``digest()`` bytes as hex; another type: None.
+
+        (A checksum of another type failed the whole record: the checkpoint or artifact
+        was lost, counted in build or encode errors.)
+        """
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, bytes | bytearray) and len(value) == 32:
+            return bytes(value).hex()
+        self._bad(what, value, kept="the checksum is left out")
+        return None
 
     def _digest(self, uri: str, stamp: tuple[int, int, int] | None) -> tuple[int, str | None]:
         """Size and sha256 of the file a call named, read on this thread later.
@@ -742,6 +782,10 @@ class Run(ExitHooks):
 
         """
         when = self._when(now_ms)
+        if not isinstance(kind, str):
+            self._bad("artifact kind", kind, kept="published as its text")
+            kind = str(kind)
+        sha256 = self._checksum("sha256", sha256)
         stamp = file_stamp(str(uri)) if sha256 is None else None
 
         def build(a: tuple[str, str, str | None, bool, str | None]) -> ArtifactEvent:
@@ -785,6 +829,18 @@ class Run(ExitHooks):
 
         """
         verdict = self._choice("gate decision", decision, _VERDICTS, _VERDICT_ALIASES, "review")
+        if not isinstance(gate, str):
+            self._bad("gate name", gate, kept="published as its text")
+            gate = str(gate)
+        if isinstance(reasons, str | bytes):
+            reasons = (reasons,)  # one reason, not its characters
+        elif not isinstance(reasons, Iterable):
+            self._bad("reasons (a list of text)", reasons)
+            reasons = ()
+        reasons = tuple(_text(r) if r is not None else "None" for r in reasons)
+        if not isinstance(slices, Iterable) or isinstance(slices, str | bytes):
+            self._bad("slices (a list of SliceResult)", slices)
+            slices = ()
         self._put(
             _REC,
             GateDecision,
