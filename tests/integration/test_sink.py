@@ -488,3 +488,23 @@ def test_records_read_again_after_a_failed_commit_are_not_stored_twice(
     rolled = client.query(f"SELECT countMerge(samples) FROM {db}.gpu_samples_1m").result_rows[0][0]
     assert rolled == want["gpu_samples"]
     assert sink.stats["reread"] > 0, sink.stats  # the re-read did happen
+
+
+def test_a_sink_stopped_during_a_store_outage_exits_cleanly(stack, sink_topics, tmp_path) -> None:
+    """SIGTERM while the sink waits for ClickHouse to read its stored offsets: exit 0.
+
+    It ended in a ClickHouseUnavailable traceback and status 1, as if it had crashed
+    (a supervisor restarting it, or an operator reading the log, took it for one).
+    """
+    log = tmp_path / "sink.log"
+    sink = SinkProc(stack.bootstrap_servers, sink_topics, "http://127.0.0.1:9", "t_outage", log)
+    sink.start()
+    try:
+        _wait(lambda: "ClickHouse unavailable during read watermarks" in log.read_text(), 60,
+              "the sink to wait for the store", step=0.5)
+    finally:
+        sink.stop()
+    text = log.read_text()
+    assert sink.proc is not None and sink.proc.returncode == 0, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert "stopped during a ClickHouse outage, before the stored offsets were read" in text

@@ -316,3 +316,23 @@ def test_an_unknown_log_level_is_a_usage_error(capsys) -> None:
     err = capsys.readouterr().err
     assert "argument --log-level: invalid choice: 'LOUD'" in err and "Traceback" not in err
     assert cli.main(["--log-level", "warning", "schemas", "list"]) == 0  # any case
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    # an empty --topics (an unset variable) consumed every default topic instead
+    (["sink", "--topics", ""], "argument --topics: give comma-separated topic names"),
+    (["sink", "--topics", "rw.learning,,rw.dlq"], "argument --topics: give comma-separated"),
+    (["sink", "--group", ""], "argument --group: must not be empty"),
+    (["sink", "--database", " "], "argument --database: must not be empty"),
+    (["sink", "--bootstrap", ""], "argument --bootstrap: must not be empty"),
+    # named the parser's helper: "invalid _positive value: 'nan'"
+    (["sink", "--batch-ms", "nan"], "argument --batch-ms: give a whole number of at least 1"),
+    (["sink", "--processes", "0"], "argument --processes: must be at least 1, got 0"),
+])
+def test_sink_arguments_that_name_nothing_are_refused(argv: list[str], line: str,
+                                                      capsys) -> None:
+    from runwatch import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2 and line in capsys.readouterr().err

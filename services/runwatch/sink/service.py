@@ -405,8 +405,17 @@ class Sink:
         """Run until ``stop`` is set; flush and close on the way out."""
         logger.info("sink consuming %s into %s", ",".join(self.settings.topic_list()), self.db)
         try:
-            while not self.stop.is_set():
-                self.run_once()
+            try:
+                while not self.stop.is_set():
+                    self.run_once()
+            except ch.ClickHouseUnavailable:
+                if not self.stop.is_set():
+                    raise
+                # stopped while waiting for the store to read its high-water marks: nothing
+                # was handed over since, the next start reads them (it ended in a traceback)
+                logger.warning("stopped during a ClickHouse outage, before the stored offsets "
+                               "were read: nothing new was written or committed")
+                return
             self._hand_over()
             self.writer.wait_idle()
             if isinstance(self.writer.error, WriterStopped):
