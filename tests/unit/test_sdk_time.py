@@ -46,7 +46,9 @@ def test_explicit_loader_wait_overrides_measured_and_resets_it() -> None:
     assert b.loader_wait_ms < 42.0  # the measured wait was consumed by step 1
 
 
-@pytest.mark.parametrize("start", [1_000_000, 1_800_000_000_000])
+# (a clock in 1970, as 1_000_000 was here, is epoch seconds taken for ms: init refuses it,
+# test_sdk_wrong_types.py; 2001-01-01 is a replay's old clock)
+@pytest.mark.parametrize("start", [978_307_200_000, 1_800_000_000_000])
 def test_clock_stamps_every_record(start: int, tmp_path: Path) -> None:
     clock = Clock(start)
     run, t = make_run(clock=clock)
@@ -86,15 +88,16 @@ def test_clock_stamps_every_record(start: int, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("call", ["validation", "gate", "job_state", "artifact"])
 def test_explicit_now_ms_wins_over_clock(call: str) -> None:
-    run, t = make_run(clock=Clock(5_000))
+    t0 = 1_800_000_000_000
+    run, t = make_run(clock=Clock(t0 + 5_000))
     args = {"validation": ((1, {"a": 1.0}), {}), "gate": (("g", "fail"), {}),
             "job_state": (("preempted",), {}), "artifact": (("s3://x",), {"sha256": "00" * 32})}
     a, kw = args[call]
-    getattr(run, call)(*a, now_ms=123_456, **kw)
-    run.finish(now_ms=200_000)
+    getattr(run, call)(*a, now_ms=t0 + 123_456, **kw)
+    run.finish(now_ms=t0 + 200_000)
     stamps = sorted(r.emitted_at_ms for r in t.records())
-    assert 123_456 in stamps and stamps[-1] == 200_000
-    assert stamps[0] == 5_000  # manifest at the clock's start
+    assert t0 + 123_456 in stamps and stamps[-1] == t0 + 200_000
+    assert stamps[0] == t0 + 5_000  # manifest at the clock's start
 
 
 def test_lineage_overrides_manifest_fields() -> None:

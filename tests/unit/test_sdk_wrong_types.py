@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import re
+import time
 
 import numpy as np
 import pytest
@@ -267,3 +269,43 @@ def test_a_publisher_refuses_an_override_it_would_ignore() -> None:
     with pytest.raises(ValueError, match="unknown key 'exec.node'"):
         Publisher(CaptureTransport(), kind="agent", topics={"exec.node": "staging.node"})
     Publisher(CaptureTransport(), kind="agent", topics={"rw.exec.node": "staging.node"})
+
+
+@pytest.mark.parametrize(("clock", "said"), [
+    (lambda: T0 / 1000, "epoch seconds? give milliseconds"),  # clock=time.time
+    (lambda: T0 * 1_000_000, "micro- or nanoseconds? give milliseconds"),  # clock=time.time_ns
+    (lambda: "now", "not epoch milliseconds"),
+    (lambda: 1 / 0, "clock() raised ZeroDivisionError"),
+])
+def test_a_clock_that_gives_no_epoch_milliseconds_is_not_used(clock, said, caplog) -> None:
+    """``clock=time.time`` stamped every record in January 1970: the processor refused the
+    whole run as absurd times, and the job was told nothing (a clock that raised turned
+    telemetry off for the process)."""
+    t = ListTransport()
+    with caplog.at_level(logging.ERROR):
+        run = _run(t, clock=clock)
+        run.step(1, loss=1.0)
+        c = run.finish()
+    assert c["clock_ignored"] == 1 and said in caplog.text
+    before = int(time.time() * 1000) - 60_000
+    stamps = [r.emitted_at_ms for r in t.records()]
+    assert len(stamps) == 5 and all(s > before for s in stamps), stamps  # the wall clock
+    with pytest.raises(ValueError, match=re.escape(said)):
+        runwatch.init("f", run_id="s", transport=ListTransport(), install_hooks=False,
+                      capture_lineage=False, clock=clock, strict=True)
+
+
+def test_a_topics_list_or_a_queue_bound_of_zero_do_not_silence_the_run(caplog) -> None:
+    """``topics=["rw.learning"]`` made init fail (telemetry off for the process);
+    ``queue_max=0`` dropped every step."""
+    t = ListTransport()
+    with caplog.at_level(logging.ERROR):
+        run = _run(t, topics=["rw.learning"], queue_max=0)
+        run.step(1, loss=1.0)
+        c = run.finish()
+    assert c["topics_ignored"] == 1 and c["dropped_wrong_type"] == 1
+    assert "dropped_queue_full" not in c
+    assert [type(r).__name__ for r in t.records()] == [
+        "RunManifest", "JobEvent", "LearningStep", "StepTiming", "JobEvent"]
+    assert {topic for topic, _, _ in t.out} >= {"rw.learning", "rw.exec.job"}
+    assert "topics= must map a topic's name" in caplog.text

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import secrets
 import time
@@ -159,6 +160,15 @@ def _topic_overrides(topics: Mapping[str, str] | None,
     """
     if not topics:
         return topics, 0
+    if not isinstance(topics, Mapping):  # a list of names: the whole run failed to start
+        problem = (f"topics= must map a topic's name to the topic to write instead (e.g. "
+                   f"{{'rw.learning': 'staging.learning'}}), not {type(topics).__name__}")
+        if strict:
+            msg = f"runwatch.init: {problem}"
+            raise TypeError(msg)
+        logger.error("runwatch.init: %s. Ignored (counted in run.counters['topics_ignored']): "
+                     "the records go to their default topics", problem)
+        return None, 1
     from runwatch.adapters.publisher import topic_names
     from runwatch.core.topics import unknown_overrides
 
@@ -173,6 +183,46 @@ def _topic_overrides(topics: Mapping[str, str] | None,
     logger.error("runwatch.init: %s. Ignored (counted in run.counters['topics_ignored']): the "
                  "records go to their default topics", problem)
     return kept, len(topics) - len(kept)
+
+
+def _checked_clock(clock: Callable[[], Any] | None,
+                   strict: bool) -> tuple[Callable[[], Any] | None, int]:
+    """Return ``clock=`` when it gives plausible epoch milliseconds, else None and 1.
+
+    ``clock=time.time`` (seconds) stamped every record in January 1970: the processor
+    refused them all as absurd times, and nothing told the job. A clock that gives no
+    number, raises, or is far off (seconds, micro- or nanoseconds) is not used: the
+    wall clock stamps the run's records, and an error says why (``strict``: ValueError).
+    """
+    if clock is None:
+        return None, 0
+    from runwatch.core.stream.eventtime import MAX_AHEAD_MS, MIN_EVENT_MS
+
+    problem: str | None
+    try:
+        value = clock()
+        ms = float(value) if not isinstance(value, bool | str | bytes) else math.nan
+    except Exception as exc:  # the job's own function
+        problem = f"clock() raised {type(exc).__name__}: {exc}"
+    else:
+        if not math.isfinite(ms):
+            problem = f"clock() returned {value!r:.60}, not epoch milliseconds"
+        elif ms < MIN_EVENT_MS:
+            problem = (f"clock() returned {value!r}, before 2000-01-01 read as epoch "
+                       "milliseconds (epoch seconds? give milliseconds)")
+        elif ms > time.time() * 1000 + MAX_AHEAD_MS:
+            problem = (f"clock() returned {value!r}, more than a year ahead read as epoch "
+                       "milliseconds (micro- or nanoseconds? give milliseconds)")
+        else:
+            problem = None
+    if problem is None:
+        return clock, 0
+    if strict:
+        msg = f"runwatch.init: {problem}"
+        raise ValueError(msg)
+    logger.error("runwatch.init: %s. The clock is not used: the wall clock stamps the run's "
+                 "records (counted in run.counters['clock_ignored'])", problem)
+    return None, 1
 
 
 def init(
@@ -273,6 +323,7 @@ def init(
         if attempt is None:
             attempt = attempt_from_env(os.environ)
         topics, ignored = _topic_overrides(topics, strict)
+        clock, clock_ignored = _checked_clock(clock, strict)
         publisher = Publisher(transport, kind="sdk", topics=topics, clock=clock)
         _check_schemas(publisher.codec)
         run = Run(
@@ -297,6 +348,8 @@ def init(
         )
         if ignored:
             run.counters["topics_ignored"] += ignored
+        if clock_ignored:
+            run.counters["clock_ignored"] += clock_ignored
         return run
     except Exception as exc:
         if own_transport is not None:  # nothing was published: stop its thread

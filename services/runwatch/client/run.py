@@ -140,7 +140,10 @@ class Run(ExitHooks):
         self.finished = False
         self._orphans = list(orphans)  # transports replaying spools of exited jobs
         self._q: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._qmax = queue_max
+        self._qmax = self._whole("queue_max", queue_max, 100_000)
+        if self._qmax < 1:  # 0 or less dropped every step
+            self._bad("queue_max (at least 1)", queue_max, kept="100,000 is used")
+            self._qmax = 100_000
         self.forked = False  # True in a process forked from the one that started the run
         self._full_logged = 0  # dropped_queue_full when it was last logged
         self._full_logged_at = 0.0
