@@ -281,6 +281,10 @@ def test_report_takes_integer_versions_and_whole_counts(tmp_path: Path) -> None:
     (("s3://ds", "v1", "p"), {"now_ms": "soon"}, TypeError, "now_ms must be epoch milliseconds"),
     (("s3://ds", "v1", "p"), {"now_ms": float("nan")}, TypeError,
      "now_ms must be epoch milliseconds"),
+    (("s3://ds", "v1", "p"), {"clock": lambda: 1.8e9}, ValueError,  # clock=time.time
+     r"not plausible epoch milliseconds \(epoch seconds\? give milliseconds\)"),
+    (("s3://ds", "v1", "p"), {"now_ms": 1_800_000_000_000_000}, ValueError,  # microseconds
+     r"\(micro- or nanoseconds\? give milliseconds\)"),
     (("s3://ds", "v1", "p"), {"label": ["y"]}, TypeError, "label must name a column"),
     (("s3://ds", "v1", "p"), {"timestamp": {"ts": 1}}, TypeError, "timestamp must name a column"),
     (("s3://ds", "v1", "p"), {"key": ["id"]}, TypeError, "key must name a column"),
@@ -296,20 +300,20 @@ def test_report_misuse_raises_naming_the_argument_and_publishes_nothing(
 
 def test_a_column_named_by_its_number_and_a_float_time_are_read(tmp_path: Path) -> None:
     frame = {0: [0.5, 1.5, 2.5], 1: ["a", "b", "a"]}  # a frame read without a header
-    rec = report("s3://ds", "v1", "p", frame, label=np.int64(1), now_ms=3000.7,
+    rec = report("s3://ds", "v1", "p", frame, label=np.int64(1), now_ms=1_800_000_003_000.7,
                  publisher=Publisher(ListTransport(), kind="sdk"), baseline_directory=tmp_path)
     assert rec.label_distribution == pytest.approx({"a": 2 / 3, "b": 1 / 3})
-    assert rec.emitted_at_ms == 3000
+    assert rec.emitted_at_ms == 1_800_000_003_000
 
 
 def test_a_label_or_timestamp_column_the_batch_lacks_is_said(tmp_path: Path, caplog) -> None:
     """A mistyped ``label=`` or ``timestamp=`` left label balance and freshness out without
     a word (a missing ``key=`` column was logged)."""
-    cols = {"is_clicked": [True, False], "event_time": [1000, 2000]}
+    cols = {"is_clicked": [True, False], "event_time": [1_800_000_001_000, 1_800_000_002_000]}
     with caplog.at_level(logging.WARNING, logger="runwatch.client.data"):
         rec = report("s3://ds", "v1", "p", cols, label="clicked", timestamp="event_ms",
                      publisher=Publisher(ListTransport(), kind="sdk"),
-                     baseline_directory=tmp_path, now_ms=3000)
+                     baseline_directory=tmp_path, now_ms=1_800_000_003_000)
     assert rec.label_distribution == {} and rec.freshness_lag_ms is None
     said = [r.getMessage() for r in caplog.records]
     assert sum("no label column 'clicked'" in m for m in said) == 1, said
@@ -317,5 +321,5 @@ def test_a_label_or_timestamp_column_the_batch_lacks_is_said(tmp_path: Path, cap
     caplog.clear()
     report("s3://ds", "v1", "p", cols, label="is_clicked", timestamp="event_time",
            publisher=Publisher(ListTransport(), kind="sdk"), baseline_directory=tmp_path,
-           now_ms=3000)
+           now_ms=1_800_000_003_000)
     assert not [r for r in caplog.records if "column" in r.getMessage()]
