@@ -1082,6 +1082,32 @@ def _place_group(conf: dict[str, Any], topic: str, since_ms: int,
         consumer.close()
 
 
+def group_lag(kafka: KafkaSettings, group_id: str, topic: str, timeout: float = 10.0) -> int:
+    """Return the messages of ``topic`` past ``group_id``'s committed offsets (its lag).
+
+    A partition the group never committed counts from the start of the log.
+
+    Raises:
+        KafkaException: The broker did not answer, or the topic does not exist.
+
+    """
+    consumer = Consumer(group_config(kafka, group_id))
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise KafkaException(meta.error if meta is not None else KafkaError(
+                KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
+        parts = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        lag = 0
+        for tp in _checked(consumer.committed(parts, timeout=timeout)):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition),
+                                                       timeout=timeout)
+            lag += max(0, high - (tp.offset if tp.offset >= 0 else low))
+        return lag
+    finally:
+        consumer.close()
+
+
 def _checked(parts: list[TopicPartition]) -> list[TopicPartition]:
     """Return ``parts``; raise the first per-partition error among them."""
     for tp in parts:
@@ -1110,6 +1136,8 @@ def plain_producer(kafka: KafkaSettings, **extra: Any) -> Producer:
 __all__ = [
     "BatchConsumer",
     "adopt_orphans",
+    "group_lag",
+    "KafkaException",
     "KafkaTransport",
     "Message",
     "ProducerSettings",

@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-from runwatch.adapters.kafka import BatchConsumer, group_config, plain_producer
+from runwatch.adapters.kafka import BatchConsumer, KafkaException, group_lag, plain_producer
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.adapters.topics import delete_topics_with_prefix, ensure_topics
 from runwatch.core.codec import load_codec
@@ -175,27 +173,18 @@ class Harness:
         node agents applied every allocation change on ``rw.internal.job-by-node`` before
         a burst of backdated samples is sent (a fixed sleep was too short on a loaded
         machine). Returns 0 once caught up, else the messages still uncommitted at the
-        deadline (a broker error while asking counts as not caught up yet).
+        deadline (-1: the broker did not answer).
         """
-        topic = self.topic(name)
-        consumer = Consumer(group_config(self.kafka, self.app_id))
         lag = -1
         deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                try:
-                    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-                    parts = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
-                    done = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=10)}
-                    lag = sum(max(0, consumer.get_watermark_offsets(tp, timeout=10)[1]
-                                  - max(done[tp.partition], 0)) for tp in parts)
-                except (KafkaException, KeyError):
-                    lag = -1
-                if lag == 0:
-                    break
-                time.sleep(0.5)
-        finally:
-            consumer.close()
+        while time.monotonic() < deadline:
+            try:
+                lag = group_lag(self.kafka, self.app_id, self.topic(name))
+            except KafkaException:
+                lag = -1
+            if lag == 0:
+                break
+            time.sleep(0.5)
         return lag
 
     def collect(self, name: str, until: Any, timeout_s: float, settle_s: float = 0.0) -> list[Any]:
