@@ -115,6 +115,73 @@ def test_a_loader_that_slows_step_by_step_pages() -> None:
     assert "watch:loader_share" in pages(loader(creep=True))
 
 
+def cold_loader(cold: int, creep: bool = False, resume_at: int | None = None,
+                slow_for: int | None = None) -> Callable[[Any, Clock], None]:
+    """A loader that starts cold: its first ``cold`` batches wait 3 s on a 1 s step (a
+    streaming dataset's cache filling). ``creep``: from step 700 the wait grows by 1 ms a
+    step. ``resume_at``: the job is requeued there (a node lost) and resumes 500 steps back
+    from its checkpoint five minutes later, its loader cold again for ``slow_for`` batches
+    (default ``cold``)."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(11)
+        t, again = T0, (slow_for if slow_for is not None else cold)
+
+        def step(i: int, slow: bool) -> None:
+            nonlocal t
+            wait = 3000.0 if slow else 20.0 + 10 * rng.random()
+            if creep and i > 700:
+                wait += float(i - 700)
+            t += int(1000 + wait)
+            clock.t = t
+            run.step(i, loss=2.0 * math.exp(-i / 800) + 1 + rng.gauss(0, 0.01), lr=1e-3,
+                     samples=64, step_ms=1000.0 + wait, loader_wait_ms=wait)
+
+        for i in range(resume_at or 2500):
+            step(i, i < cold)
+        if resume_at is not None:
+            clock.t = t = t + 1000
+            run.job_state("retrying", "node lost", attempt=2)
+            clock.t = t = t + 300_000
+            run.job_state("running", attempt=2)
+            for j, i in enumerate(range(resume_at - 500, resume_at + 1000)):
+                step(i, j < again)
+    return script
+
+
+@pytest.mark.parametrize("cold", [0, 20, 30])
+def test_a_loader_creep_pages_whether_or_not_the_loader_started_cold(cold: int) -> None:
+    # a cold start that filled the 20-step warm-up froze the baseline at a 75 % share,
+    # and the creep this watch is for never paged (loader_share settles, as grad_norm)
+    assert "watch:loader_share" in pages(cold_loader(cold, creep=True))
+    assert pages(cold_loader(cold)) == []
+
+
+def test_a_throughput_fall_pages_after_a_cold_start() -> None:
+    # the same frozen baseline, at a quarter of the run's speed, hid a fall to half of it
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(12)
+        t = T0
+        for i in range(2000):
+            wait = 3000.0 if i < 30 else 20.0 + 10 * rng.random()
+            compute = 1000.0 if i < 1000 else 2000.0  # a GPU throttled from step 1000 on
+            t += int(compute + wait)
+            clock.t = t
+            run.step(i, loss=1.5 + rng.gauss(0, 0.01), lr=1e-3, samples=64,
+                     step_ms=compute + wait, loader_wait_ms=wait)
+    assert "watch:throughput" in pages(script)
+
+
+@pytest.mark.parametrize("cold", [3, 10, 19])
+def test_a_requeued_runs_cold_loader_does_not_page(cold: int) -> None:
+    # the restarted process's first batches are its warm-up, as the run's first were;
+    # 10 slow batches after a requeue paged the loader share
+    assert pages(cold_loader(3, resume_at=1500, slow_for=cold)) == []
+
+
+def test_a_loader_still_slow_long_after_a_requeue_pages() -> None:
+    assert "watch:loader_share" in pages(cold_loader(3, resume_at=1500, slow_for=200))
+
+
 def overflows(at: set[int]) -> Callable[[Any, Clock], None]:
     """fp16 with a dynamic loss scaler: the steps in ``at`` overflow (an infinite gradient
     norm, a finite loss: the scaler skips the step and halves its scale)."""

@@ -33,15 +33,18 @@ Baseline = dict[str, list[float]]
 def default_specs() -> dict[str, WatchSpec]:
     """Return the watch spec of every watched indicator."""
     return {
+        # settles: a cold start (a streaming dataset's cache filling, the first epoch read
+        # from remote storage) can fill the whole warm-up; frozen there, the baseline hid
+        # a later creep of the loader (test_controls_sdk.py)
         "loader_share": WatchSpec("up", warmup=20, alpha=0.1, k=4.0, min_effect=0.1, persist=5,
-                                  trend=True, adwin=True),
+                                  trend=True, adwin=True, settles=True),
         "checkpoint_share": WatchSpec("up", warmup=5, alpha=0.3, k=4.0, min_effect=0.1,
                                       persist=3, trend=True),
         "throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2, persist=5,
-                                adwin=True),
+                                adwin=True, settles=True),
         # a step's tokens per second, where its StepTiming counts them (instead of samples)
         "token_throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2,
-                                      persist=5, adwin=True),
+                                      persist=5, adwin=True, settles=True),
         "effective_batch_size": WatchSpec("down", warmup=10, alpha=0.5, k=3.0, rel_effect=0.1,
                                           persist=2),
         "gpu_utilization": WatchSpec("down", warmup=5, alpha=0.3, k=4.0, min_effect=0.2,

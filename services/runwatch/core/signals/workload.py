@@ -84,9 +84,11 @@ class WatchSpec:
         persist: Consecutive out-of-bound evaluations before firing.
         trend: Also run a trend detector (slow creep) on the indicator.
         adwin: Also run ADWIN (drift of the mean) on the indicator.
-        settles: The run's first values sit well above where it settles (an ``up``
-            indicator): a level below :data:`SETTLED` of the baseline for ``warmup``
-            values in a row learns the baseline again (:meth:`Watch.update`).
+        settles: The run's first values may sit well on the bad side of where it
+            settles: a level on the good side past :data:`SETTLED` of the baseline
+            (below it for an ``up`` indicator, above ``1 / SETTLED`` of it for a
+            ``down`` one) for ``warmup`` values in a row learns the baseline again
+            (:meth:`Watch.update`).
 
     """
 
@@ -104,7 +106,7 @@ class WatchSpec:
 
 SETTLED = 0.8
 """A watch that ``settles`` learns its baseline again once its level held below this share
-of it for ``warmup`` values: a pre-training run's gradient norms fall from about 8 (fresh
+of it (an ``up`` watch; a ``down`` one: above its inverse) for ``warmup`` values: a pre-training run's gradient norms fall from about 8 (fresh
 weights) to 0.3 over its first thousand steps, and a baseline frozen on the first 30 set
 the bound of a ten-fold explosion at 80: a later rise to 10 never paged. Learnt again each
 time the level sits a fifth under it, the baseline ends at most a quarter above where the
@@ -196,7 +198,9 @@ class Watch:
         self.streak = self.streak + 1 if out else 0
         score = min(max(gap / (2 * bound), 0.0), 1.0) if bound > 0 else float(gap > 0)
         if spec.settles:
-            self.low = self.low + 1 if self.level < SETTLED * self.base.mean else 0
+            better = (self.level < SETTLED * self.base.mean if sign > 0
+                      else self.level * SETTLED > self.base.mean)
+            self.low = self.low + 1 if better else 0
             if self.low >= spec.warmup:  # settled well below: learn where it is now
                 # a seeded watch too: its family's mean holds the high norms every run
                 # starts with, and a 15-fold explosion in a family's second run, its

@@ -311,18 +311,14 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
     s.last_step = max(s.last_step, e.step)
     out += stepped(s, at, now, cfg, bl)
     out += _stall_over(s, cfg, now, at)
-    out += observe(s, cfg, "loader_share", ind.loader_share(e.loader_wait_ms, e.step_ms), at, now,
-                   bl, f"loader_wait {e.loader_wait_ms:.0f} ms of step {e.step_ms:.0f} ms")
-    # a step that counts its tokens is judged by them: samples a step may halve by design
-    # (a curriculum doubling the sequence length), and a job that counts tokens alone
-    # reports no samples, whose throughput of 0 could never fall
-    name, done = ("token_throughput", e.tokens) if e.tokens else ("throughput", e.samples)
-    size = s.signals.get(f"{name}_size")
-    if size is None and done:  # the run's step size (2 significant digits), from its first
-        size = s.signals[f"{name}_size"] = f"{float(f'{done:.2g}'):g}"
-    out += observe(s, cfg, name, ind.throughput(done, e.step_ms), at, now, bl,
-                   cause=lambda: throughput_cause(s, at, cfg),
-                   baseline_key=f"{name}@{size}")
+    cold = int(s.signals.get("cold_steps", 0))
+    if cold:  # a restarted process's first steps are not judged for speed (see ``_job``)
+        if cold > 1:
+            s.signals["cold_steps"] = cold - 1
+        else:
+            s.signals.pop("cold_steps")
+    else:
+        out += _speed(s, cfg, e, at, now, bl)
     if e.effective_batch_size is not None:
         out += observe(s, cfg, "effective_batch_size", float(e.effective_batch_size), at, now,
                        bl)
@@ -330,6 +326,23 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
         s.worker_restarts = e.worker_restarts
         out += _restart_evidence(s, cfg, float(e.worker_restarts), at, now, "worker_restarts")
     return out + hst_evidence(s, cfg, at, now)
+
+
+def _speed(s: RunState, cfg: RunConfig, e: StepTiming, at: int, now: int,
+           bl: Baseline | None) -> list[Output]:
+    """Feed a step's loader share and throughput to their watches."""
+    out = observe(s, cfg, "loader_share", ind.loader_share(e.loader_wait_ms, e.step_ms), at, now,
+                  bl, f"loader_wait {e.loader_wait_ms:.0f} ms of step {e.step_ms:.0f} ms")
+    # a step that counts its tokens is judged by them: samples a step may halve by design
+    # (a curriculum doubling the sequence length), and a job that counts tokens alone
+    # reports no samples, whose throughput of 0 could never fall
+    name, done = ("token_throughput", e.tokens) if e.tokens else ("throughput", e.samples)
+    size = s.signals.get(f"{name}_size")
+    if size is None and done:  # the run's step size (2 significant digits), from its first
+        size = s.signals[f"{name}_size"] = f"{float(f'{done:.2g}'):g}"
+    return out + observe(s, cfg, name, ind.throughput(done, e.step_ms), at, now, bl,
+                         cause=lambda: throughput_cause(s, at, cfg),
+                         baseline_key=f"{name}@{size}")
 
 
 def _stall_over(s: RunState, cfg: RunConfig, now: int, at: int) -> list[Output]:
@@ -688,6 +701,9 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # after an OOM kill: its SDK's ``running`` comes after steps were seen)
         if s.last_step_at_ms:  # it stepped before: a load that never ends is a hang
             s.signals["restarted_at"] = at
+            # its loader starts cold, as the run's did: its first steps are the warm-up
+            # the run's first were (a requeued run's 10 slow batches paged the loader)
+            s.signals["cold_steps"] = cfg.specs["loader_share"].warmup
             if (e.source.kind == "sdk" and e.attempt <= s.attempt
                     and s.job_state not in NOT_RUNNING | ENDED):
                 # a process that started again with nothing else said (a Kubernetes
