@@ -150,6 +150,18 @@ def attempt_from_env(env: Mapping[str, str]) -> int:
     return 0
 
 
+_TOPICS_IGNORED = ("Ignored (counted in run.counters['topics_ignored']): the records go to "
+                   "their default topics")
+
+
+def _refused(problem: str, strict: bool, error: type[Exception], instead: str) -> None:
+    """Raise ``error`` naming ``problem`` (``strict``), else log it with what is done instead."""
+    if strict:
+        msg = f"runwatch.init: {problem}"
+        raise error(msg)
+    logger.error("runwatch.init: %s. %s", problem, instead)
+
+
 def _topic_overrides(topics: Mapping[str, str] | None,
                      strict: bool) -> tuple[Mapping[str, str] | None, int]:
     """Return ``topics=`` without the keys that name no topic of the map, and their count.
@@ -163,11 +175,7 @@ def _topic_overrides(topics: Mapping[str, str] | None,
     if not isinstance(topics, Mapping):  # a list of names: the whole run failed to start
         problem = (f"topics= must map a topic's name to the topic to write instead (e.g. "
                    f"{{'rw.learning': 'staging.learning'}}), not {type(topics).__name__}")
-        if strict:
-            msg = f"runwatch.init: {problem}"
-            raise TypeError(msg)
-        logger.error("runwatch.init: %s. Ignored (counted in run.counters['topics_ignored']): "
-                     "the records go to their default topics", problem)
+        _refused(problem, strict, TypeError, _TOPICS_IGNORED)
         return None, 1
     from runwatch.adapters.publisher import topic_names
     from runwatch.core.topics import unknown_overrides
@@ -176,12 +184,8 @@ def _topic_overrides(topics: Mapping[str, str] | None,
     problem = unknown_overrides(topics, written)
     if problem is None:
         return topics, 0
-    if strict:
-        msg = f"runwatch.init: {problem}"
-        raise ValueError(msg)
+    _refused(problem, strict, ValueError, _TOPICS_IGNORED)
     kept = {k: v for k, v in topics.items() if k in written}
-    logger.error("runwatch.init: %s. Ignored (counted in run.counters['topics_ignored']): the "
-                 "records go to their default topics", problem)
     return kept, len(topics) - len(kept)
 
 
@@ -217,11 +221,8 @@ def _checked_clock(clock: Callable[[], Any] | None,
             problem = None
     if problem is None:
         return clock, 0
-    if strict:
-        msg = f"runwatch.init: {problem}"
-        raise ValueError(msg)
-    logger.error("runwatch.init: %s. The clock is not used: the wall clock stamps the run's "
-                 "records (counted in run.counters['clock_ignored'])", problem)
+    _refused(problem, strict, ValueError, "The clock is not used: the wall clock stamps the "
+             "run's records (counted in run.counters['clock_ignored'])")
     return None, 1
 
 

@@ -106,8 +106,9 @@ class WatchSpec:
 
 SETTLED = 0.8
 """A watch that ``settles`` learns its baseline again once its level held below this share
-of it (an ``up`` watch; a ``down`` one: above its inverse) for ``warmup`` values: a pre-training run's gradient norms fall from about 8 (fresh
-weights) to 0.3 over its first thousand steps, and a baseline frozen on the first 30 set
+of it (an ``up`` watch; a ``down`` one: above its inverse) for ``warmup`` values: a
+pre-training run's gradient norms fall from about 8 (fresh weights) to 0.3 over its first
+thousand steps, and a baseline frozen on the first 30 set
 the bound of a ten-fold explosion at 80: a later rise to 10 never paged. Learnt again each
 time the level sits a fifth under it, the baseline ends at most a quarter above where the
 norms settle, so the ten-fold bound means at most 12.5-fold there (learnt again at half,
