@@ -785,7 +785,7 @@ class Run(ExitHooks):
 
         """
         when = self._when(now_ms)
-        if not isinstance(kind, str):
+        if not isinstance(kind, str | bytes):  # bytes: repaired as text by the publisher
             self._bad("artifact kind", kind, kept="published as its text")
             kind = str(kind)
         sha256 = self._checksum("sha256", sha256)
@@ -832,7 +832,7 @@ class Run(ExitHooks):
 
         """
         verdict = self._choice("gate decision", decision, _VERDICTS, _VERDICT_ALIASES, "review")
-        if not isinstance(gate, str):
+        if not isinstance(gate, str | bytes):  # bytes: repaired as text by the publisher
             self._bad("gate name", gate, kept="published as its text")
             gate = str(gate)
         if isinstance(reasons, str | bytes):
