@@ -258,17 +258,20 @@ def _dataset(dataset: Any) -> str:
     return dataset
 
 
-def _name_arg(name: str, value: Any) -> str | None:
+def _name_arg(name: str, value: Any, must: str = "be text or an integer") -> str | None:
     """A version, partition or run id of :func:`report`: text, None, or an integer as text.
 
     ``data.report(uri, 3, 7, df)`` could not be encoded: the report was lost at publish
     with one ERROR line, and the runs reading the dataset paged its report missing.
+    A ``label``, ``timestamp`` or ``key`` column is named the same way (``must``: what the
+    error says it must do): an integer names the column as :func:`to_columns` names it (a
+    frame's column ``0`` is ``"0"``); a list raised ``unhashable type`` from deep inside.
     """
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, int) and not isinstance(value, bool) or _integral(value):
+    if _integral(value):
         return str(int(value))
-    msg = f"data.report: {name} must be text or an integer, not {type(value).__name__}"
+    msg = f"data.report: {name} must {must}, not {type(value).__name__}"
     raise TypeError(msg)
 
 
@@ -276,27 +279,11 @@ def _epoch_ms(value: Any) -> int | None:
     """Epoch ms given as an int, a finite float (floored) or a numpy integer; else None."""
     if isinstance(value, float) and math.isfinite(value):
         return math.floor(value)
-    if isinstance(value, int) and not isinstance(value, bool) or _integral(value):
-        return int(value)
-    return None
-
-
-def _column_arg(name: str, value: Any) -> str | None:
-    """A ``label``, ``timestamp`` or ``key`` argument of :func:`report`: a column name or None.
-
-    An integer names the column as :func:`to_columns` names it (a frame's column ``0`` is
-    ``"0"``); anything else is refused (a list raised ``unhashable type`` from deep inside).
-    """
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) or _integral(value):
-        return str(int(value))
-    msg = f"data.report: {name} must name a column (text), not {type(value).__name__}"
-    raise TypeError(msg)
+    return int(value) if _integral(value) else None
 
 
 def _integral(value: Any) -> bool:
-    """An integer of another library (numpy's int64...), not a bool."""
+    """An integer (Python's, or another library's: numpy's int64...), not a bool."""
     return hasattr(value, "__index__") and not isinstance(value, bool | float | str)
 
 
@@ -391,8 +378,9 @@ def report(
     partition = _name_arg("partition", partition)
     run_id = _name_arg("run_id", run_id)
     rejected_samples = _count("rejected_samples", rejected_samples)
-    label, timestamp = _column_arg("label", label), _column_arg("timestamp", timestamp)
-    key = _column_arg("key", key)
+    column = "name a column (text)"
+    label, timestamp = _name_arg("label", label, column), _name_arg("timestamp", timestamp, column)
+    key = _name_arg("key", key, column)
     if now_ms is None:
         clock = clock or getattr(publisher, "clock", None)
         now_ms = clock() if clock is not None else int(time.time() * 1000)
