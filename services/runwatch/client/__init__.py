@@ -200,7 +200,7 @@ def _checked_clock(clock: Callable[[], Any] | None,
     """
     if clock is None:
         return None, 0
-    from runwatch.core.stream.eventtime import MAX_AHEAD_MS, MIN_EVENT_MS
+    from runwatch.core.stream.eventtime import unit_mixup
 
     problem: str | None
     try:
@@ -209,14 +209,12 @@ def _checked_clock(clock: Callable[[], Any] | None,
     except Exception as exc:  # the job's own function
         problem = f"clock() raised {type(exc).__name__}: {exc}"
     else:
+        mixup = unit_mixup(ms, time.time() * 1000) if math.isfinite(ms) else None
         if not math.isfinite(ms):
             problem = f"clock() returned {value!r:.60}, not epoch milliseconds"
-        elif ms < MIN_EVENT_MS:
-            problem = (f"clock() returned {value!r}, before 2000-01-01 read as epoch "
-                       "milliseconds (epoch seconds? give milliseconds)")
-        elif ms > time.time() * 1000 + MAX_AHEAD_MS:
-            problem = (f"clock() returned {value!r}, more than a year ahead read as epoch "
-                       "milliseconds (micro- or nanoseconds? give milliseconds)")
+        elif mixup is not None:
+            problem = (f"clock() returned {value!r}, {mixup[0]} read as epoch milliseconds "
+                       f"({mixup[1]})")
         else:
             problem = None
     if problem is None:

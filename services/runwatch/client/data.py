@@ -40,7 +40,7 @@ from runwatch.core.records import (
     StageEvent,
 )
 from runwatch.core.signals import dataquality as dq
-from runwatch.core.stream.eventtime import MAX_AHEAD_MS, MIN_EVENT_MS
+from runwatch.core.stream.eventtime import unit_mixup
 
 logger = logging.getLogger(__name__)
 
@@ -388,12 +388,10 @@ def report(
     if when is None:
         msg = f"data.report: now_ms must be epoch milliseconds (a number), not {now_ms!r:.80}"
         raise TypeError(msg)
-    unit = ("epoch seconds? give milliseconds" if when < MIN_EVENT_MS else
-            "micro- or nanoseconds? give milliseconds"
-            if when > time.time() * 1000 + MAX_AHEAD_MS else None)
-    if unit is not None:  # the processor refused the report as an absurd time, unheard
+    mixup = unit_mixup(when, time.time() * 1000)
+    if mixup is not None:  # the processor refused the report as an absurd time, unheard
         msg = (f"data.report: the report's time {when} (now_ms=, clock= or the publisher's "
-               f"clock) is not plausible epoch milliseconds ({unit})")
+               f"clock) is not plausible epoch milliseconds ({mixup[1]})")
         raise ValueError(msg)
     now_ms = when
     stats, base_name = compute_stats(

@@ -41,3 +41,21 @@ def absurd_event_time(at_ms: int, now_ms: int, min_ms: int, ahead_ms: int) -> st
                 f"processor's clock (at most {ahead_ms}; micro- or nanoseconds for "
                 "milliseconds?)")
     return None
+
+
+def unit_mixup(at_ms: float, now_ms: float) -> tuple[str, str] | None:
+    """Where a producer's own time falls when it is no epoch milliseconds, and the likely unit.
+
+    The processor's bounds (:data:`MIN_EVENT_MS`, :data:`MAX_AHEAD_MS` past ``now_ms``),
+    checked where the producer can still be told (``runwatch.init(clock=)``,
+    ``data.report``): ``clock=time.time`` gives seconds, ``time.time_ns`` nanoseconds.
+
+    Returns:
+        ``(where it falls, hint)``, or None when the time is plausible.
+
+    """
+    if at_ms < MIN_EVENT_MS:
+        return "before 2000-01-01", "epoch seconds? give milliseconds"
+    if at_ms > now_ms + MAX_AHEAD_MS:
+        return "more than a year ahead", "micro- or nanoseconds? give milliseconds"
+    return None
