@@ -42,6 +42,7 @@ state is a small JSON document per (run, dataset).
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -92,8 +93,15 @@ times their median (an hourly job whose run time varies from 5 to 20 minutes rep
 cycle, a source that skips empty batches) has no cadence to miss, and is not judged."""
 PART_KEPT = 8
 """Intervals between a partition's reports kept (their median is its cadence)."""
-MAX_PARTITIONS = 16
-"""Partitions followed per dataset (the most recently reported); bounds the run state."""
+MAX_PARTITIONS = 128
+"""Partitions followed per dataset; bounds the run state (each costs about 110 bytes of
+the dataset's JSON history with its 8 intervals: 128 ``shard=NN`` partitions made 14 KB,
+16 made 1.8 KB; longer names cost their length). At 16, a dataset of 17 shards or more
+reported round-robin followed none: each report evicted the shard reported next, and no
+shard built a cadence. Past the cap the followed set stays put (:func:`_evict`)."""
+PART_GONE = 2 * PART_K
+"""A followed partition not reported for this many of its usual intervals is gone (it
+was missing past :data:`PART_K` and paged then): it is the first to make room."""
 
 SIGNALS = ("freshness_lag", "row_count", "duplicate_share", "null_share", "feature_range",
            "partition_missing")
@@ -230,9 +238,34 @@ where its mean did not (an identifier block near zero moves the mean alone, and 
 not at all)."""
 
 
+SCALE_MIN_SPREAD = 3.0
+"""Least spread of a batch (:func:`scale_spread`: how many widths of mass lie above its
+minimum) the scale check judges or learns. The spread is at most the number of values
+above the minimum (each adds at most one width) and a unit change leaves it as it was
+(mean - min and max - min move by the same factor), so the threshold costs a unit change
+nothing where the feature's batches are a sample of its scale, while a batch of one or two
+non-zero values of a zero-inflated amount (about 3 % of 150-row batches: 0 to 10 of them)
+never is one: its mean and width are those few values, and one small refund moved both
+below their bands together (6 of 14 steady runs paged "changed scale"). 3 admits no batch
+of fewer than three such values; at 2, one to three steady runs in a hundred still paged
+(simulated: zero-inflated lognormal amounts, 1 to 50 % non-zero, 20- to 2,000-row batches,
+72 batches a run), at 3 none of those whose values are lognormal with sigma 1."""
+
+
+def scale_spread(f_min: float, f_max: float, mean: float, values: float) -> float:
+    """Return a batch's spread: its mass above its minimum, in widths.
+
+    ``values · (mean − min) / (max − min)`` (0 for a constant batch): 1 when a single
+    value lies above the minimum, at most the number of values above it, and the same
+    after a unit change (both differences move by its factor).
+    """
+    width = f_max - f_min
+    return values * (mean - f_min) / width if width > 0.0 else 0.0
+
+
 def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
-                mean: float | None,
-                range_state: list[float] | None) -> tuple[float, list[list[float]] | None]:
+                mean: float | None, range_state: list[float] | None,
+                values: float | None = None) -> tuple[float, list[list[float]] | None]:
     """Judge a non-negative feature's scale; return (excess, new state).
 
     A unit change multiplies every value: the batch's mean and its width (max - min)
@@ -244,7 +277,10 @@ def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
     heavy-tailed count in a 20-row batch raised the mean and the width together.
     Followed while every batch of the feature was non-negative (a signed feature's
     mean can pass zero, where the log says nothing; a negative value ends it); judged
-    once the feature's range has seen :data:`RANGE_MIN_ROWS` rows.
+    once the feature's range has seen :data:`RANGE_MIN_ROWS` rows. A batch whose
+    spread (:func:`scale_spread`) is under :data:`SCALE_MIN_SPREAD` is neither judged
+    nor learnt: a zero-inflated feature's batch with one or two non-zero values is no
+    sample of its scale, and the bands follow the batches that are.
 
     Args:
         state: The two bands' states (None: none yet; an empty list: a signed
@@ -253,6 +289,7 @@ def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
         f_max: The batch's maximum.
         mean: The batch's mean (None: not reported).
         range_state: The feature's range state before this batch (:func:`range_learn`).
+        values: The batch's non-null values (None: unknown, not required).
 
     Returns:
         The excess in bounds (past 1 it fires) and the state to keep.
@@ -265,6 +302,8 @@ def scale_judge(state: list[list[float]] | None, f_min: float, f_max: float,
     width = f_max - f_min
     if mean <= 0.0 or width <= 0.0:  # a constant batch: nothing to compare on a log scale
         return 0.0, state
+    if values is not None and scale_spread(f_min, f_max, mean, values) < SCALE_MIN_SPREAD:
+        return 0.0, state  # a few values above the minimum: no sample of the scale
     bands = [Band.from_state(b) for b in state] if state else [Band(), Band()]
     floor = math.log(SCALE_FACTOR)
     rows_seen = range_state[3] if range_state and len(range_state) > 3 else 0
@@ -292,7 +331,9 @@ missing past as many of its own intervals. One more than :data:`REFRESH_K`, whic
 a report of old rows: between reports nothing says a report is more than late (a run
 training 14 minutes past its 5-minute feed's last report paged at 2 intervals)."""
 REFRESH_KEPT = 8
-"""Intervals between refreshes a dataset keeps (their median is its usual interval)."""
+"""Intervals between refreshes a dataset keeps (their median is its usual interval; the
+longest of them is a gap it has shown recently, :func:`_refresh_bound`): 8 intervals of a
+business-day feed (five a week) always hold a weekend."""
 
 
 FRESH_JITTER_MS = 1_000
@@ -313,7 +354,8 @@ def refresh_overdue(h: dict[str, Any], at_ms: int, lag_ms: float
     a day for a daily partition, minutes for a stream) and the lag then (the pipeline's
     own delay: rows land ten minutes after they happen) are kept (``h["refresh"]``:
     ``[newest row ms, [intervals], [lags at a refresh]]``, the latest
-    :data:`REFRESH_KEPT`). The bound is the usual delay plus ``REFRESH_K`` intervals:
+    :data:`REFRESH_KEPT`). The bound is the usual delay plus ``REFRESH_K`` intervals
+    (or, when longer, the longest kept interval and one usual one, :func:`_refresh_bound`):
     without the delay, a stream reported every two minutes whose rows always land ten
     minutes late read as not refreshed for five intervals, on every report.
 
@@ -348,18 +390,26 @@ def refresh_overdue(h: dict[str, Any], at_ms: int, lag_ms: float
     return newer, age, usual, ((bound, usual) if age > max(bound, MIN_LAG_MS) else None)
 
 
-def _refresh_bound(gaps: list[int], lags: list[int]) -> tuple[float, float] | None:
+def _refresh_bound(gaps: list[int], lags: list[int],
+                   k: float = REFRESH_K) -> tuple[float, float] | None:
     """Return (bound on the newest row's age, usual refresh interval); None without a cadence.
 
-    The bound is the usual delay (the median lag at the kept refreshes) plus
-    :data:`REFRESH_K` usual intervals (the median of the kept intervals, once
-    :data:`MIN_HISTORY` are known).
+    The bound is the usual delay (the median lag at the kept refreshes) plus ``k`` usual
+    intervals (the median of the kept intervals, once :data:`MIN_HISTORY` are known),
+    or plus the longest kept interval and one usual interval when that is longer: a gap
+    the dataset has shown among its latest :data:`REFRESH_KEPT` refreshes is its normal
+    range. A business-day feed (daily at 06:00 and up to an hour late, nothing on
+    weekends) refreshes every day but for a three-day gap each week, and the weekend
+    and a late Monday passed 3 usual intervals (a page for a healthy feed every other
+    week); its bound is now 4 days, while a daily feed without gaps keeps ``k`` days
+    (its longest interval is a day and its jitter). A gap is learnt only by refreshes
+    that end it, so a feed that stops raises no bound.
     """
     if len(gaps) < MIN_HISTORY:
         return None
     usual = float(sorted(gaps)[len(gaps) // 2])
     delay = sorted(lags)[len(lags) // 2] if lags else 0
-    return delay + REFRESH_K * usual, usual
+    return delay + max(k * usual, max(gaps) + usual), usual
 
 
 def reports_stopped(h: dict[str, Any], last_report_ms: int, at_ms: int
@@ -369,7 +419,8 @@ def reports_stopped(h: dict[str, Any], last_report_ms: int, at_ms: int
     The wall-clock side of :func:`refresh_overdue`, which judges a report when it
     arrives: a dataset that stops being reported altogether is never judged there. It
     is past its bound when its newest row (``h["refresh"]``) is older than its usual
-    delay and :data:`SILENT_K` refresh intervals and no report of it came for
+    delay and :data:`SILENT_K` refresh intervals (or its longest recent interval and one
+    more, :func:`_refresh_bound`) and no report of it came for
     :data:`SILENT_K` intervals either (reports that keep coming with old rows are the
     report's own judgement). A dataset with no learned cadence yet (fewer than
     :data:`MIN_HISTORY` refreshes) is not judged.
@@ -388,11 +439,10 @@ def reports_stopped(h: dict[str, Any], last_report_ms: int, at_ms: int
     if not kept:
         return None
     last, gaps, *rest = kept
-    cadence = _refresh_bound(list(gaps), list(rest[0]) if rest else [])
+    cadence = _refresh_bound(list(gaps), list(rest[0]) if rest else [], SILENT_K)
     if cadence is None:
         return None
     bound, usual = cadence
-    bound += (SILENT_K - REFRESH_K) * usual
     age, quiet = float(at_ms - last), float(at_ms - last_report_ms)
     if age > max(bound, MIN_LAG_MS) and quiet > SILENT_K * usual:
         return age, bound, usual, quiet
@@ -471,7 +521,8 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
                                 f"{every / 3_600_000:.3g} h)",
                                 f"newest row age {age:.0f} ms (this report's lag "
                                 f"{lag:.0f} ms); bound {stale:.0f} ms "
-                                f"(its usual delay and {REFRESH_K:g} refresh intervals)"))
+                                f"(its usual delay and {REFRESH_K:g} refresh intervals, or "
+                                f"its longest recent interval and one more)"))
         if excess > 1:
             hours, usual = lag / 3_600_000, band.mean / 3_600_000
             out.append(_finding("freshness_lag", ref, lag, band.mean, excess, at_ms,
@@ -549,7 +600,8 @@ def _features(h: dict[str, Any], e: DataQualityReport, ref: str, rows: int,
             range_hits.append((excess, f.name, f.min, f.max, prev))
         ranges[f.name] = range_learn(prev, f.min, f.max, rows)
         old_scale = scales.get(f.name)
-        excess, scale = scale_judge(old_scale, f.min, f.max, f.mean, prev)
+        excess, scale = scale_judge(old_scale, f.min, f.max, f.mean, prev,
+                                    rows * (1.0 - float(f.null_pct) / 100.0))
         if excess > 1 and old_scale:
             scale_hits.append((excess, f.name, float(f.mean or 0.0),
                                math.exp(old_scale[0][1])))
@@ -614,8 +666,10 @@ def _partitions(h: dict[str, Any], partition: str, ref: str, at_ms: int) -> list
         mine = [mine[0], max(mine[1], at_ms), mine[2]]
     parts[partition] = mine
     if len(parts) > MAX_PARTITIONS:
-        oldest = min((p for p in parts if p != partition), key=lambda p: parts[p][1])
-        del parts[oldest]
+        del parts[_evict(parts, partition, at_ms)]
+        if partition not in parts:  # not followed: the followed ones are all live
+            h["parts"] = parts
+            return []
     h["parts"] = parts
     own = _cadence(mine[2])
     if prev is None or own is None or at_ms - prev > PART_K * own:
@@ -639,6 +693,24 @@ def _partitions(h: dict[str, Any], partition: str, ref: str, at_ms: int) -> list
                      f"{age / 60_000:.3g} min ago, usually every {usual / 60_000:.3g} min, "
                      "while the dataset's other partitions go on",
                      f"partitions missing: {names}")]
+
+
+def _evict(parts: dict[str, list[Any]], partition: str, at_ms: int) -> str:
+    """Return the partition to stop following when a new one (``partition``) passes the cap.
+
+    The longest-gone partition (:data:`PART_GONE` of its usual intervals without a report:
+    yesterday's ``date=`` partition); when none is gone, the one whose name hashes highest
+    (CRC-32), the new one included: the followed set is then the same shards report after
+    report (evicting the least recently reported, a dataset of more shards than the cap
+    reported round-robin evicted each shard just before its next report, and none built a
+    cadence), and a shard that stops stays followed until it is gone.
+    """
+    gone = [(last, name) for name, (_, last, gaps) in parts.items()
+            if name != partition and gaps
+            and at_ms - last > PART_GONE * sorted(gaps)[len(gaps) // 2]]
+    if gone:
+        return min(gone)[1]
+    return max(parts, key=lambda name: (zlib.crc32(name.encode()), name))
 
 
 def _cadence(gaps: list[int]) -> float | None:

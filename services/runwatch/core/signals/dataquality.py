@@ -432,6 +432,12 @@ def schema_failures(
 def duplicate_rows(columns: Mapping[str, Sequence[Any]], rows: int) -> int:
     """Rows equal to an earlier row.
 
+    A row whose cells are all hashable (numbers, strings, timestamps) is its own key;
+    a column holding a list, array or dict cell (tags, token ids, an embedding) is
+    keyed by :func:`_cell_key` from the first such cell on (the whole column, so its
+    earlier rows' keys are unchanged): such a column hid every duplicate of the table
+    (its rows were skipped as unhashable, and duplicates were never counted).
+
     Args:
         columns: name -> values.
         rows: Row count.
@@ -445,15 +451,61 @@ def duplicate_rows(columns: Mapping[str, Sequence[Any]], rows: int) -> int:
     dups = 0
     cols = [list(columns[n]) for n in names]
     for i in range(rows):
-        key = tuple("<null>" if is_null(c[i]) else c[i] for c in cols)
+        key = tuple(_NULL_KEY if is_null(c[i]) else c[i] for c in cols)
         try:
-            if key in seen:
-                dups += 1
-            else:
-                seen.add(key)
-        except TypeError:  # unhashable cell
-            continue
+            found = key in seen
+        except TypeError:  # a list, array or dict cell: key its column by contents
+            for j, c in enumerate(cols):
+                if not _hashable(c[i]):
+                    cols[j] = [_cell_key(v) for v in c]
+            key = tuple(_NULL_KEY if is_null(c[i]) else c[i] for c in cols)
+            found = key in seen
+        if found:
+            dups += 1
+        else:
+            seen.add(key)
     return dups
+
+
+_NULL_KEY = "<null>"
+"""The key of a null cell (None, NaN, NA): nulls are equal to one another here."""
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
+def _cell_key(v: Any) -> Any:
+    """Return a hashable key for a cell, equal for cells of equal contents.
+
+    A numeric array is its dtype, shape and bytes (an embedding: exact, and fast for long
+    vectors); a list (or an unhashable tuple, or an object array) the tuple of its items'
+    keys; a dict the frozenset of its items (their order does not matter); a set a
+    frozenset; a hashable cell is itself (a null :data:`_NULL_KEY`, as in a row of
+    hashable cells, so a column keyed from its first list on keeps its earlier keys);
+    anything else its type and ``repr``.
+    """
+    t = type(v)
+    if t is list:
+        return ("seq", tuple(_cell_key(x) for x in v))
+    if _hashable(v):
+        return _NULL_KEY if is_null(v) else v
+    dtype = getattr(v, "dtype", None)
+    if dtype is not None and hasattr(v, "tobytes") and hasattr(v, "shape"):
+        if getattr(dtype, "hasobject", False):  # object cells: their bytes are pointers
+            return ("array", tuple(v.shape), tuple(_cell_key(x) for x in v.ravel().tolist()))
+        return ("array", str(dtype), tuple(v.shape), v.tobytes())
+    if isinstance(v, Mapping):
+        return ("map", frozenset((_cell_key(k), _cell_key(x)) for k, x in v.items()))
+    if isinstance(v, set):
+        return ("set", frozenset(_cell_key(x) for x in v))
+    if isinstance(v, (list, tuple)):
+        return ("seq", tuple(_cell_key(x) for x in v))
+    return ("repr", t.__name__, repr(v))
 
 
 def drift_bounds(n: int, m: int, bins: int, psi_threshold: float = PSI_THRESHOLD,

@@ -4,7 +4,9 @@
   freshness watch judges a report when it arrives, so a pipeline that stopped reporting
   was never judged. While a run that reads it is running, a dataset with a learned
   refresh cadence whose newest row is past its usual delay and ``SILENT_K`` (3) refresh
-  intervals (:func:`runwatch.core.signals.datachecks.reports_stopped`) and that has not
+  intervals, or its longest recent refresh interval and one more when that is longer (a
+  business-day feed's weekend;
+  :func:`runwatch.core.signals.datachecks.reports_stopped`) and that has not
   been reported for ``SILENT_K`` intervals fires ``watch:freshness_lag`` ("not being
   refreshed"), as of the
   processor's event-time horizon. It resolves at the dataset's next report that brings
@@ -77,7 +79,8 @@ def silent_datasets(s: RunState, cfg: RunConfig, now: int, hz: int,
                     f"is usually refreshed every {usual / 3_600_000:.3g} h)",
                     f"newest row age {age:.0f} ms at the processor's horizon, no report for "
                     f"{quiet:.0f} ms; bound {bound:.0f} ms (its usual delay and "
-                    f"{datachecks.SILENT_K:g} refresh intervals)", subject=ref)
+                    f"{datachecks.SILENT_K:g} refresh intervals, or its longest recent "
+                    "interval and one more)", subject=ref)
         out += emit(s, cfg, f, now, one_shot=False)
         if firing_entry(s, "watch:freshness_lag", "freshness_lag", ref) is not None:
             silent[ref] = hz
