@@ -328,3 +328,32 @@ def test_a_watchs_title_names_the_value_that_fired() -> None:
     smoothed level, still on its way down from the family's mean."""
     (alert,) = family_alerts(256, 256, slower_from=0)
     assert alert.title == "throughput fell to 128 (baseline 256)", alert.title
+
+
+def phases(plan: list[tuple[int, int, float]], slow_from: int | None = None
+           ) -> Callable[[Any, Clock], None]:
+    """Phases of (steps, samples a step, step ms); ``slow_from``: from that step on each step
+    takes 1.6 times as long (a slower node), whatever the phase."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(3)
+        t, i = T0, 0
+        for n, samples, ms in plan:
+            for _ in range(n):
+                took = ms * (1 + rng.gauss(0, 0.03)) * (1.6 if slow_from is not None
+                                                         and i >= slow_from else 1.0)
+                t += int(took)
+                clock.t = t
+                run.step(i, loss=1.5 + rng.gauss(0, 0.01), lr=1e-4, samples=samples,
+                         step_ms=took, loader_wait_ms=20.0)
+                i += 1
+    return script
+
+
+def test_a_planned_phase_at_a_smaller_batch_is_learnt_and_a_slowdown_in_it_pages() -> None:
+    # pre-training at 256 samples a 1 s step, fine-tuning at 32 a 0.2 s step (256 -> 160
+    # samples/s by design): "throughput fell", never resolved
+    plan = [(2000, 256, 1000.0), (1500, 32, 200.0)]
+    assert pages(phases(plan)) == []
+    assert pages(phases(plan, slow_from=2800)) == ["watch:throughput"]
+    # an epoch's smaller last batch is one odd step, not a phase
+    assert pages(phases([(500, 256, 1000.0), (1, 100, 400.0)] * 4)) == []

@@ -506,11 +506,8 @@ def test_old_steps_trickling_in_do_not_flap_a_stall_and_a_live_step_resolves_it(
     assert stalls == [("late-b", "firing"), ("late-b", "resolved")]
 
 
-@pytest.mark.parametrize("log_every", [1, 10])
-def test_readings_during_a_reported_checkpoint_write_are_not_an_occupancy_fall(
-        log_every: int) -> None:
-    # one-second steps logged every `log_every`-th; a 15 s checkpoint write every 5 min,
-    # reported with its duration; the GPUs idle while it writes; the agent samples each second
+def agent_and_run() -> tuple[CaptureTransport, Clock, Any, Any]:
+    """A node agent (NVML double, 8 GPUs held by run ``g1``) and run ``g1``'s SDK, one clock."""
     transport = CaptureTransport()
     clock = Clock(T0)
     node = make_node("n1", Publisher(transport, kind="agent", clock=clock))
@@ -519,6 +516,22 @@ def test_readings_during_a_reported_checkpoint_write_are_not_an_occupancy_fall(
         node.attributor.pids[4242 + g] = "g1"
     run = runwatch.init("fam", run_id="g1", team="ml", transport=transport,
                         install_hooks=False, capture_lineage=False, strict=True, clock=clock)
+    return transport, clock, node, run
+
+
+def finished(run: Any, transport: CaptureTransport) -> list[Alert]:
+    """Finish the run and replay what the agent and the SDK published."""
+    run.finish()
+    codec = load_codec()
+    return replay([codec.decode(v) for _, _, v in transport.messages])
+
+
+@pytest.mark.parametrize("log_every", [1, 10])
+def test_readings_during_a_reported_checkpoint_write_are_not_an_occupancy_fall(
+        log_every: int) -> None:
+    # one-second steps logged every `log_every`-th; a 15 s checkpoint write every 5 min,
+    # reported with its duration; the GPUs idle while it writes; the agent samples each second
+    transport, clock, node, run = agent_and_run()
     step = 0
     for t in range(1_800):
         clock.t = T0 + t * 1_000
@@ -534,10 +547,38 @@ def test_readings_during_a_reported_checkpoint_write_are_not_an_occupancy_fall(
             node.nvml.util[g] = 5.0 if writing else 90.0
             node.nvml.set_occupancy(g, 3.0 if writing else 63.0)
         node.agent.tick()
-    run.finish()
-    codec = load_codec()
-    alerts = replay([codec.decode(v) for _, _, v in transport.messages])
+    alerts = finished(run, transport)
     assert [a.detector for a in alerts if a.status == "firing"] == []
+
+
+@pytest.mark.parametrize("fault", [False, True])
+def test_an_evaluation_pass_between_sparse_step_records_is_not_an_occupancy_fall(
+        fault: bool) -> None:
+    # one-second steps logged every 200th; a 3-minute evaluation at a fifth of the GPU every
+    # 20 minutes ends with its result; the agent samples every 5 s. The pass spans less than
+    # three logging intervals, was read as training and paged an occupancy fall
+    # (infrastructure). ``fault``: the GPUs fall to a third while the run trains on
+    transport, clock, node, run = agent_and_run()
+    step = 0
+    for t in range(4_200):
+        clock.t = T0 + t * 1_000
+        evaluating = t >= 600 and (t - 600) % 1_200 < 180
+        if evaluating and (t - 600) % 1_200 == 179:
+            run.validation(step, {"val_loss": 1.0})
+        elif not evaluating:
+            step += 1
+            if step % 200 == 0:
+                run.step(step, loss=1.0, samples=32 * 200, step_ms=200_000.0,
+                         loader_wait_ms=20.0)
+        slow = fault and t >= 2_400 and not evaluating
+        for g in range(8):
+            node.nvml.util[g] = 20.0 if evaluating or slow else 90.0
+            node.nvml.set_occupancy(g, 13.0 if evaluating or slow else 63.0)
+        if t % 5 == 0:
+            node.agent.tick()
+    alerts = finished(run, transport)
+    fired = sorted({a.detector for a in alerts if a.status == "firing"})
+    assert fired == (["watch:gpu_occupancy"] if fault else [])
 
 
 def test_a_new_attempt_after_one_that_died_without_an_end_is_not_stalled_while_it_loads():

@@ -52,7 +52,7 @@ from runwatch.core.records import (
     StepTiming,
     ValidationResult,
 )
-from runwatch.core.signals.rules import normalize_sha256
+from runwatch.core.signals.rules import normalize_sha256, same_digest
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +77,12 @@ _JOB_STATES = ("queued", "scheduled", "running", "preempted", "retrying", "faile
 _FINAL_STATES = ("succeeded", "failed", "cancelled", "preempted")
 _OUTCOMES = ("ok", "failed", "corrupt", "timeout", "unknown")
 _OUTCOME_ALIASES = {"success": "ok", "succeeded": "ok", "error": "failed", "fail": "failed",
-                    "timed_out": "timeout", "timedout": "timeout", "mismatch": "corrupt"}
+                    "failure": "failed", "errored": "failed", "timed_out": "timeout",
+                    "timedout": "timeout", "mismatch": "corrupt", "corrupted": "corrupt"}
 _VERDICTS = ("pass", "fail", "review")
-_VERDICT_ALIASES = {"passed": "pass", "approved": "pass", "ok": "pass", "failed": "fail",
-                    "rejected": "fail", "blocked": "fail", "pending": "review"}
+_VERDICT_ALIASES = {"passed": "pass", "approved": "pass", "ok": "pass", "success": "pass",
+                    "failed": "fail", "failure": "fail", "rejected": "fail", "reject": "fail",
+                    "denied": "fail", "deny": "fail", "blocked": "fail", "pending": "review"}
 
 
 class _DataWait:
@@ -739,7 +741,7 @@ class Run(ExitHooks):
         expected = normalize_sha256(expected)
         # A mismatch is reported as outcome "corrupt" with both checksums; the processor
         # raises rule:checkpoint_checksum for it (rule:checkpoint_serialization is "failed").
-        if expected and digest and expected != digest and outcome == "ok":
+        if expected and digest and not same_digest(expected, digest) and outcome == "ok":
             outcome = "corrupt"
         local = "://" not in uri or uri.startswith("file://")
         if local and size == 0 and digest is None and outcome == "ok":  # no file there
@@ -1156,7 +1158,7 @@ def _canonical(value: Any, allowed: Sequence[str], aliases: Mapping[str, str]) -
     """``value`` as one of ``allowed`` (as given, in another case, a known spelling), or None."""
     if value in allowed:
         return str(value)
-    key = str(value).strip().lower()
+    key = "_".join(str(value).lower().replace("-", " ").split())  # "timed out", "timed-out"
     known = key if key in allowed else aliases.get(key)
     return known if known in allowed else None
 

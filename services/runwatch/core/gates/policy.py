@@ -20,6 +20,7 @@ from typing import Literal
 
 import yaml
 
+from runwatch.core.signals import metrics
 from runwatch.core.yamlconf import Reader, compose
 
 OnMissing = Literal["review", "fail"]
@@ -47,7 +48,8 @@ class Policy:
         family: Experiment family it governs ('' when it matches a model label).
         model: ``model`` label it governs ('' when it matches a family).
         primary: The metric compared with the incumbent, across slices and seeds.
-        higher_is_better: Direction of ``primary`` (default: not a ``*loss`` name).
+        higher_is_better: Direction of ``primary`` (default: higher unless its name
+            says lower: a loss, an error rate, a perplexity, :mod:`runwatch.core.signals.metrics`).
         metrics: Required metrics with their bounds.
         incumbent_run: A fixed incumbent run ('' : the candidate's recorded incumbent).
         incumbent_required: Whether a comparison with an incumbent is required.
@@ -186,7 +188,7 @@ def _policy(r: _Reader, node: yaml.Node, key: str) -> Policy:  # noqa: C901, PLR
     name = r.string(items["name"][1], f"{key}.name")
     primary = r.string(items["primary"][1], f"{key}.primary")
     kw: dict[str, object] = {"name": name, "primary": primary,
-                             "higher_is_better": not primary.lower().endswith("loss"),
+                             "higher_is_better": metrics.higher_is_better(primary) is not False,
                              "source": f"{r.source}#{name}"}
     match = r.mapping(items["match"][1], f"{key}.match", {"family", "model"})
     if len(match) != 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from runwatch.core.signals.rules import REGISTERED
+from runwatch.core.signals.rules import REGISTERED, status_word
 
 
 def latest_by_gate(decisions: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -47,7 +47,7 @@ def violation(status: str, latest: Mapping[str, str]) -> str | None:
         A one-line reason naming the gates' state, or None.
 
     """
-    if status.lower() not in REGISTERED or release_allowed(latest):
+    if status_word(status) not in REGISTERED or release_allowed(latest):
         return None
     if not latest:
         return f"registry status {status} without any gate decision for the run"

@@ -10,7 +10,10 @@ as evidence, and the alert lifecycle turns them into Alert records.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -67,6 +70,19 @@ def _hard(
         observed=observed, expected=expected, score=1.0, at_ms=at_ms, title=title,
         detail=detail, subject=subject, hard=True,
     )
+
+
+def non_finite_validation(subject: str, value: float, at_ms: int) -> Finding:
+    """Return the finding of a validation loss that is NaN or infinite (critical, learning).
+
+    Args:
+        subject: The metric (and its stream: slice, dataset).
+        value: Its value.
+        at_ms: Event time.
+    """
+    return _hard("non_finite", subject, "learning", value, 0.0, at_ms,
+                 f"Non-finite validation {subject} ({value})", f"{subject}={value}",
+                 subject=subject)
 
 
 GRAD_OVERFLOW_STEPS = 8
@@ -247,9 +263,8 @@ def image_allowed(
 ) -> Finding | None:
     """Fire when the run's image is outside the allow-list.
 
-    An allow-list entry matches an image equal to it or starting with it (so a
-    registry/repository prefix admits every tag and digest under it). An empty
-    allow-list disables the rule.
+    An allow-list entry admits the image it names and every image under it
+    (:func:`image_matches`). An empty allow-list disables the rule.
 
     A run that reports no image at all (a plain script outside a container)
     is not running an unapproved image; ``missing`` decides what it gets:
@@ -277,12 +292,35 @@ def image_allowed(
             f"no image digest; image policy for runs without an image: {missing}",
             severity="critical" if missing == "deny" else "warning",
         )
-    if any(image == a or image.startswith(a) for a in allow_list):
+    if any(image_matches(image, a) for a in allow_list):
         return None
     return _hard(
         "image_allow_list", "image", "artifact", 0.0, 1.0, at_ms,
         f"Image {image} is not allowed", f"image={image}", subject=image,
     )
+
+
+IMAGE_SEPARATORS = "/:@"
+"""What may follow an allow-list entry in an image it admits: a path, a tag, a digest."""
+
+
+def image_matches(image: str, entry: str) -> bool:
+    """Return whether an allow-list ``entry`` admits ``image``.
+
+    An entry admits the image it names and every image under it: a registry
+    (``registry.corp.com``) its repositories, a repository (``registry.corp.com/ml``)
+    its own images, tags and digests (``/``, ``:`` or ``@`` next). It does not admit
+    a look-alike that merely starts with the same text: ``registry.corp.com.evil.io/x``,
+    ``docker.io/pytorchx/y``, ``registry.corp.com/ml-sandbox/z`` (a plain prefix match
+    admitted all three). An entry ending in a separator (``registry.prod/``) is a prefix.
+    A bare digest (``sha256:...``) matches itself. Registry hosts are case-insensitive
+    and repository names lower-case, so the comparison ignores case.
+    """
+    image, entry = image.strip().lower(), entry.strip().lower()
+    if not entry or not image.startswith(entry):
+        return False
+    return (len(image) == len(entry) or entry[-1] in IMAGE_SEPARATORS
+            or image[len(entry)] in IMAGE_SEPARATORS)
 
 
 def failed_gate(gate: str, passed: bool, reason: str, at_ms: int) -> Finding | None:
@@ -307,23 +345,57 @@ def failed_gate(gate: str, passed: bool, reason: str, at_ms: int) -> Finding | N
 
 
 def normalize_sha256(value: str | None) -> str | None:
-    """Return a checksum as hashlib writes it: lowercase hex, no ``sha256:`` prefix.
+    """Return a checksum as hashlib writes it: lowercase hex, no prefix, no file name.
 
-    Writers record checksums in several spellings (``sha256:<hex>`` as OCI
-    digests do, uppercase hex); comparing them verbatim with the digest
-    computed here would report every such checkpoint as mismatched.
+    Writers record checksums in several spellings: ``sha256:<hex>`` as OCI
+    digests do, ``sha256=<hex>``, upper-case hex (PowerShell's ``Get-FileHash``),
+    a ``sha256sum`` output line (``<hex>  model.pt``), base64 of the 32 bytes
+    (S3's ``ChecksumSHA256``, Subresource Integrity's ``sha256-<base64>``).
+    Comparing them verbatim with the digest computed here reported every such
+    healthy checkpoint as corrupt, critical.
 
     Args:
         value: A checksum as the caller gave it, or None.
 
     Returns:
-        The normalized hex string, or None when empty.
+        The normalized hex string (the text lower-cased when it is none of the
+        spellings above), or None when empty.
 
     """
     if not value:
         return None
-    text = value.strip().lower()
-    return text.removeprefix("sha256:") or None
+    words = value.split()
+    if not words:
+        return None
+    text = _SHA_PREFIX.sub("", words[0])  # a sha256sum line: the digest, then the file
+    low = text.lower()
+    if _HEX.fullmatch(low):
+        return low
+    if len(text) == 44 and text.endswith("="):  # base64 of 32 bytes
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) == 32:
+            return raw.hex()
+    return low or None
+
+
+_SHA_PREFIX = re.compile(r"^sha-?256[:=-]", re.IGNORECASE)
+_HEX = re.compile(r"[0-9a-f]+")
+SHORT_DIGEST = 12
+"""Hex digits a shortened digest must keep to be compared as the start of a full one (as
+container tools show image ids): a 12-digit prefix of another digest by chance is 1 in
+2.8e14."""
+
+
+def same_digest(a: str, b: str) -> bool:
+    """Return whether two normalized digests are the same (a shortened one as a prefix)."""
+    if a == b:
+        return True
+    short, full = sorted((a, b), key=len)
+    return (len(short) >= SHORT_DIGEST and len(full) == 64 and full.startswith(short)
+            and _HEX.fullmatch(full) is not None)
 
 
 def checkpoint_integrity(
@@ -356,7 +428,7 @@ def checkpoint_integrity(
 
     """
     expected, actual = normalize_sha256(expected_sha256), normalize_sha256(actual_sha256)
-    if expected and actual and expected != actual:
+    if expected and actual and not same_digest(expected, actual):
         return _hard(
             "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
             "Checkpoint checksum mismatch",
@@ -676,7 +748,7 @@ def artifact_empty(uri: str, kind: str, size_bytes: int, sha256: str,
 
 REGISTRY_FAILED = frozenset({"rejected", "failed", "failed_registration", "error", "invalid"})
 """Model-registry statuses that say the registration did not succeed (MLflow's
-``FAILED_REGISTRATION`` among them; compared lower-case)."""
+``FAILED_REGISTRATION`` among them; compared as :func:`status_word` makes them)."""
 
 
 def registry_status(uri: str, status: str, at_ms: int) -> Finding | None:
@@ -691,7 +763,7 @@ def registry_status(uri: str, status: str, at_ms: int) -> Finding | None:
         A critical artifact finding, or None.
 
     """
-    if status.lower() not in REGISTRY_FAILED:
+    if status_word(status) not in REGISTRY_FAILED:
         return None
     return _hard(
         "registry_status", "registry_status", "artifact", 0.0, 1.0, at_ms,
@@ -700,8 +772,23 @@ def registry_status(uri: str, status: str, at_ms: int) -> Finding | None:
 
 
 REGISTERED = frozenset({"registered", "ready", "staged", "staging", "production", "promoted",
-                        "deployed", "released"})
-"""Registry statuses that put a model where it can be used (compared lower-case)."""
+                        "deployed", "released", "approved"})
+"""Registry statuses that put a model where it can be used (compared as :func:`status_word`
+makes them; ``approved``: SageMaker's model approval status)."""
+
+
+def status_word(status: str) -> str:
+    """Return a registry status or artifact kind as compared: lower-case, words joined by ``_``.
+
+    Registries and people spell them ``Production``, ``FAILED_REGISTRATION``,
+    ``deployed `` (a trailing space from a template) or ``failed registration``.
+    """
+    return "_".join(status.lower().replace("-", " ").split())
+
+
+def is_model(kind: str) -> bool:
+    """Return whether an artifact kind names a model (``model``, ``Model``, `` MODEL``)."""
+    return status_word(kind) == "model"
 
 
 def missing_gates(uri: str, status: str, required: Sequence[str], decisions: dict[str, str],
@@ -724,7 +811,7 @@ def missing_gates(uri: str, status: str, required: Sequence[str], decisions: dic
         A critical artifact finding, or None.
 
     """
-    if status.lower() not in REGISTERED:
+    if status_word(status) not in REGISTERED:
         return None
     missing = [g for g in required if decisions.get(g) != "pass"]
     if not missing:

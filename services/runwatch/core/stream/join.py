@@ -27,7 +27,7 @@ from runwatch.core.records import (
     StepTiming,
     ValidationResult,
 )
-from runwatch.core.signals import datachecks, rules
+from runwatch.core.signals import datachecks, metrics, rules
 from runwatch.core.signals import indicators as ind
 from runwatch.core.signals.rules import Finding
 from runwatch.core.stream import join_artifact, join_datasets, join_lineage
@@ -64,7 +64,6 @@ from runwatch.core.stream.runstate import (
 from runwatch.core.stream.runstate import clear as clear_healthy
 
 Baseline = dict[str, list[float]]
-HIGHER_BETTER = ("accuracy", "acc", "top1", "f1", "auc", "map", "bleu", "rouge")
 _RECENT = 200
 STEP_WINDOW = 64  # step times behind the stall rule's median (written on every state save)
 CHECKPOINT_WINDOW = 3
@@ -340,9 +339,49 @@ def _speed(s: RunState, cfg: RunConfig, e: StepTiming, at: int, now: int,
     size = s.signals.get(f"{name}_size")
     if size is None and done:  # the run's step size (2 significant digits), from its first
         size = s.signals[f"{name}_size"] = f"{float(f'{done:.2g}'):g}"
+    elif done and size is not None:
+        size, judged = _phase(s, name, f"{float(f'{done:.2g}'):g}", str(size))
+        if not judged:
+            return out
     return out + observe(s, cfg, name, ind.throughput(done, e.step_ms), at, now, bl,
                          cause=lambda: throughput_cause(s, at, cfg),
                          baseline_key=f"{name}@{size}")
+
+
+PHASE_STEPS = 20
+"""Steps at one step size that make it the run's: a run whose steps held one size this long
+and then hold another this long has a new phase (its throughput watch learns it again)."""
+
+
+def _phase(s: RunState, name: str, here: str, size: str) -> tuple[str, bool]:
+    """Follow a run's step size; return it and whether this step's throughput is judged.
+
+    A run whose step size held for :data:`PHASE_STEPS` steps and then changes to
+    another that holds as long has started a new phase (pre-training at 256 samples a
+    step, fine-tuning at 32; a sequence-length stage): its throughput watch learns the
+    new phase's level, seeded from the workload's runs at that size, and the steps
+    between are not judged (fine-tuning at an eighth of the batch paged "throughput
+    fell" and never resolved). One odd step (an epoch's smaller last batch) is left
+    out. A run whose step size varies from step to step (variable-length batches
+    counted in tokens) is judged at every step, as before; a constant size that turns
+    into a varying one is a new phase after twice the steps.
+    """
+    run = s.signals.setdefault(f"{name}_run", [0, None, 0, 0])  # at size, candidate, its n, off
+    if here == size:
+        run[0], run[1], run[2], run[3] = run[0] + 1, None, 0, 0
+        return size, True
+    if run[0] < PHASE_STEPS:  # no constant size yet: a step size that varies
+        run[0] = 0
+        return size, True
+    run[3] += 1
+    run[1], run[2] = (run[1], run[2] + 1) if here == run[1] else (here, 1)
+    if run[2] < PHASE_STEPS and run[3] < 2 * PHASE_STEPS:
+        return size, False
+    # a new phase: its size held (or the size varies now); its level is learnt again
+    s.signals[f"{name}_size"] = here
+    s.watches.pop(name, None)
+    run[0], run[1], run[2], run[3] = (run[2] if run[2] >= PHASE_STEPS else 0), None, 0, 0
+    return here, True
 
 
 def _stall_over(s: RunState, cfg: RunConfig, now: int, at: int) -> list[Output]:
@@ -408,6 +447,8 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             top = s.signals.get("lr_max")
             if top is not None and e.lr <= top * (1 + WARM_LR_SLACK):  # back to a known rate
                 s.signals["warm"] = [None, 0, None]  # peak, logged steps since, start
+                if e.lr >= LR_JUMP * prev[1]:  # a restart, not a warm-up's next step
+                    s.signals["val_warm"] = e.step  # validation's best starts again
         if math.isfinite(e.lr):
             s.signals["lr_max"] = max(s.signals.get("lr_max", e.lr), e.lr)
         s.signals["lr"] = [e.step, e.lr, int(rose)]
@@ -577,25 +618,6 @@ def _loss_lows(s: RunState) -> tuple[float | None, float | None]:
     return min(b[1] for b in lows), noise
 
 
-def _primary(metrics: dict[str, float], current: str) -> tuple[str, bool] | None:
-    """Return the validation metric the decline rule follows, and whether higher is better.
-
-    Once a run has one (``current``), it keeps it: an evaluation without it (a
-    separate call with other metrics) is not judged (None), since a best of one
-    metric compared with a value of another is no decline. Names are matched
-    without case (``valLoss`` is a loss).
-    """
-    if current:
-        return (current, not current.lower().endswith("loss")) if current in metrics else None
-    for name in sorted(metrics):
-        if any(name.lower().endswith(h) for h in HIGHER_BETTER):
-            return name, True
-    for name in sorted(metrics):
-        if name.lower().endswith("loss"):
-            return name, False
-    return None
-
-
 VAL_NOISE_K = 5.0
 """Validation declines must also exceed this many noise sigmas of the run's own evaluations.
 
@@ -617,45 +639,98 @@ accuracy near 0.8 on 256 images about 4.7 noise sigmas (a label shift that takes
 0.7 still pages at once)."""
 
 
+def _val_stream(s: RunState, e: ValidationResult) -> tuple[str, list[Any]]:
+    """Return the key of an evaluation's stream and the stream's state.
+
+    The state is [metric, best, history, declines, the warm restart it was judged
+    since]. Each validation dataset and slice is its own stream with its own best: two
+    languages at 0.90 and 0.55 in one history read as a decline from 0.90 at
+    every second evaluation, and a healthy per-slice validation paged. A state
+    written before streams (the ``val_*`` fields) becomes the unnamed stream.
+    """
+    uri = e.dataset.uri if e.dataset is not None else ""
+    key = f"{uri}|{e.slice}" if (uri or e.slice) else ""
+    streams = s.val_streams
+    if s.val_metric and "" not in streams:
+        streams[""] = [s.val_metric, s.val_best, s.val_history, s.val_declines, None]
+        s.val_metric, s.val_best, s.val_history, s.val_declines = "", None, [], 0
+    stream = streams.get(key)
+    if stream is None:
+        stream = streams[key] = ["", None, [], 0, None]
+        del_keys = list(streams)[:-VAL_STREAMS]  # the oldest streams past the bound
+        for k in del_keys:
+            del streams[k]
+    return key, stream
+
+
+VAL_STREAMS = 32
+"""Validation streams (datasets × slices) followed per run; the oldest give way."""
+VAL_TIMES = 16
+"""Evaluation results whose times the GPU readings are told from (``join_node.settle``)."""
+
+
 def _validation(s: RunState, e: ValidationResult, at: int, now: int,
                 cfg: RunConfig) -> list[Output]:
     _pause(s, cfg, at, at, validation=True)  # an evaluation pass pauses the steps
+    # its GPU readings since the step record before it are no training (``join_node.settle``)
+    _push(s.signals.setdefault("val_at", []), at, VAL_TIMES)
     if e.kind == "evaluation":  # release evidence (per slice), judged by `runwatch gate check`
         return []
-    picked = _primary(dict(e.metrics), s.val_metric)
+    key, st = _val_stream(s, e)
+    current = st[0]
+    if current:  # it keeps its metric: another call with other metrics is not judged
+        if current not in e.metrics:
+            return []
+        picked: tuple[str, bool] | None = (current, metrics.higher_is_better(current)
+                                           is not False)
+    else:
+        picked = metrics.primary(e.metrics)
     if picked is None:
         return []
     name, higher = picked
-    s.val_metric = name
+    st[0] = name
+    label = " ".join(p for p in (e.slice, e.dataset.uri if e.dataset else None) if p)
+    subject = f"{name} [{label}]" if key else name
     value = float(e.metrics[name])
     if not math.isfinite(value):
-        return []
+        if higher:  # an accuracy of no samples (0/0) is no model fault
+            return []
+        # a validation loss that is NaN (running statistics gone NaN, an overflow in
+        # evaluation) while the training loss is finite: wrong whatever the history says
+        f = rules.non_finite_validation(subject, value, at)
+        return emit(s, cfg, f, now, one_shot=True)
     point = [float(e.step), value]
-    if point in s.val_history:  # delivered again (at least once): one evaluation, not two
+    history: list[list[float]] = st[2]
+    if point in history:  # delivered again (at least once): one evaluation, not two
         return []
-    _push(s.val_history, point, 50)
+    warm = s.signals.get("val_warm")
+    if warm is not None and warm <= e.step and st[4] != warm:
+        # the first evaluation after a warm restart (the rate back up, as SGDR does):
+        # the model leaves its minimum by design and its metric dips for a while; the
+        # best starts again from here (a dip of 0.95 to 0.80 after each restart paged)
+        st[4], st[1], st[3] = warm, None, 0
+    _push(history, point, 50)
     signed = value if higher else -value
-    best = s.val_best
+    best = st[1]
     if best is None or signed > best:
-        s.val_best = signed
-        s.val_declines = 0
-        return clear_healthy(s, cfg, "rule:validation_decline", name, now, at_ms=at)
+        st[1], st[3] = signed, 0
+        return clear_healthy(s, cfg, "rule:validation_decline", subject, now, at_ms=at)
     drop = best - signed
     # the noise of the evaluations before this decline began (the decline is not noise)
-    earlier = [v for _, v in s.val_history[:-(s.val_declines + 1)]]
+    earlier = [v for _, v in history[:-(st[3] + 1)]]
     if len(earlier) < VAL_MIN_EARLIER:  # no noise estimate yet: only a large decline
         noise = VAL_EARLY_REL * abs(best)
     else:
         noise = VAL_NOISE_K * rules.successive_noise(earlier)
     if drop <= max(cfg.val_decline_abs, cfg.val_decline_rel * abs(best), noise):
-        s.val_declines = 0
-        return clear_healthy(s, cfg, "rule:validation_decline", name, now, at_ms=at)
-    s.val_declines += 1
-    if s.val_declines < cfg.val_persist:
+        st[3] = 0
+        return clear_healthy(s, cfg, "rule:validation_decline", subject, now, at_ms=at)
+    st[3] += 1
+    if st[3] < cfg.val_persist:
         return []
-    f = Finding("rule:validation_decline", name, "learning", "warning", value,
+    f = Finding("rule:validation_decline", subject, "learning", "warning", value,
                 best if higher else -best, min(drop / max(abs(best), 1e-9), 1.0), at,
-                f"Validation {name} declined to {value:.4g} from {abs(best):.4g}",
+                f"Validation {subject} declined to {value:.4g} from {abs(best):.4g}",
                 f"step {e.step}")
     # resolved by evaluations back near the best, as a watch, not by 15 minutes without a
     # repeat: hourly evaluations of one decline fired and resolved it every hour

@@ -36,7 +36,7 @@ def release_event(e: object) -> bool:
     manifest that never comes, the registration of an ungated model, the very one
     registry control is for, was dead-lettered as an unseen run's.
     """
-    return isinstance(e, ArtifactEvent) and e.kind == "model" and bool(e.registry_status)
+    return isinstance(e, ArtifactEvent) and rules.is_model(e.kind) and bool(e.registry_status)
 
 
 def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -> list[Output]:
@@ -49,7 +49,8 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
         rules.artifact_empty(e.uri, e.kind, e.size_bytes, e.sha256 or "", at),
         rules.registry_status(e.uri, e.registry_status or "", at),
     ]
-    if e.kind == "model" and cfg.required_gates:
+    model = rules.is_model(e.kind)
+    if model and cfg.required_gates:
         gates: dict[str, str] = s.signals.get("gates", {})
         found.append(rules.missing_gates(e.uri, e.registry_status or "", cfg.required_gates,
                                          gates, at))
@@ -57,11 +58,11 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
     for f in found:
         if f:
             out += emit(s, cfg, f, now, one_shot=True)
-    if e.kind == "model":  # release evidence: the run's state is kept for its promotion
+    if model:  # release evidence: the run's state is kept for its promotion
         s.signals["models"] = s.signals.get("models", 0) + 1
     status = e.registry_status or ""
     # a model in use needs its gate; a dataset or tokenizer in a catalog is no release
-    if (cfg.registry_control and e.kind == "model"
+    if (cfg.registry_control and model
             and registry.violation(status, _gates_by(s, at, cfg))):
         waiting = s.signals.setdefault("registry_wait", {})
         waiting.setdefault(e.uri, {"since_ms": now, "at_ms": at, "status": status})

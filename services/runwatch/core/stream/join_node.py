@@ -553,12 +553,15 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
     # the checkpoint writes the run reported (their events precede the next step on its
     # topic): a pause however short, which a run logging every 10th step hid in its steps
     writes = [(end - spent, end) for end, spent in s.checkpoints] if s.checkpoints else ()
+    evals = s.signals.get("val_at")
     for r in s.gpu_pending:
         at = r[0]
         if times[-1] < at:
             keep.append(r)  # no step after it yet: the steps after it may still come
         elif writes and any(a <= at <= b for a, b in writes):
             continue  # read while the run wrote a checkpoint
+        elif evals and at > times[0] and _evaluating(times, at, evals):
+            continue  # read before an evaluation's result, since the step before it
         elif (stepping(times, at, gap) if at > times[0]
               else not any(a < at < b for a, b in s.step_gaps)):
             # training; a reading older than the kept steps (a backfill's node samples
@@ -566,6 +569,20 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
             out += _gpu_reading(s, r, now, cfg, bl)
     s.gpu_pending = keep
     return out
+
+
+def _evaluating(times: list[int], at: int, evals: list[int]) -> bool:
+    """Return whether a reading lies between a step and an evaluation result before the next.
+
+    An evaluation pass ends at its result (``run.validation``); when it began is not
+    said, so the readings from the last step record before the result up to the
+    result are the pass's. Within a run that logs every 200th one-second step, a
+    5-minute pass at a fifth of the GPU spans less than three logging intervals, was
+    read as training and paged an occupancy fall, blamed on the infrastructure.
+    """
+    i = bisect_left(times, at)  # times[i - 1] < at <= times[i]
+    lo, hi = times[i - 1], times[i]
+    return any(lo < v < hi and at <= v for v in evals)
 
 
 def stepping(times: list[int], at: int, gap: float) -> bool:

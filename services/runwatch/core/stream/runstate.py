@@ -173,6 +173,9 @@ class RunState:
     val_best: float | None = None
     val_history: list[list[float]] = field(default_factory=list)
     val_declines: int = 0
+    #: Validation streams (dataset|slice -> [metric, best, history, declines, warm restart
+    #: judged since]); the ``val_*`` fields above are a state written before streams.
+    val_streams: dict[str, list[Any]] = field(default_factory=dict)
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     watches: dict[str, Any] = field(default_factory=dict)  # JSON dict or live IndicatorWatch
     stats: dict[str, list[float]] = field(default_factory=dict)
