@@ -357,3 +357,53 @@ def test_a_planned_phase_at_a_smaller_batch_is_learnt_and_a_slowdown_in_it_pages
     assert pages(phases(plan, slow_from=2800)) == ["watch:throughput"]
     # an epoch's smaller last batch is one odd step, not a phase
     assert pages(phases([(500, 256, 1000.0), (1, 100, 400.0)] * 4)) == []
+
+
+def jittery(jitter: float, slower: float, tokens: bool = False) -> Callable[[Any, Clock], None]:
+    """1 s steps scattered by ``jitter`` (a fraction, Gaussian), ``slower`` times as long from
+    step 1,500; ``tokens``: variable-length batches of 2k-8k tokens, 0.2 s of each step fixed."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(8)
+        t = T0
+        for i in range(3000):
+            tok = rng.randint(2000, 8000) if tokens else None
+            took = ((200 + 0.1 * tok) if tok else 1000.0) * max(0.2, 1 + rng.gauss(0, jitter))
+            took *= slower if i >= 1500 else 1.0
+            t += int(took + 20)
+            clock.t = t
+            run.step(i, loss=2.0, lr=1e-3, samples=16, tokens=tok, step_ms=took + 20,
+                     loader_wait_ms=20.0)
+    return script
+
+
+@pytest.mark.parametrize(("jitter", "tokens"), [(0.1, False), (0.2, False), (0.05, True)])
+def test_a_slowdown_of_a_run_whose_steps_scatter_pages(jitter: float, tokens: bool) -> None:
+    # the bound was 4 deviations of single steps: a slowdown to two thirds under 10 % jitter,
+    # or of variable-length batches counted in tokens, was not paged
+    watch = "watch:token_throughput" if tokens else "watch:throughput"
+    assert pages(jittery(jitter, 1.0, tokens)) == []
+    assert pages(jittery(jitter, 1.5, tokens)) == [watch]
+
+
+def blocks(n: int, slower_from: int | None) -> Callable[[Any, Clock], None]:
+    """Blocks of ``n`` steps alternating 64 samples in 1 s and 128 in 2 s (two tasks);
+    ``slower_from``: every step twice as long from that step on."""
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(5)
+        t = T0
+        for i in range(1500):
+            big = (i // n) % 2 == 1
+            took = (2000.0 if big else 1000.0) * (1 + rng.gauss(0, 0.03))
+            took *= 2.0 if slower_from is not None and i >= slower_from else 1.0
+            t += int(took)
+            clock.t = t
+            run.step(i, loss=1.0, lr=1e-3, samples=128 if big else 64, step_ms=took,
+                     loader_wait_ms=10.0)
+    return script
+
+
+@pytest.mark.parametrize("n", [25, 40, 100])
+def test_blocks_of_two_step_sizes_are_judged_each_against_its_own_level(n: int) -> None:
+    # each block a new phase learnt afresh: a slowdown became the next block's level
+    assert pages(blocks(n, None)) == []
+    assert pages(blocks(n, 600)) == ["watch:throughput"]

@@ -127,6 +127,31 @@ def test_a_warm_restarts_validation_dip_does_not_page_and_a_decline_in_a_cycle_d
     assert "rule:validation_decline" in fired(sgdr(fault=True))
 
 
+@pytest.mark.parametrize("period", [200, 300])
+def test_a_lasting_decline_under_a_cyclic_rate_pages_and_stays_firing(period: int) -> None:
+    # the rate back up every ``period`` steps (triangular from 1e-5, or alternating
+    # 1e-3 / 3e-3): starting the best again at each rise hid the decline, or resolved it
+    def script(run: Any, clock: Clock) -> None:
+        rng = random.Random(6)
+        for k in range(60):
+            lr = ((lambda i: 1e-5 + 1e-4 * (i % period)) if period == 200
+                  else (lambda i: 1e-3 if (i // 150) % 2 == 0 else 3e-3))
+            steps(run, clock, k * 100, 100, lr=lr, rng=rng)
+            clock.t += 1
+            acc = 0.85 if k < 30 else 0.55
+            run.validation(k * 100 + 99, {"val_acc": acc + rng.gauss(0, .003)})
+    t = CaptureTransport()
+    clock = Clock(T0)
+    run = runwatch.init("fam", run_id="r1", transport=t, install_hooks=False,
+                        capture_lineage=False, clock=clock)
+    script(run, clock)
+    run.finish()
+    codec = load_codec()
+    alerts = offline.replay(offline.as_messages([codec.decode(v) for _, _, v in t.messages]))
+    decline = [a.status for a in alerts if a.detector == "rule:validation_decline"]
+    assert decline and decline[-1] == "firing", decline
+
+
 def collapse(metric: str, higher: bool, extra: dict[str, float] | None = None,
              collapses: bool = True) -> Callable[[Any, Clock], None]:
     """Evaluations every 100 steps of ``metric`` improving; from the 12th, three times worse."""
@@ -170,14 +195,17 @@ def test_a_keras_epochs_validation_accuracy_is_judged_beside_its_training_accura
     assert "rule:validation_decline" in fired(script)
 
 
-@pytest.mark.parametrize(("metric", "pages"), [("val_loss", True), ("val_acc", False)])
-def test_a_nan_validation_loss_pages_and_an_accuracy_of_nothing_does_not(metric: str,
-                                                                         pages: bool) -> None:
+@pytest.mark.parametrize(("metric", "part", "pages"), [
+    ("val_loss", None, True), ("val_acc", None, False), ("val_loss", "rare", False)])
+def test_a_nan_validation_loss_pages_and_a_metric_of_nothing_does_not(
+        metric: str, part: str | None, pages: bool) -> None:
+    # an accuracy of no samples, or a loss over a slice with no samples, is 0/0: no fault
     def script(run: Any, clock: Clock) -> None:
         for k in range(8):
             steps(run, clock, k * 100, 100)
             clock.t += 1
-            run.validation(k * 100 + 99, {metric: 0.5 if k < 5 else float("nan")})
+            run.validation(k * 100 + 99, {metric: 0.5 if k < 5 else float("nan")},
+                           slice=part)
     titles = fired(script).get("rule:non_finite", [])
     assert titles == (["Non-finite validation val_loss (nan)"] if pages else [])
 
@@ -224,6 +252,8 @@ def test_a_correct_checksum_in_a_common_spelling_is_the_same_digest(spelling: st
     ("Registry.Prod/team/train:1", "registry.prod/", True),
     ("sha256:" + "ab" * 32, "registry.prod/", False),
     ("sha256:" + "ab" * 32, "sha256:" + "ab" * 32, True),
+    ("docker.io/pytorch/pytorch:2.1", "docker.io/pytorch/pytorch:2", True),  # a tag prefix
+    ("host:50000/repo:1", "host:5000", False),
 ])
 def test_an_allow_list_entry_admits_what_is_under_it_and_no_look_alike(image: str, entry: str,
                                                                      allowed: bool) -> None:

@@ -581,6 +581,26 @@ def test_an_evaluation_pass_between_sparse_step_records_is_not_an_occupancy_fall
     assert fired == (["watch:gpu_occupancy"] if fault else [])
 
 
+def test_an_occupancy_fall_of_a_run_that_validates_in_every_logging_interval_pages() -> None:
+    # steps logged every 10th, a short validation just before each record: every interval
+    # holds a result, and dropping the readings before each left none to judge
+    transport, clock, node, run = agent_and_run()
+    for t in range(3_600):
+        clock.t = T0 + t * 1_000
+        if t % 10 == 9:
+            clock.t -= 1
+            run.validation(t, {"val_loss": 1.0})
+            clock.t += 1
+            run.step(t, loss=1.0, samples=320, step_ms=10_000.0, loader_wait_ms=20.0)
+        for g in range(8):
+            node.nvml.util[g] = 30.0 if t >= 1_800 else 95.0
+            node.nvml.set_occupancy(g, 20.0 if t >= 1_800 else 66.0)
+        if t % 5 == 0:
+            node.agent.tick()
+    alerts = finished(run, transport)
+    assert sorted({a.detector for a in alerts if a.status == "firing"}) == ["watch:gpu_occupancy"]
+
+
 def test_a_new_attempt_after_one_that_died_without_an_end_is_not_stalled_while_it_loads():
     """Attempt 1 stepped for 20 minutes and died with its node (no end event); attempt 2
     started 3 minutes later and loaded its checkpoint for 12 minutes: the stall clock kept

@@ -40,11 +40,13 @@ def default_specs() -> dict[str, WatchSpec]:
                                   trend=True, adwin=True, settles=True),
         "checkpoint_share": WatchSpec("up", warmup=5, alpha=0.3, k=4.0, min_effect=0.1,
                                       persist=3, trend=True),
+        # smoothed: k counts the recent level's deviations (a run whose steps scatter by
+        # 10 % hid a slowdown to two thirds behind 4 single-step deviations)
         "throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2, persist=5,
-                                adwin=True, settles=True),
+                                adwin=True, settles=True, smoothed=True),
         # a step's tokens per second, where its StepTiming counts them (instead of samples)
         "token_throughput": WatchSpec("down", warmup=20, alpha=0.1, k=4.0, rel_effect=0.2,
-                                      persist=5, adwin=True, settles=True),
+                                      persist=5, adwin=True, settles=True, smoothed=True),
         "effective_batch_size": WatchSpec("down", warmup=10, alpha=0.5, k=3.0, rel_effect=0.1,
                                           persist=2),
         "gpu_utilization": WatchSpec("down", warmup=5, alpha=0.3, k=4.0, min_effect=0.2,

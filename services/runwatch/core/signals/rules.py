@@ -312,14 +312,18 @@ def image_matches(image: str, entry: str) -> bool:
     its own images, tags and digests (``/``, ``:`` or ``@`` next). It does not admit
     a look-alike that merely starts with the same text: ``registry.corp.com.evil.io/x``,
     ``docker.io/pytorchx/y``, ``registry.corp.com/ml-sandbox/z`` (a plain prefix match
-    admitted all three). An entry ending in a separator (``registry.prod/``) is a prefix.
+    admitted all three). An entry ending in a separator (``registry.prod/``) is a prefix,
+    and so is one naming a tag (``docker.io/pytorch/pytorch:2`` admits ``:2.1``): within
+    a repository the tags are the site's own.
     A bare digest (``sha256:...``) matches itself. Registry hosts are case-insensitive
     and repository names lower-case, so the comparison ignores case.
     """
     image, entry = image.strip().lower(), entry.strip().lower()
     if not entry or not image.startswith(entry):
         return False
-    return (len(image) == len(entry) or entry[-1] in IMAGE_SEPARATORS
+    last = entry.rsplit("/", 1)[-1]
+    tagged = "/" in entry and ("@" in last or ":" in last)  # a tag (prefix) or a digest
+    return (len(image) == len(entry) or tagged or entry[-1] in IMAGE_SEPARATORS
             or image[len(entry)] in IMAGE_SEPARATORS)
 
 

@@ -29,6 +29,7 @@ from runwatch.core.records import (
 )
 from runwatch.core.signals import datachecks, metrics, rules
 from runwatch.core.signals import indicators as ind
+from runwatch.core.signals.indwatch import IndicatorWatch
 from runwatch.core.signals.rules import Finding
 from runwatch.core.stream import join_artifact, join_datasets, join_lineage
 from runwatch.core.stream.eventtime import absurd_event_time
@@ -351,6 +352,8 @@ def _speed(s: RunState, cfg: RunConfig, e: StepTiming, at: int, now: int,
 PHASE_STEPS = 20
 """Steps at one step size that make it the run's: a run whose steps held one size this long
 and then hold another this long has a new phase (its throughput watch learns it again)."""
+PHASES_KEPT = 4
+"""Earlier phases' throughput watches a run keeps (by step size), to take up again."""
 
 
 def _phase(s: RunState, name: str, here: str, size: str) -> tuple[str, bool]:
@@ -377,9 +380,19 @@ def _phase(s: RunState, name: str, here: str, size: str) -> tuple[str, bool]:
     run[1], run[2] = (run[1], run[2] + 1) if here == run[1] else (here, 1)
     if run[2] < PHASE_STEPS and run[3] < 2 * PHASE_STEPS:
         return size, False
-    # a new phase: its size held (or the size varies now); its level is learnt again
+    # a new phase: its size held (or the size varies now); its level is learnt again, or
+    # taken up where it was left when the run had this size before (blocks of two batch
+    # sizes, multi-task training: each block learnt a slowdown as its new level)
     s.signals[f"{name}_size"] = here
-    s.watches.pop(name, None)
+    parked = s.signals.setdefault(f"{name}_phases", {})
+    left = s.watches.pop(name, None)
+    if left is not None:
+        parked[size] = left.to_state() if isinstance(left, IndicatorWatch) else left
+    back = parked.pop(here, None)
+    if back is not None:
+        s.watches[name] = back
+    for old in list(parked)[:-PHASES_KEPT]:
+        del parked[old]
     run[0], run[1], run[2], run[3] = (run[2] if run[2] >= PHASE_STEPS else 0), None, 0, 0
     return here, True
 
@@ -434,6 +447,8 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
         return out + emit(s, cfg, f, now, one_shot=True)
     if e.lr is not None:  # the latest learning-rate increase (warm-up, a warm restart)
         prev = s.signals.get("lr")
+        if prev is None:
+            s.signals["lr_first"] = e.step  # where the first cycle began
         rose = prev is not None and e.lr > prev[1] * (1 + LR_RISE)
         if (prev is not None and rose and math.isfinite(e.lr) and e.lr > LR_JUMP * prev[1] > 0
                 and not (len(prev) > 2 and prev[2]) and len(s.losses) >= rules.LOSS_SMOOTH):
@@ -448,7 +463,10 @@ def _learning(s: RunState, e: LearningStep, at: int, now: int, cfg: RunConfig,
             if top is not None and e.lr <= top * (1 + WARM_LR_SLACK):  # back to a known rate
                 s.signals["warm"] = [None, 0, None]  # peak, logged steps since, start
                 if e.lr >= LR_JUMP * prev[1]:  # a restart, not a warm-up's next step
-                    s.signals["val_warm"] = e.step  # validation's best starts again
+                    # validation is not judged for half the last cycle (``_validation``)
+                    last = s.signals.get("val_warm")
+                    since = last[0] if last else s.signals.get("lr_first", e.step)
+                    s.signals["val_warm"] = [e.step, e.step + (e.step - since) / 2]
         if math.isfinite(e.lr):
             s.signals["lr_max"] = max(s.signals.get("lr_max", e.lr), e.lr)
         s.signals["lr"] = [e.step, e.lr, int(rose)]
@@ -642,21 +660,21 @@ accuracy near 0.8 on 256 images about 4.7 noise sigmas (a label shift that takes
 def _val_stream(s: RunState, e: ValidationResult) -> tuple[str, list[Any]]:
     """Return the key of an evaluation's stream and the stream's state.
 
-    The state is [metric, best, history, declines, the warm restart it was judged
-    since]. Each validation dataset and slice is its own stream with its own best: two
-    languages at 0.90 and 0.55 in one history read as a decline from 0.90 at
-    every second evaluation, and a healthy per-slice validation paged. A state
+    The state is [metric, best, history, declines]. Each validation dataset and
+    slice is its own stream with its own best: two languages at 0.90 and 0.55 in one
+    history read as a decline from 0.90 at every second evaluation, and a healthy
+    per-slice validation paged. A state
     written before streams (the ``val_*`` fields) becomes the unnamed stream.
     """
     uri = e.dataset.uri if e.dataset is not None else ""
-    key = f"{uri}|{e.slice}" if (uri or e.slice) else ""
+    key = f"{uri}|{e.slice or ''}" if (uri or e.slice) else ""
     streams = s.val_streams
     if s.val_metric and "" not in streams:
-        streams[""] = [s.val_metric, s.val_best, s.val_history, s.val_declines, None]
+        streams[""] = [s.val_metric, s.val_best, s.val_history, s.val_declines]
         s.val_metric, s.val_best, s.val_history, s.val_declines = "", None, [], 0
     stream = streams.get(key)
     if stream is None:
-        stream = streams[key] = ["", None, [], 0, None]
+        stream = streams[key] = ["", None, [], 0]
         del_keys = list(streams)[:-VAL_STREAMS]  # the oldest streams past the bound
         for k in del_keys:
             del streams[k]
@@ -693,7 +711,7 @@ def _validation(s: RunState, e: ValidationResult, at: int, now: int,
     subject = f"{name} [{label}]" if key else name
     value = float(e.metrics[name])
     if not math.isfinite(value):
-        if higher:  # an accuracy of no samples (0/0) is no model fault
+        if higher or e.slice:  # an accuracy, or a slice, of no samples (0/0) is no fault
             return []
         # a validation loss that is NaN (running statistics gone NaN, an overflow in
         # evaluation) while the training loss is finite: wrong whatever the history says
@@ -704,11 +722,12 @@ def _validation(s: RunState, e: ValidationResult, at: int, now: int,
     if point in history:  # delivered again (at least once): one evaluation, not two
         return []
     warm = s.signals.get("val_warm")
-    if warm is not None and warm <= e.step and st[4] != warm:
-        # the first evaluation after a warm restart (the rate back up, as SGDR does):
-        # the model leaves its minimum by design and its metric dips for a while; the
-        # best starts again from here (a dip of 0.95 to 0.80 after each restart paged)
-        st[4], st[1], st[3] = warm, None, 0
+    if warm is not None and warm[0] <= e.step < warm[1]:
+        # within half a cycle after a warm restart (the rate back up, as SGDR does) the
+        # model leaves its minimum by design and its metric dips (0.95 to 0.80 after
+        # each restart paged); judged again from there against the same best, so a
+        # decline that lasts still pages under a cyclic schedule
+        return []
     _push(history, point, 50)
     signed = value if higher else -value
     best = st[1]

@@ -575,14 +575,25 @@ def _evaluating(times: list[int], at: int, evals: list[int]) -> bool:
     """Return whether a reading lies between a step and an evaluation result before the next.
 
     An evaluation pass ends at its result (``run.validation``); when it began is not
-    said, so the readings from the last step record before the result up to the
-    result are the pass's. Within a run that logs every 200th one-second step, a
+    said, so when the interval holding the result is longer than the run's usual one
+    (:data:`EVAL_LONGER`), the readings from the last step record before the result up
+    to the result are the pass's. Within a run that logs every 200th one-second step, a
     5-minute pass at a fifth of the GPU spans less than three logging intervals, was
     read as training and paged an occupancy fall, blamed on the infrastructure.
     """
     i = bisect_left(times, at)  # times[i - 1] < at <= times[i]
     lo, hi = times[i - 1], times[i]
+    if hi - lo <= EVAL_LONGER * step_interval(times):  # no longer than the run's steps
+        return False
     return any(lo < v < hi and at <= v for v in evals)
+
+
+EVAL_LONGER = 1.25
+"""An interval between step records holds an evaluation pass (its readings before the result
+are dropped) only when it is this much longer than the run's usual one: a run that
+validates in every logging interval has its passes in its usual interval, and dropping
+their readings left no training readings at all (a fall of its GPUs to a third went
+unpaged)."""
 
 
 def stepping(times: list[int], at: int, gap: float) -> bool:
