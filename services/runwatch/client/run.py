@@ -52,7 +52,7 @@ from runwatch.core.records import (
     StepTiming,
     ValidationResult,
 )
-from runwatch.core.signals.rules import normalize_sha256, same_digest
+from runwatch.core.signals.rules import normalize_sha256, same_digest, status_word
 
 logger = logging.getLogger(__name__)
 
@@ -1158,7 +1158,7 @@ def _canonical(value: Any, allowed: Sequence[str], aliases: Mapping[str, str]) -
     """``value`` as one of ``allowed`` (as given, in another case, a known spelling), or None."""
     if value in allowed:
         return str(value)
-    key = "_".join(str(value).lower().replace("-", " ").split())  # "timed out", "timed-out"
+    key = status_word(str(value))  # "Timed out", "timed-out": "timed_out"
     known = key if key in allowed else aliases.get(key)
     return known if known in allowed else None
 

@@ -338,12 +338,14 @@ def _speed(s: RunState, cfg: RunConfig, e: StepTiming, at: int, now: int,
     # reports no samples, whose throughput of 0 could never fall
     name, done = ("token_throughput", e.tokens) if e.tokens else ("throughput", e.samples)
     size = s.signals.get(f"{name}_size")
-    if size is None and done:  # the run's step size (2 significant digits), from its first
-        size = s.signals[f"{name}_size"] = f"{float(f'{done:.2g}'):g}"
-    elif done and size is not None:
-        size, judged = _phase(s, name, f"{float(f'{done:.2g}'):g}", str(size))
-        if not judged:
-            return out
+    if done:  # the step's size (2 significant digits): the run's is its first step's
+        here = f"{float(f'{done:.2g}'):g}"
+        if size is None:
+            size = s.signals[f"{name}_size"] = here
+        else:
+            size, judged = _phase(s, name, here, str(size))
+            if not judged:
+                return out
     return out + observe(s, cfg, name, ind.throughput(done, e.step_ms), at, now, bl,
                          cause=lambda: throughput_cause(s, at, cfg),
                          baseline_key=f"{name}@{size}")

@@ -547,7 +547,8 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
     times = s.step_at
     if not times:
         return []
-    gap = _stepping_gap(times)
+    usual = step_interval(times)
+    gap = STEPPING_K * usual
     out: list[Output] = []
     keep: list[list[Any]] = []
     # the checkpoint writes the run reported (their events precede the next step on its
@@ -560,7 +561,7 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
             keep.append(r)  # no step after it yet: the steps after it may still come
         elif writes and any(a <= at <= b for a, b in writes):
             continue  # read while the run wrote a checkpoint
-        elif evals and at > times[0] and _evaluating(times, at, evals):
+        elif evals and at > times[0] and _evaluating(times, at, evals, usual):
             continue  # read before an evaluation's result, since the step before it
         elif (stepping(times, at, gap) if at > times[0]
               else not any(a < at < b for a, b in s.step_gaps)):
@@ -571,7 +572,7 @@ def settle(s: RunState, now: int, cfg: RunConfig, bl: Baseline | None) -> list[O
     return out
 
 
-def _evaluating(times: list[int], at: int, evals: list[int]) -> bool:
+def _evaluating(times: list[int], at: int, evals: list[int], usual: float) -> bool:
     """Return whether a reading lies between a step and an evaluation result before the next.
 
     An evaluation pass ends at its result (``run.validation``); when it began is not
@@ -583,7 +584,7 @@ def _evaluating(times: list[int], at: int, evals: list[int]) -> bool:
     """
     i = bisect_left(times, at)  # times[i - 1] < at <= times[i]
     lo, hi = times[i - 1], times[i]
-    if hi - lo <= EVAL_LONGER * step_interval(times):  # no longer than the run's steps
+    if hi - lo <= EVAL_LONGER * usual:  # no longer than the run's usual interval (``usual``)
         return False
     return any(lo < v < hi and at <= v for v in evals)
 
