@@ -399,3 +399,81 @@ def test_a_run_the_sdk_alone_reports_is_billed_its_manifests_gpus(store: Store) 
     assert got["bad_input"]["telemetry_gap_runs"] == 1, got["bad_input"]
     assert got["bad_input"]["unobserved_gpu_hours"] == pytest.approx(2.0, abs=0.01)
     client.command(f"DROP DATABASE {db}")
+
+
+def test_one_ms_runs_end_and_a_late_sdk_preemption_is_one_preemption(
+        store: Store, tmp_path: Path) -> None:
+    """Found by an independent case (2026-12-07).
+
+    12 runs whose SDK started and finished in one millisecond: the summary's latest state
+    was ``argMax(state, ts)``, either of the two, and 8 of 12 read ``running`` in
+    ``run_costs`` (and in ``runwatch investigate``). A preempted run that the scheduler's
+    hook requeues and whose SDK reports the preemption 4 s after that ``queued``: its 10
+    minutes in the queue were no wait (the ``queued`` one's next event was no ``running``
+    one), and the resumability SLO counted two preemptions, the hook's and the SDK's.
+    """
+    from runwatch.client import init
+    from runwatch.client.emit import emit_records
+    from runwatch.sim.drivers import SharedTransport
+
+    capture = CaptureTransport()
+    transport = SharedTransport(capture)
+    start = int(time.time() * 1000) - 3 * 3_600_000
+    start -= start % 60_000
+    now = [start]
+    hook = Publisher(transport, kind="hook", clock=lambda: now[0])
+
+    def job(rid: str, state: str, attempt: int) -> None:
+        obj: dict[str, Any] = {"type": "job-state", "run_id": rid, "state": state,
+                               "attempt": attempt, "team": "t", "experiment_family": "late",
+                               "emitted_at_ms": now[0],
+                               "allocation": {"nodes": ["n0"], "gpu_indices": list(range(8)),
+                                              "gpu_model": "H100"}}
+        assert not emit_records(hook, [obj]).errors
+
+    def sdk(rid: str) -> Any:
+        return init(run_id=rid, experiment_family="late", team="t", transport=transport,
+                    clock=lambda: now[0], capture_lineage=False, install_hooks=False)
+
+    one_ms = [f"ms{i}" for i in range(12)]
+    for rid in one_ms:
+        sdk(rid).finish("succeeded", timeout=10.0, now_ms=now[0])
+    job("pre", "queued", 1)
+    job("pre", "running", 1)
+    run = sdk("pre")
+    run.checkpoint("s3://ck/pre/10", step=10, now_ms=now[0] + 20 * MIN * 1000)
+    now[0] += 30 * MIN * 1000
+    job("pre", "preempted", 1)
+    now[0] += 1000
+    job("pre", "queued", 2)
+    now[0] += 4000
+    run.finish("preempted", timeout=10.0, now_ms=now[0])  # the SDK's SIGTERM, told late
+    now[0] = start + 40 * MIN * 1000
+    job("pre", "running", 2)
+    resumed = sdk("pre")
+    now[0] += 30 * MIN * 1000
+    resumed.finish("succeeded", timeout=10.0, now_ms=now[0])
+    job("pre", "succeeded", 2)
+    transport.flush(30.0)
+
+    db, client = store_capture(store.url, capture, [*one_ms, "pre"])
+    outcomes = dict(client.query(
+        f"SELECT run_id, outcome FROM {db}.run_summaries FINAL").result_rows)  # noqa: S608
+    print("\noutcomes:", outcomes)
+    assert {outcomes[r] for r in one_ms} == {"succeeded"}
+    waits = client.query(
+        f"SELECT run_id, queue_delay_s FROM {db}.queue_waits "  # noqa: S608
+        f"ORDER BY run_id, queued_at").result_rows
+    # queued and running in one millisecond is no wait; the requeue waited 10 min less 1 s
+    assert [(r, round(d)) for r, d in waits if r == "pre"] == [("pre", 10 * MIN - 1)]
+    slo = tmp_path / "slos.yaml"
+    slo.write_text("apiVersion: openslo/v1\nkind: SLO\nmetadata: {name: resume}\nspec:\n"
+                   "  indicator:\n    metadata: {name: resume}\n"
+                   "    spec: {kind: resumability, maxLoss: 30m}\n"
+                   "  timeWindow: [{duration: 1d, isRolling: true}]\n"
+                   "  budgetingMethod: Occurrences\n  objectives: [{target: 0.9}]\n")
+    status = cli_json(store.url, db, "slo", "status", "--file", str(slo))
+    print("slo:", status)
+    (obj,) = status
+    assert (obj["good"], obj["valid"]) == (1, 1)  # preempted 10 min after its checkpoint
+    client.command(f"DROP DATABASE {db}")

@@ -681,3 +681,45 @@ def test_thousands_of_bad_runs_with_long_ids_make_an_alert_the_broker_takes() ->
     assert len(value) < MAX_RECORD_BYTES
     few = decide(obj, status(obj, events[:30], now), None, "execution", SRC, now)[1][0]
     assert few.labels["bad_runs"] == ",".join(sorted(ids[:30:3]))  # a short list stays whole
+
+
+def test_a_preemption_told_twice_counts_once() -> None:
+    """The scheduler's hook and the SDK's SIGTERM handler both report a preemption (2 s
+    apart): the resumability SLI counted two events, two bad ones for one lost hour
+    (found by an independent case, 2026-12-07). Preempted again after a restart is a new
+    preemption; a second report before a restart is the same one, whatever the window."""
+    p = _params("resumability", max_loss_ms=30 * M)
+    pre = NOW - H
+    rows = [
+        ind.PreemptionRow("twice", pre + 2_000, (pre - 40 * M,), (pre - 2 * H,)),  # the SDK
+        ind.PreemptionRow("twice", pre, (pre - 40 * M,), (pre - 2 * H,)),          # the hook
+        ind.PreemptionRow("again", pre - 30 * M, (pre - 35 * M,), (pre - 2 * H, pre - 20 * M)),
+        ind.PreemptionRow("again", pre, (pre - 35 * M,), (pre - 2 * H, pre - 20 * M)),
+        # first told before the window's start: its late twin inside it is no new event
+        ind.PreemptionRow("edge", START - 1_000, (), (START - H,)),
+        ind.PreemptionRow("edge", START + 1_000, (), (START - H,)),
+    ]
+    got = [(e.key, e.good, e.observed) for e in ind.resumability(p, rows, START, NOW)]
+    assert got == [("again@" + str(pre - 30 * M), True, 5.0), ("again@" + str(pre), True, 20.0),
+                   ("twice@" + str(pre), False, 40.0)]
+
+
+def test_the_slo_cause_is_the_first_named_and_not_after_the_bad_event() -> None:
+    """A run died of a NaN loss (``learning``) and its release gate failed after the end
+    (``artifact``): one alert each, and the training-window page named ``artifact`` by the
+    causes' alphabetical order (found by an independent case, 2026-12-07)."""
+    from runwatch.core.slo.evaluate import Status, bad_event_causes
+
+    end = NOW - H
+    bad = (ind.SliEvent("r1", end, False, ("r1",), 600.0, 3600.0, "run r1: failed"),)
+    st = Status("win", "training_window", 0.9, NOW, START, 0, 1, 0.0, 1.0, bad=bad)
+    alerts = [("r1", "artifact", end + M), ("r1", "learning", end - 5 * M),
+              ("other", "data", end - 9 * M)]
+    assert bad_event_causes(st, alerts) == ["learning"]
+    assert probable_cause("training_window", bad_event_causes(st, alerts)) == "learning"
+    # kinds whose bad events are not the run's end keep later alerts, oldest first
+    late = Status("kept", "evaluation_retained", 0.9, NOW, START, 0, 1, 0.0, 1.0, bad=bad)
+    assert bad_event_causes(late, alerts) == ["learning", "artifact"]
+    # a tie goes to the cause named first, not to the name that sorts first
+    assert probable_cause("training_window", ["learning", "artifact"]) == "learning"
+    assert probable_cause("training_window", ["execution", "data", "data"]) == "data"

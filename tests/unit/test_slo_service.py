@@ -54,7 +54,7 @@ class StoreDouble:
             return [(n, b, at) for n, (at, b) in latest.items()]
         if "FROM db.alerts" in sql:
             assert NOW - 31 * 24 * H < params["since"] < NOW - 29 * 24 * H  # the window
-            return [("r0", "data"), ("elsewhere", "learning")]
+            return [("r0", "data", NOW - 38 * H), ("elsewhere", "learning", NOW - 38 * H)]
         assert "db.job_events" in sql and "db.run_summaries" in sql
         return [(r, s, e, st, "f", 0) for r, s, e, st in self.runs
                 if e is None or e <= params["now"]] + [("other-family", 0, 1, "failed", "g", 0)]

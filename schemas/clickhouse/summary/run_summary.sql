@@ -25,7 +25,10 @@ WITH
                -- the SDK's own end, when it came after the run's latest running event: a
                -- scheduler hook's later end says less (an epilog read exit 0 from a batch
                -- script whose last command, a log upload, succeeded after training failed)
-               if(argMax(state, ts) IN ('succeeded', 'failed', 'cancelled', 'preempted')
+               -- (the latest state: of one millisecond's events, queued before running
+               -- before the rest, as below: a run started and ended in one millisecond ended)
+               if(argMax(state, (ts, multiIf(state = 'queued', 0, state = 'running', 1, 2)))
+                      IN ('succeeded', 'failed', 'cancelled', 'preempted')
                       AND countIf(source_kind = 'sdk'
                                   AND state IN ('succeeded', 'failed', 'cancelled', 'preempted')) > 0
                       AND maxIf(ts, source_kind = 'sdk'
@@ -33,7 +36,8 @@ WITH
                           >= maxIf(ts, state = 'running'),
                   argMaxIf(state, ts, source_kind = 'sdk'
                            AND state IN ('succeeded', 'failed', 'cancelled', 'preempted')),
-                  argMax(state, ts)) AS outcome,
+                  argMax(state, (ts, multiIf(state = 'queued', 0, state = 'running', 1, 2))))
+                   AS outcome,
                min(ts) AS started_at, max(ts) AS ended_at,
                max(attempt) AS attempts,
                argMaxIf(gpu_model, ts, gpu_model != '') AS gmodel,
@@ -236,13 +240,15 @@ WITH
     -- every wait that ended running: a queued event not preceded by another (queued or
     -- scheduled) to the first later event in another state, when that is a running one
     -- (an event of the queued one's millisecond in another state, say the preemption
-    -- it follows, sorts after it and is passed over)
+    -- it follows, sorts after it and is passed over; so is a preemption after the queued
+    -- one: the same preemption told late, by the SDK after the scheduler's requeue)
     qw AS (
         SELECT rid,
                arrayFilter(w -> w.2 > w.1,
                    arrayMap(p -> (p.1, if(p.2.2 = 'running', p.2.1, toInt64(0))),
                        arrayMap(i -> (ev[i].1,
-                                      arrayFirst(f -> f.2 NOT IN ('queued', 'scheduled')
+                                      arrayFirst(f -> f.2 NOT IN ('queued', 'scheduled',
+                                                                  'preempted')
                                                       AND (f.1 > ev[i].1 OR f.2 = 'running'),
                                                  arraySlice(ev, i + 1))),
                                 arrayFilter(i -> ev[i].2 = 'queued'

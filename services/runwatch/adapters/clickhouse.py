@@ -30,6 +30,7 @@ from clickhouse_connect.driver.exceptions import (
 from runwatch.adapters.settings import ClickHouseSettings
 from runwatch.core.storage import ddl, retention
 from runwatch.core.storage.columns import COLUMNS
+from runwatch.core.storage.outcome import LATEST_STATE_SQL
 from runwatch.core.storage.rows import SUMMARISED_SQL
 
 logger = logging.getLogger(__name__)
@@ -408,7 +409,8 @@ def read_ended_runs(client: Client, db: str, limit: int) -> list[str]:
         ClickHouseRejected: It refused the query (say, ``job_events`` is missing).
     """
     sql = (
-        f"SELECT r FROM (SELECT toString(run_id) AS r, argMax(state, ts) AS last, max(ts) AS t "  # noqa: S608
+        f"SELECT r FROM (SELECT toString(run_id) AS r, {LATEST_STATE_SQL} AS last, "  # noqa: S608
+        "max(ts) AS t "
         f"FROM {db}.job_events GROUP BY r) "
         f"WHERE last IN {SUMMARISED_SQL} "
         "ORDER BY t DESC LIMIT %(n)s"

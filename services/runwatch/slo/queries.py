@@ -209,14 +209,19 @@ def mine(obj: Objective, rows: list[Any]) -> list[Any]:
 
 
 def causes_sql(db: str) -> str:
-    """Return the query for (run, probable cause) of the firing alerts since ``%(since)s``.
+    """Return the query for (run, cause, first seen ms) of the alerts fired since ``%(since)s``.
 
-    Every run's, filtered in memory: a list of thousands of bad runs in an
-    ``IN`` clause costs the store more than reading the window's alerts.
+    One row per alert (its latest cause: a page re-sent with a cause its node watch
+    confirmed counts once), oldest first. Every run's, filtered in memory: a list of
+    thousands of bad runs in an ``IN`` clause costs the store more than reading the
+    window's alerts.
     """
-    return (f"SELECT toString(run_id), toString(probable_cause) FROM {db}.alerts "
+    return ("SELECT r, c, f FROM (SELECT toString(run_id) AS r, alert_id, "
+            "argMax(toString(probable_cause), ts) AS c, "
+            "toUnixTimestamp64Milli(min(first_seen)) AS f "
+            f"FROM {db}.alerts "
             f"WHERE ts > {_SINCE} AND run_id != '' AND NOT startsWith(detector, 'slo:') "
-            "AND status = 'firing'")
+            "AND status = 'firing' GROUP BY r, alert_id) ORDER BY f, r")
 
 
 def to_rows(kind: str, raw: list[tuple[Any, ...]]) -> list[Any]:

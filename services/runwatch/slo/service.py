@@ -33,7 +33,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from runwatch.adapters import clickhouse as ch
 from runwatch.core.paging.ownership import Ownership
 from runwatch.core.records import Alert, Source
-from runwatch.core.slo.evaluate import Status, decide, probable_cause, status
+from runwatch.core.slo.evaluate import (
+    Status,
+    bad_event_causes,
+    decide,
+    probable_cause,
+    status,
+)
 from runwatch.core.slo.indicators import COMPUTE
 from runwatch.core.slo.spec import Objective, parse_slos
 from runwatch.resources import ownership_file, read_config, resource
@@ -224,13 +230,11 @@ class Evaluator:
         if not runs:
             return {}
         since = min(st.window_start_ms for st in statuses)
-        by_run: dict[str, list[str]] = {}
         wanted_runs = set(runs)
-        for run, cause in self.store.query(causes_sql(self.db), {"since": since}):
-            if run in wanted_runs:
-                by_run.setdefault(str(run), []).append(str(cause))
-        return {name: [c for r in sorted(rs) for c in by_run.get(r, ())]
-                for name, rs in wanted.items()}
+        alerts = [(str(run), str(cause), int(first))
+                  for run, cause, first in self.store.query(causes_sql(self.db), {"since": since})
+                  if run in wanted_runs]
+        return {st.name: bad_event_causes(st, alerts) for st in statuses if st.conditions}
 
     def evaluate(self, now_ms: int) -> Round:
         """Run one round: read, decide, publish, store.

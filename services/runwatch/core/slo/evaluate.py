@@ -189,12 +189,39 @@ def status(obj: Objective, events: Sequence[SliEvent], now_ms: int,
                   good / valid if valid else None, consumed, rates, tuple(conditions), bad)
 
 
+CAUSE_BEFORE_EVENT = frozenset({"training_window", "resumability"})
+"""Kinds whose bad event is the run's end (or overrun) or its preemption: an alert raised
+after it cannot have caused it (a release gate that failed after a run died of a NaN loss
+named the window's overrun ``artifact``)."""
+
+
+def bad_event_causes(st: Status, alerts: Sequence[tuple[str, str, int]]) -> list[str]:
+    """Return the probable causes of the alerts on an objective's bad events' runs, oldest first.
+
+    For the kinds of :data:`CAUSE_BEFORE_EVENT`, an alert first seen after the bad
+    event it would explain is left out.
+
+    Args:
+        st: The objective's status.
+        alerts: ``(run, probable cause, first seen ms)`` of the window's alerts.
+
+    """
+    last: dict[str, int] = {}  # run -> the time of its latest bad event
+    for e in st.bad:
+        for r in e.run_ids:
+            last[r] = max(last.get(r, e.at_ms), e.at_ms)
+    before = st.kind in CAUSE_BEFORE_EVENT
+    ordered = sorted(alerts, key=lambda a: (a[2], a[0]))
+    return [c for r, c, t in ordered if r in last and not (before and t > last[r])]
+
+
 def probable_cause(kind: str, causes: Iterable[str]) -> str:
     """Return the cause the bad events' own alerts name most, else the kind's signal class.
 
     Only causes that can explain the kind's bad events count (:data:`EXPLAINED_BY`): a
     team over its GPU quota whose runs also carry zero-rows alerts is not over it because
-    of its data.
+    of its data. Of causes named equally often, the one named first wins (a cause comes
+    before what it causes; ``causes`` in time order, :func:`bad_event_causes`).
 
     Args:
         kind: The indicator kind.
@@ -203,8 +230,8 @@ def probable_cause(kind: str, causes: Iterable[str]) -> str:
     """
     plausible = EXPLAINED_BY.get(kind, _CAUSES)
     counted = Counter(c for c in causes if c in _CAUSES and c in plausible)
-    if counted:
-        return sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+    if counted:  # insertion order is first mention: the sort is stable
+        return sorted(counted.items(), key=lambda kv: -kv[1])[0][0]
     return SIGNAL.get(kind, "unknown")
 
 

@@ -270,11 +270,18 @@ def resumability(p: Mapping[str, Any], rows: Sequence[PreemptionRow], start: int
     """One event per preemption: good when at most ``maxLoss`` of work since the last checkpoint.
 
     Lost work runs from the later of the last good checkpoint and the last
-    (re)start before the preemption.
+    (re)start before the preemption. A run preempted again without a (re)start in
+    between is the same preemption told twice (the scheduler's hook and the SDK's
+    SIGTERM handler both report it): it counts once, at the first report.
     """
     out: list[SliEvent] = []
     limit = p["max_loss_ms"]
-    for r in rows:
+    told: dict[str, int] = {}  # run -> its previous preemption report
+    for r in sorted(rows, key=lambda row: (row.run_id, row.at_ms)):
+        prev = told.get(r.run_id)
+        told[r.run_id] = r.at_ms
+        if prev is not None and not any(prev < t <= r.at_ms for t in r.starts_ms):
+            continue
         if not _inside(start, now, r.at_ms):
             continue
         marks = [t for t in (*r.checkpoints_ms, *r.starts_ms) if t <= r.at_ms]

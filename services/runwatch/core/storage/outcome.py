@@ -13,10 +13,15 @@ such a run failed while its retry ran inside its hour. Used by ``runwatch slo`` 
 
 from __future__ import annotations
 
-__all__ = ["OUTCOME_SQL", "TERMINAL_SQL"]
+__all__ = ["LATEST_STATE_SQL", "OUTCOME_SQL", "TERMINAL_SQL"]
 
 TERMINAL_SQL = "('succeeded', 'failed', 'cancelled')"
 """The terminal job states, as an SQL tuple."""
+
+LATEST_STATE_SQL = "argMax(state, (ts, multiIf(state = 'queued', 0, state = 'running', 1, 2)))"
+"""A run's latest job state (an aggregate): of events in one millisecond, queued before
+running before the rest, as the run summary orders them, so a run that started and ended
+in one millisecond ended (``argMax(state, ts)`` picked either)."""
 
 _SDK_END = f"source_kind = 'sdk' AND state IN {TERMINAL_SQL}"
 
@@ -27,5 +32,5 @@ OUTCOME_SQL = (
     f"if(countIf({_SDK_END}) > 0 AND maxIf(ts, {_SDK_END}) >= maxIf(ts, state = 'running'), "
     f"argMaxIf(state, ts, {_SDK_END}), "
     f"if(countIf(state IN {TERMINAL_SQL}) > 0, argMaxIf(state, ts, state IN {TERMINAL_SQL}), "
-    "argMax(state, ts))))")
+    f"{LATEST_STATE_SQL})))")
 """An aggregate over one run's ``job_events`` rows (``GROUP BY run_id``): its outcome."""
