@@ -458,3 +458,30 @@ def test_a_checkpoint_saved_again_before_the_sdk_read_it_is_not_called_corrupt(
     deliver_live(m, wall, timed(t.out))
     assert [a.detector for a in m.alerts if isinstance(a, Alert)] == []
 
+
+
+def test_the_sdk_sends_what_an_emit_left_in_its_spool(tmp_path: Path) -> None:
+    """The k8s example's init container runs `runwatch emit` (its scheduled event) before
+    the job's container: with the broker away the event spooled in the init container's
+    own file system and was lost with it, and in a shared volume no later emit would send
+    it (the SDK replayed only ``sdk-`` spools). Found by an independent case, 2026-12-07."""
+    import runwatch
+    from runwatch.adapters.kafka import ProducerSettings
+    from runwatch.adapters.settings import KafkaSettings
+
+    spool = tmp_path / "spool"
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+           "RUNWATCH_PRODUCER_SPOOL_DIR": str(spool),
+           "RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS": "300"}
+    done = subprocess.run([sys.executable, "-m", "runwatch", "emit", "job-state", "--run-id",
+                           "pod-1", "--state", "scheduled", "--nodes", "n1", "--timeout", "1"],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert any((spool / "emit").glob("*.seg"))
+    s = ProducerSettings(spool_dir=spool, message_timeout_ms=300)
+    run = runwatch.init("fam", run_id="pod-1", kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"),
+                        producer=s, install_hooks=False, capture_lineage=False)
+    try:
+        assert [t._spool.directory.name for t in run._orphans] == ["emit"]
+    finally:
+        run.finish(timeout=0.5)

@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 HOOKS = ROOT / "infra" / "slurm"
 
 
-def _run_hook(hook: str, tmp_path: Path, node: str, **env: str) -> None:
-    """Run a hook as Slurm would on ``node`` (``hostname -s`` answers ``node``)."""
+def _run_hook(hook: str, tmp_path: Path, node: str, unset: tuple[str, ...] = (),
+              **env: str) -> None:
+    """Run a hook as Slurm would on ``node`` (``hostname -s`` answers ``node``), without the
+    variables ``unset`` names."""
     bin_dir = tmp_path / f"bin-{node}"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "hostname").write_text(f"#!/bin/sh\necho {node}\n")
@@ -31,7 +33,10 @@ def _run_hook(hook: str, tmp_path: Path, node: str, **env: str) -> None:
             "RUNWATCH_PRODUCER_SPOOL_DIR": str(tmp_path / "spool"),
             "RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS": "300", "RUNWATCH_EMIT_TIMEOUT": "1",
             "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9",  # nothing listens: the record spools
-            "SLURM_JOB_ID": "4242", "SLURM_CLUSTER_NAME": "c1", **env}
+            "SLURM_JOB_ID": "4242", "SLURM_CLUSTER_NAME": "c1",
+            "RUNWATCH_DEFAULTS_FILE": str(tmp_path / "no-defaults"), **env}
+    for name in unset:
+        full.pop(name, None)
     done = subprocess.run(["bash", str(HOOKS / hook)], env=full, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -162,3 +167,72 @@ def test_the_agent_unit_names_the_node_as_slurm_does(tmp_path: Path, env: dict[s
                           capture_output=True, text=True, timeout=30, check=True)
     args = done.stdout.split("\n")
     assert args[:3] == ["agent", "--node", want]
+
+
+def test_the_hooks_export_the_sites_defaults_file(tmp_path: Path) -> None:
+    """The README puts the Kafka settings in /etc/default/runwatch (KEY=VALUE lines, the agent
+    unit's EnvironmentFile=). The hooks read it with ``.`` and exported nothing, so `runwatch
+    emit` never saw them: it sent to 127.0.0.1:9092 and spooled under root's home, and every
+    job event was lost without a trace (found by an independent case, 2026-12-07)."""
+    spool = tmp_path / "spool"  # where _spooled reads; named by the file alone
+    defaults = tmp_path / "runwatch.defaults"
+    defaults.write_text("KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9\n"
+                        f"RUNWATCH_PRODUCER_SPOOL_DIR={spool}\n"
+                        "RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS=300\n")
+    gone = ("KAFKA_BOOTSTRAP_SERVERS", "RUNWATCH_PRODUCER_SPOOL_DIR",
+            "RUNWATCH_PRODUCER_MESSAGE_TIMEOUT_MS")
+    _run_hook("prolog.sh", tmp_path, "q1", unset=gone, RUNWATCH_DEFAULTS_FILE=str(defaults),
+              SLURM_JOB_GPUS="0,1")
+    _run_hook("epilog.sh", tmp_path, "q1", unset=gone, RUNWATCH_DEFAULTS_FILE=str(defaults))
+    assert [e.state for e in _spooled(tmp_path)] == ["scheduled", "succeeded"]
+
+
+def test_an_unreadable_jobs_file_does_not_freeze_the_nodes_allocation(tmp_path: Path) -> None:
+    """A job's file cut short (a prolog killed mid-write) made every later hook's merge fail:
+    allocation.json kept the first job's GPUs for good, the next job was never attributed."""
+    import json
+
+    alloc = tmp_path / "alloc-q1"
+    _run_hook("prolog.sh", tmp_path, "q1", SLURM_JOB_ID="100", SLURM_JOB_GPUS="0,1")
+    (alloc / "slurm-101.json").write_text('[{"run_id": "slurm-c1-101", "gp')
+    _run_hook("prolog.sh", tmp_path, "q1", SLURM_JOB_ID="102", SLURM_JOB_GPUS="2-3")
+    runs = {e["run_id"]: e["gpus"] for e in json.loads((alloc / "allocation.json").read_text())}
+    assert runs == {"slurm-c1-100": [0, 1], "slurm-c1-102": [2, 3]}
+    _run_hook("epilog.sh", tmp_path, "q1", SLURM_JOB_ID="100")
+    runs = {e["run_id"]: e["gpus"] for e in json.loads((alloc / "allocation.json").read_text())}
+    assert runs == {"slurm-c1-102": [2, 3]}
+    assert not list(alloc.glob("*.tmp"))
+
+
+@pytest.mark.parametrize(("gpus", "want"), [
+    ("GPU-6f1e2d3c-aaaa-bbbb-cccc-0123456789ab,GPU-7a", []),  # CUDA_VISIBLE_DEVICES by UUID
+    ("MIG-1a2b3c", []),
+    ("0-3,6", [0, 1, 2, 3, 6]),
+])
+def test_a_gpu_list_of_names_still_sends_the_event(tmp_path: Path, gpus: str,
+                                                   want: list[int]) -> None:
+    """GPUs named by UUID (or a MIG id) made emit exit 2 on the int() of the list: nothing
+    was published or spooled, and the prolog exited 0 as if all was well."""
+    _run_hook("prolog.sh", tmp_path, "q1", unset=("SLURM_JOB_GPUS",),
+              CUDA_VISIBLE_DEVICES=gpus, SLURM_JOB_NODELIST="q1")
+    (event,) = _spooled(tmp_path)
+    assert event.allocation is not None and list(event.allocation.nodes) == ["q1"]
+    assert list(event.allocation.gpu_indices) == want
+
+
+@pytest.mark.parametrize("env", [
+    {"SLURM_JOB_RESTART_COUNT": "n/a"},
+    {"SLURM_JOB_EXIT_CODE": "x", "SLURM_JOB_RESTART_COUNT": "1"},
+])
+def test_the_hooks_exit_0_on_odd_variables(tmp_path: Path, env: dict[str, str]) -> None:
+    """Under ``set -u`` a restart count or exit code that is no number (and a missing
+    SLURM_JOB_ID) made the hooks exit 1; a failing epilog drains the node. The README
+    says both always exit 0 (``_run_hook`` checks the exit status)."""
+    for hook in ("prolog.sh", "epilog.sh"):
+        _run_hook(hook, tmp_path, "q1", SLURM_JOB_GPUS="0", **env)
+        _run_hook(hook, tmp_path, "q1", unset=("SLURM_JOB_ID",), **env)
+    events = _spooled(tmp_path)
+    # without a job id nothing is sent; with one, the odd count reads as no restart
+    assert sorted((e.state, e.attempt) for e in events) == sorted(
+        [("scheduled", 1 if "n/a" in env.values() else 2),
+         ("succeeded", 1 if "n/a" in env.values() else 2)])  # an exit code read as none

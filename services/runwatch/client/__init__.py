@@ -315,8 +315,11 @@ def init(
             kafka, producer = kafka or KafkaSettings(), producer or ProducerSettings()
             name = f"sdk-{rid}-r{rank}"
             transport = own_transport = KafkaTransport(kafka, producer, name=name)
-            try:  # what earlier jobs left in their spools when they exited during an outage
-                orphans = adopt_orphans(kafka, producer, prefix="sdk-", exclude=name)
+            try:  # what earlier jobs left in their spools when they exited during an outage,
+                # and what `runwatch emit` left (a pod's init container spools its scheduled
+                # event in the volume the job's container mounts, and no emit runs again)
+                orphans = [*adopt_orphans(kafka, producer, prefix="sdk-", exclude=name),
+                           *adopt_orphans(kafka, producer, prefix="emit", exclude=name)]
             except Exception:
                 logger.exception("runwatch could not open the spools earlier jobs left")
         if attempt is None:
