@@ -213,6 +213,16 @@ def ownership_file() -> Path:
     return resource("infra", "pager", "ownership.yaml")
 
 
+def configured_ownership_file(explicit: Path | None = None) -> Path:
+    """Return the ownership file a command reads.
+
+    ``explicit``, else the processor's (``$RUNWATCH_PROCESSOR_OWNERSHIP_FILE``), else the
+    shipped one (:func:`ownership_file`).
+    """
+    env = os.environ.get("RUNWATCH_PROCESSOR_OWNERSHIP_FILE")
+    return explicit or (Path(env) if env else ownership_file())
+
+
 def costs_file() -> Path:
     """Return the prices file: ``$RUNWATCH_COSTS_FILE`` or the packaged example ``costs.yaml``.
 

@@ -25,12 +25,10 @@ from runwatch.errors import FatalError
 
 def _ownership(path: Path | None) -> Any:
     from runwatch.core.paging.ownership import RulesError, load_ownership
-    from runwatch.resources import ownership_file
+    from runwatch.resources import configured_ownership_file
 
-    env = os.environ.get("RUNWATCH_PROCESSOR_OWNERSHIP_FILE")
-    chosen = path or (Path(env) if env else ownership_file())
     try:
-        return load_ownership(chosen)
+        return load_ownership(configured_ownership_file(path))
     except RulesError as exc:
         raise FatalError(str(exc)) from exc
 

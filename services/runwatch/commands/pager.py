@@ -73,13 +73,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _owner_problems(rules_file: Path, ownership: Path | None) -> list[str]:
     """Owner matchers of ``rules_file`` that name no team of the ownership file."""
-    import os
-
     from runwatch.core.paging.ownership import load_ownership
     from runwatch.core.paging.routes import unknown_owner_problems
-    from runwatch.resources import ownership_file, read_config
+    from runwatch.resources import configured_ownership_file, read_config
 
-    env = os.environ.get("RUNWATCH_PROCESSOR_OWNERSHIP_FILE")
-    path = ownership or (Path(env) if env else ownership_file())
-    teams = load_ownership(path).teams
+    teams = load_ownership(configured_ownership_file(ownership)).teams
     return unknown_owner_problems(read_config(rules_file), str(rules_file), teams)

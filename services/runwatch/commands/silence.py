@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="duration, e.g. 30m, 2h, 1d, 1w, 1y")
     add.add_argument("--reason", required=True, help="why (shown in logs and lists)")
     add.add_argument("--by", default=None, help="who (default: current user)")
+    add.add_argument("--ownership", type=Path, default=None,
+                     help="the ownership file whose teams an owner matcher must name "
+                          "(default RUNWATCH_PROCESSOR_OWNERSHIP_FILE, else the shipped one)")
     add.set_defaults(func=_add)
 
     lst = actions.add_parser("list", parents=[state],
@@ -114,6 +118,8 @@ def _add(args: argparse.Namespace) -> int:
         if problem is None and m.name == "status" and not m.accepts({"status": "firing"}):
             problem = ("a silence mutes firing alerts only, never resolves: a matcher on "
                        "status must match firing")
+        if problem is None and m.name == "owner" and m.op != "!=":
+            problem = _unknown_owner(m, args.ownership)
         if problem is not None:  # ("not that value" can match whatever the value)
             print(f"runwatch silence add: --match {m}: {problem}", file=sys.stderr)
             return 2
@@ -135,6 +141,26 @@ def _add(args: argparse.Namespace) -> int:
         return _fail("add", exc)
     print(s.silence_id)
     return 0
+
+
+def _unknown_owner(m: Any, ownership: Path | None) -> str | None:
+    """Say why an owner matcher can match no team of the ownership file (None when it can).
+
+    An alert's owner is a team of the ownership file, so a silence on another owner
+    (a typo) mutes nothing, as ``pager --check`` says of such a route.
+    """
+    from runwatch.core.paging.ownership import RulesError, load_ownership
+    from runwatch.resources import configured_ownership_file
+
+    path = configured_ownership_file(ownership)
+    try:
+        teams = load_ownership(path).teams
+    except (RulesError, OSError) as exc:
+        return f"cannot read the ownership file to check the owner: {exc}"
+    if any(m.accepts({"owner": t}) for t in teams):
+        return None
+    return (f"names no team of the ownership file {path} ({', '.join(sorted(teams))}): "
+            "the silence would mute nothing")
 
 
 def _list(args: argparse.Namespace) -> int:
