@@ -453,7 +453,8 @@ def test_kill_9_mid_retry_loses_nothing_and_pages_once(
     codec = load_codec()
     try:
         publish(stack, alerts, [("k1", codec.encode(make_alert("k1")))])
-        # pd paged, the webhook answered 503 + Retry-After 30: the pager now waits to retry
+        # pd paged, the webhook answered 503 + Retry-After 30: its delivery is deferred
+        # (deferred.jsonl, fsynced) and the offset committed; the restart goes on from it
         wait_until(lambda: recorder.bodies("/pd") and recorder.bodies("/hook"), 60,
                    "the first delivery attempts")
         time.sleep(0.5)

@@ -14,18 +14,15 @@ from runwatch.core.paging.delivery import (
     BreakerState,
     Notification,
     RetryPolicy,
-    Silence,
     backoff_ms,
     breaker_allow,
     breaker_record,
     classify_status,
     decide_send,
-    expire_silence,
-    find_silence,
-    parse_matcher,
     parse_retry_after,
 )
 from runwatch.core.paging.signing import sign, verify
+from runwatch.core.paging.silencing import Silence, expire_silence, find_silence, parse_matcher
 from runwatch.pager.deliver import Deliverer, Interrupted
 from runwatch.pager.state import NotificationLog, SilenceStore
 
@@ -292,8 +289,8 @@ def _deliverer(tmp_path: Path, ft: FakeTime, **kw: object) -> Deliverer:
         ([Res(400, '{"message":"Invalid routing key"}')], "dead", 1, [],
          "Invalid routing key"),
         # 3 failures open the breaker: the delivery stops there, it never waits out the
-        # cool-down (that held every other receiver's pages behind it)
-        ([Res(500)] * 3 + [Res(500)], "dead", 3, [50, 100],
+        # cool-down (that held every other receiver's pages behind it): it is deferred
+        ([Res(500)] * 3 + [Res(500)], "deferred", 3, [50, 100],
          "circuit opened for receiver pd after 3 failures in a row"),
         ([Res(500)] * 2 + [Res(200)], "sent", 3, [50, 100], ""),
     ],
@@ -312,55 +309,65 @@ def test_deliverer(
     assert (logged is not None) is (result == "sent")
 
 
-def test_an_open_breaker_fails_later_alerts_fast_and_probes_once(tmp_path: Path) -> None:
-    """Before the fix every alert that found a receiver's breaker open waited out the
-    cool-down before each of its attempts (max_attempts x open_ms: 3 minutes with the
-    defaults), and the pager, one alert at a time, held every other receiver's pages behind
-    it. Now only the delivery that opens the breaker waits; later ones fail fast (dead-
-    lettered with the reason) and the first after the cool-down is the one probe."""
+def test_an_open_breaker_defers_later_alerts_without_a_call_and_probes_once(
+    tmp_path: Path,
+) -> None:
+    """Every alert that found a receiver's breaker open waited out the cool-down before each
+    of its attempts (3 minutes with the defaults), holding every other receiver's pages; then
+    it was dead-lettered at once (a page lost to a short outage). Now it is deferred without a
+    call and without a wait, and the first deferred delivery due after the cool-down is the
+    one probe: a failed probe defers them all to the next, an accepted one sends them."""
     ft = FakeTime()
     d = _deliverer(tmp_path, ft)
+    d.retry = RetryPolicy(max_attempts=10, base_ms=100, cap_ms=1000)
     down = ScriptedReceiver("slack", [Res(503, "down")] * 20)
-    first = d.deliver(A(dedup_key="k0"), down)
-    assert (first.result, first.attempts, ft.waits) == ("dead", 3, [50, 100])
+    first = d.deliver(A(dedup_key="k0"), down, b"k0")
+    assert (first.result, first.attempts, ft.waits) == ("deferred", 3, [50, 100])
     ft.waits.clear()
     calls = len(down.calls)
     for i in range(1, 4):  # within the cool-down: not sent, no wait
-        out = d.deliver(A(dedup_key=f"k{i}"), down)
-        assert (out.result, out.attempts) == ("dead", 0)
+        out = d.deliver(A(dedup_key=f"k{i}"), down, f"k{i}".encode())
+        assert (out.result, out.attempts) == ("deferred", 0)
         assert out.reason.startswith("circuit open for receiver slack after 3 failures")
     assert len(down.calls) == calls and ft.waits == []
-    ft.t += 5000  # the cool-down is over: one probe, and it fails
-    probe = d.deliver(A(dedup_key="k4"), down)
-    assert (probe.result, probe.attempts, ft.waits) == ("dead", 1, [])
-    assert "the probe failed; last error: HTTP 503: down" in probe.reason
-    ft.t += 5000  # the receiver is back: the probe is delivered and the breaker closes
-    back = ScriptedReceiver("slack", [Res(202), Res(503), Res(202)])
-    assert d.deliver(A(dedup_key="k5"), back).result == "sent"
-    assert d.deliver(A(dedup_key="k6"), back).result == "sent"  # retried as usual
-    assert ft.waits == [50]
+    decode = lambda raw: A(dedup_key=raw.decode())  # noqa: E731
+    assert d.retry_due({"slack": down}, decode) == []  # nothing due before the probe
+    ft.t += 5000  # the cool-down is over: one probe, and it fails; the rest wait again
+    tried = d.retry_due({"slack": down}, decode)
+    assert [(e.dedup_key, o.result, o.attempts) for e, o in tried] == [
+        ("k0", "deferred", 4), ("k1", "deferred", 0), ("k2", "deferred", 0),
+        ("k3", "deferred", 0)]
+    assert len(down.calls) == calls + 1 and ft.waits == []
+    ft.t += 5000  # the receiver is back: the probe is delivered, the breaker closes
+    back = ScriptedReceiver("slack", [Res(202)] * 4)
+    tried = d.retry_due({"slack": back}, decode)
+    assert [(e.dedup_key, o.result) for e, o in tried] == [
+        ("k0", "sent"), ("k1", "sent"), ("k2", "sent"), ("k3", "sent")]
+    assert len(d.pending) == 0 and ft.waits == []
 
 
 def test_the_delivery_that_opens_a_breaker_does_not_hold_other_receivers(tmp_path: Path) -> None:
     """The delivery whose failures opened a receiver's breaker waited out the whole cool-down
     (30 s by default) before its next attempt, and the pager, one alert at a time, held every
     other receiver's pages behind it (PagerDuty paged 35 s late while Slack answered 500).
-    It now stops when the breaker opens: dead-lettered with the reason, no cool-down waited,
-    and the next receiver is called at once."""
+    It now stops when the breaker opens: deferred to the breaker's probe, no cool-down
+    waited, and the next receiver is called at once."""
     ft = FakeTime()
     d = _deliverer(tmp_path, ft)
     slack = ScriptedReceiver("slack", [Res(500, "boom")] * 10)
     pd = ScriptedReceiver("pd", [Res(202)] * 2)
     out = d.deliver(A(dedup_key="k0"), slack)
-    assert (out.result, out.attempts) == ("dead", 3)
+    assert (out.result, out.attempts) == ("deferred", 3)
     assert out.reason.startswith("circuit opened for receiver slack after 3 failures in a row")
-    assert "last error: HTTP 500: boom" in out.reason
+    pending = d.pending.get("slack", "k0")
+    assert pending is not None and pending.last_error == "HTTP 500: boom"
+    assert pending.next_ms == ft.t + 5000
     assert sum(ft.waits) < 5000, ft.waits  # no cool-down waited out
     t_pd = ft.t
     assert d.deliver(A(dedup_key="k0"), pd).result == "sent"
     assert pd.calls == [t_pd]
     ft.waits.clear()
-    assert d.deliver(A(dedup_key="k1"), slack).attempts == 0  # open: fails fast
+    assert d.deliver(A(dedup_key="k1"), slack).attempts == 0  # open: deferred, no call
     assert d.deliver(A(dedup_key="k1"), pd).result == "sent"
     assert ft.waits == []
 

@@ -246,7 +246,8 @@ def test_webhook_signature_verifies(server: Recorder, tmp_path: Path) -> None:
 def _deliverer(tmp_path: Path, waits: list[int]) -> Deliverer:
     d = Deliverer(NotificationLog(tmp_path / "state"),
                   RetryPolicy(max_attempts=4, base_ms=100, cap_ms=1000),
-                  BreakerPolicy(failure_threshold=10), rand=lambda: 0.5)
+                  BreakerPolicy(failure_threshold=10), rand=lambda: 0.5,
+                  inline_wait_ms=10_000)  # every retry in-line here (the retry paths)
     d._sleep = waits.append  # type: ignore[method-assign]
     return d
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runwatch import cli
-from runwatch.core.paging.delivery import parse_matcher
+from runwatch.core.paging.silencing import parse_matcher
 from runwatch.pager.state import SilenceStore
 
 T = 1_800_000_000_000

@@ -102,8 +102,8 @@ def _silence_duration_ms(text: str, parse: Callable[[str], int]) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from runwatch.core.paging.delivery import parse_matcher
     from runwatch.core.paging.routes import attribute_problem, parse_duration_ms, value_problem
+    from runwatch.core.paging.silencing import parse_matcher
     from runwatch.core.yamlconf import LONGEST_DURATION_MS
 
     try:

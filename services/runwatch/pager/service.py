@@ -5,10 +5,11 @@ breakers): delivery, the refresh of firing alerts and the release of held ones,
 and dead letters all read and write it; split, each part would need all of it.
 
 One message at a time: decode, route, check silences, deliver to each
-receiver (dedup, retries, breaker), dead-letter what cannot be delivered, then
-commit the offset. A crash before the commit replays the message on restart;
-receivers already notified are skipped thanks to the durable notification log,
-so nothing is lost and nothing pages twice within the repeat interval.
+receiver (dedup, a quick in-line retry, breaker), defer durably what must wait
+longer (``deferred.jsonl``, retried from the loop when due), dead-letter what cannot
+be delivered, then commit the offset. A crash before the commit replays the message
+on restart; receivers already notified are skipped thanks to the durable notification
+log, so nothing is lost and nothing pages twice within the repeat interval.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from runwatch.core.paging.delivery import (
     BreakerPolicy,
     Notification,
     RetryPolicy,
-    find_silence,
 )
 from runwatch.core.paging.payloads import AM_LABEL_FIELDS
 from runwatch.core.paging.routes import (
@@ -55,8 +55,9 @@ from runwatch.core.paging.routes import (
     parse_rules,
     receivers_for,
 )
+from runwatch.core.paging.silencing import find_silence
 from runwatch.pager import redact
-from runwatch.pager.deliver import Deliverer, Interrupted
+from runwatch.pager.deliver import Deliverer, Interrupted, Origin
 from runwatch.pager.state import HELD_FILE, NotificationLog, SilenceStore, default_state_dir
 from runwatch.resources import pager_routes_file, read_config
 
@@ -78,13 +79,17 @@ class PagerSettings(BaseSettings):
     history of rw.alerts), ``latest`` (only alerts published from now on), or a lookback
     (``15m``, ``2h``, ``1d``: alerts published that long ago and since). A group with
     committed offsets always goes on from them."""
-    max_attempts: int = 6
+    max_attempts: int = 20
     backoff_base_ms: int = 500
     backoff_cap_ms: int = 60_000
     max_retry_after_ms: int = 300_000
     breaker_failures: int = 5
     breaker_open_ms: int = 30_000
     delivery_deadline_ms: int = 600_000
+    inline_wait_ms: int = 2_000
+    """Longest total in-line wait of one delivery (quick retries); a later attempt is
+    deferred (kept in the state dir, retried from the loop) so no receiver holds another's
+    pages."""
     http_timeout_s: float = 10.0
     tls_verify: bool = True
     ca_bundle: Path | None = None
@@ -207,11 +212,13 @@ class Pager:
             BreakerPolicy(settings.breaker_failures, settings.breaker_open_ms),
             settings.delivery_deadline_ms,
             self.stop,
+            inline_wait_ms=settings.inline_wait_ms,
         )
         self._seq = 0
         self._host = socket.gethostname()
         self.dlq: KafkaTransport | None = None
-        self.counters = {"received": 0, "sent": 0, "skipped": 0, "silenced": 0, "dead": 0}
+        self.counters = {"received": 0, "sent": 0, "skipped": 0, "silenced": 0, "dead": 0,
+                         "deferred": 0}
 
     def run(self) -> int:
         """Consume until stopped.
@@ -251,6 +258,12 @@ class Pager:
                 if time.monotonic() >= next_refresh:
                     self.refresh(_now_ms())
                     next_refresh = time.monotonic() + REFRESH_EVERY_S
+                try:  # every turn (at most 0.5 s apart): a deferred delivery goes when due
+                    self.retry_deferred()
+                except Interrupted:
+                    log.info("stopping; %d deferred deliveries kept in %s",
+                             len(self.deliverer.pending), s.state_dir)
+                    return 0
                 for msg in consumer.poll_batch(max_records=1, timeout=0.5):
                     try:
                         self.handle(
@@ -360,14 +373,17 @@ class Pager:
             # every receiver paged for it and not told it resolved, wherever the resolve's
             # own (maybe changed) cause routes: a PagerDuty incident opened for the first
             # cause was never closed when the cause changed before the resolve
+            # (and every receiver holding its firing deferred: the resolve drops it)
             names += [n for n in self.receivers if n not in names
-                      and (last := self.notifications.last(n, alert.dedup_key)) is not None
-                      and last.status == "firing"]
+                      and ((last := self.notifications.last(n, alert.dedup_key)) is not None
+                           and last.status == "firing"
+                           or self.deliverer.pending.get(n, alert.dedup_key) is not None)]
+        origin = Origin(topic, partition, offset, key)
         for name in names:
             receiver = self.receivers[name]
             a, r = (self._as_known(name, alert, raw) if receiver.kind == "alertmanager"
                     else (alert, raw))
-            outcome = self.deliverer.deliver(a, receiver, r)
+            outcome = self.deliverer.deliver(a, receiver, r, origin)
             if outcome.result == "dead":
                 self.dead_letter(
                     topic, partition, offset, key, raw, outcome.reason, alert.run_id,
@@ -377,6 +393,39 @@ class Pager:
                     self._resolve_failed(name, alert)
             else:
                 self.counters[outcome.result] += 1
+
+    def retry_deferred(self) -> int:
+        """Try the deferred deliveries that are due; dead-letter those out of attempts or time.
+
+        A deferred delivery (a receiver that failed, asked for a long ``Retry-After`` or has
+        its breaker open) is in ``deferred.jsonl``; the loop calls this every turn, so it is
+        tried again when due, also after a restart.
+
+        Returns:
+            How many deferred deliveries were tried.
+
+        Raises:
+            Interrupted: When stopping.
+
+        """
+        from runwatch.core.codec import DecodeError
+
+        done = self.deliverer.retry_due(self.receivers, self.codec.decode)
+        for entry, outcome in done:
+            if outcome.result == "sent":
+                self.counters["sent"] += 1
+            elif outcome.result == "dead":
+                try:
+                    alert: Any = self.codec.decode(entry.raw)
+                except DecodeError:
+                    alert = None
+                self.dead_letter(entry.topic or self.settings.alerts_topic, entry.partition,
+                                 entry.offset, entry.key, entry.raw, outcome.reason,
+                                 getattr(alert, "run_id", None), alert=alert)
+                if alert is not None and entry.status == "resolved":
+                    self._resolve_failed(entry.receiver, alert)
+                self.deliverer.pending.remove(entry.receiver, entry.dedup_key)
+        return len(done)
 
     def _as_known(self, receiver: str, alert: Any, raw: bytes) -> tuple[Any, bytes]:
         """Return the alert with the labels ``receiver`` (an Alertmanager) knows it by.
@@ -461,7 +510,9 @@ class Pager:
             receiver = self.receivers.get(entry.receiver)
             if (receiver is None or receiver.kind != "alertmanager" or not entry.raw
                     or entry.status != "firing"
-                    or now_ms - entry.sent_at_ms < receiver.repeat_interval_ms // 2):
+                    or now_ms - entry.sent_at_ms < receiver.repeat_interval_ms // 2
+                    # its resolve (or a newer firing) is deferred: leave it to that
+                    or self.deliverer.pending.get(entry.receiver, entry.dedup_key) is not None):
                 continue
             try:
                 alert = self.codec.decode(entry.raw)
@@ -547,6 +598,7 @@ class Pager:
         self.http.close()
         self.notifications.close()
         self.held.close()
+        self.deliverer.pending.close()
         log.info("pager stopped: %s", self.counters)
         redact.uninstall(self._redact)
 

@@ -9,8 +9,14 @@
   mid-write) is skipped with a warning.
 - ``held.jsonl``: the same lines for the firing alerts a silence held back, so
   the pager delivers those still firing when the silence ends.
+- ``deferred.jsonl``: the deliveries waiting for their next attempt (a receiver that
+  failed, asked for a long ``Retry-After`` or has its breaker open), one line per
+  change (a removal is a ``removed`` line), fsynced, so a ``kill -9`` loses none.
 - ``silences.json``: the whole silence list, rewritten atomically (temp file,
   fsync, rename). The pager reloads it when its modification time changes.
+
+Size: the four files of one state directory; the three logs share one line format,
+torn-line handling and compaction (:class:`NotificationLog`), which a split would spread.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from runwatch.core.paging.delivery import Matcher, Notification, Silence, parse_matcher
+from runwatch.core.paging.delivery import Deferred, Notification
+from runwatch.core.paging.silencing import Matcher, Silence, parse_matcher
 
 log = logging.getLogger(__name__)
 
 NOTIFICATIONS_FILE = "notifications.jsonl"
 HELD_FILE = "held.jsonl"
+DEFERRED_FILE = "deferred.jsonl"
 SILENCES_FILE = "silences.json"
 
 
@@ -158,6 +166,159 @@ def _line(e: Notification) -> bytes:
                               "alert_id": e.alert_id}
     if e.raw:
         doc["raw"] = base64.b64encode(e.raw).decode()
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+
+class DeferredLog:
+    """Deliveries waiting for their next attempt, durable across crashes."""
+
+    def __init__(
+        self, state_dir: Path, compact_factor: int = 4, file_name: str = DEFERRED_FILE
+    ) -> None:
+        """Open (and load) the log in a state directory.
+
+        Args:
+            state_dir: The pager's state directory (created when missing).
+            compact_factor: Rewrite the file when it holds this many times
+                more lines than live entries.
+            file_name: The file.
+
+        """
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / file_name
+        self._compact_factor = compact_factor
+        self._entries: dict[tuple[str, str], Deferred] = {}
+        self._lines = 0
+        self._load()
+        self._fh = self.path.open("ab")
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                try:
+                    d = json.loads(raw)
+                    where = (str(d["receiver"]), str(d["dedup_key"]))
+                    if d.get("removed"):
+                        self._entries.pop(where, None)
+                    else:
+                        key = d.get("key")
+                        self._entries[where] = Deferred(
+                            where[0], where[1], str(d["status"]), str(d.get("alert_id", "")),
+                            base64.b64decode(d.get("raw", "")), int(d["attempts"]),
+                            int(d["first_ms"]), int(d["next_ms"]), str(d.get("last_error", "")),
+                            str(d.get("topic", "")), int(d.get("partition", -1)),
+                            int(d.get("offset", -1)),
+                            None if key is None else base64.b64decode(key),
+                        )
+                except (ValueError, KeyError, TypeError):
+                    log.warning("%s:%d: unreadable line skipped (torn write?)", self.path, number)
+                    continue
+                self._lines += 1
+
+    def get(self, receiver: str, dedup_key: str) -> Deferred | None:
+        """Return the deferred delivery of a dedup key to a receiver, if any.
+
+        Args:
+            receiver: Receiver name.
+            dedup_key: The alert's dedup key.
+
+        Returns:
+            The entry, or None.
+
+        """
+        return self._entries.get((receiver, dedup_key))
+
+    def put(self, entry: Deferred) -> None:
+        """Record (or replace) a deferred delivery and fsync before returning.
+
+        Args:
+            entry: The delivery.
+
+        """
+        self._append(_deferred_line(entry))
+        self._entries[(entry.receiver, entry.dedup_key)] = entry
+        self._maybe_compact()
+
+    def remove(self, receiver: str, dedup_key: str) -> Deferred | None:
+        """Forget a deferred delivery (delivered, dead-lettered or replaced).
+
+        Args:
+            receiver: Receiver name.
+            dedup_key: The alert's dedup key.
+
+        Returns:
+            The entry removed, or None when there was none.
+
+        """
+        entry = self._entries.pop((receiver, dedup_key), None)
+        if entry is not None:
+            doc = {"receiver": receiver, "dedup_key": dedup_key, "removed": True}
+            self._append(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
+            self._maybe_compact()
+        return entry
+
+    def _append(self, line: bytes) -> None:
+        self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._lines += 1
+
+    def _maybe_compact(self) -> None:
+        if self._lines > self._compact_factor * max(64, len(self._entries)):
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the file with one line per live entry."""
+        data = b"".join(_deferred_line(e) for e in self._entries.values())
+        self._fh.close()
+        _atomic_write(self.path, data)
+        self._fh = self.path.open("ab")
+        self._lines = len(self._entries)
+
+    def entries(self) -> list[Deferred]:
+        """Return the live entries.
+
+        Returns:
+            One delivery per (receiver, dedup key).
+
+        """
+        return list(self._entries.values())
+
+    def due(self, now_ms: int) -> list[Deferred]:
+        """Return the entries whose next attempt is due, the earliest first.
+
+        Args:
+            now_ms: Current time.
+
+        Returns:
+            The due entries.
+
+        """
+        return sorted((e for e in self._entries.values() if e.next_ms <= now_ms),
+                      key=lambda e: (e.next_ms, e.first_ms))
+
+    def __len__(self) -> int:
+        """Return how many deliveries are deferred."""
+        return len(self._entries)
+
+    def close(self) -> None:
+        """Close the file."""
+        with contextlib.suppress(OSError):
+            self._fh.close()
+
+
+def _deferred_line(e: Deferred) -> bytes:
+    doc: dict[str, object] = {
+        "receiver": e.receiver, "dedup_key": e.dedup_key, "status": e.status,
+        "alert_id": e.alert_id, "raw": base64.b64encode(e.raw).decode(),
+        "attempts": e.attempts, "first_ms": e.first_ms, "next_ms": e.next_ms,
+        "last_error": e.last_error, "topic": e.topic, "partition": e.partition,
+        "offset": e.offset,
+    }
+    if e.key is not None:
+        doc["key"] = base64.b64encode(e.key).decode()
     return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 

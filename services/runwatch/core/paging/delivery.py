@@ -1,4 +1,4 @@
-"""Delivery decisions: retry/backoff, circuit breaker, dedup window, silences.
+"""Delivery decisions: retry/backoff, circuit breaker, dedup window.
 
 Everything here is pure: the caller passes ``now_ms`` (and the random draw for
 jitter), performs the I/O, and feeds the outcome back. The pager service
@@ -7,13 +7,12 @@ jitter), performs the I/O, and feeds the outcome back. The pager service
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
 Outcome = Literal["ok", "retry", "fatal"]
+RetryStep = Literal["retry", "defer", "dead"]
 BreakerMode = Literal["closed", "open", "half_open"]
 SendDecision = Literal["send", "skip_repeat", "skip_not_paged", "skip_already_resolved"]
 
@@ -33,7 +32,7 @@ class RetryPolicy:
 
     """
 
-    max_attempts: int = 6
+    max_attempts: int = 20
     base_ms: int = 500
     cap_ms: int = 60_000
     max_retry_after_ms: int = 300_000
@@ -107,6 +106,55 @@ def backoff_ms(
     return wait
 
 
+@dataclass(frozen=True, slots=True)
+class RetryPlan:
+    """What to do after a failed attempt (see :func:`plan_retry`).
+
+    Attributes:
+        step: ``retry`` (wait in-line, then try again), ``defer`` (record the delivery
+            and try again from the pager's loop at ``at_ms``) or ``dead`` (dead-letter).
+        at_ms: When the next attempt is due (``retry`` and ``defer``).
+        why: For ``dead``: ``attempts`` (all used) or ``deadline`` (it would pass).
+
+    """
+
+    step: RetryStep
+    at_ms: int = 0
+    why: str = ""
+
+
+def plan_retry(
+    *, attempts: int, first_ms: int, now_ms: int, wait_ms: int, waited_ms: int,
+    policy: RetryPolicy, deadline_ms: int, inline_ms: int,
+) -> RetryPlan:
+    """Decide between retrying now (after an in-line wait), deferring, and dead-lettering.
+
+    Args:
+        attempts: Attempts made so far.
+        first_ms: When the delivery's first attempt was made (or due).
+        now_ms: Current time.
+        wait_ms: The wait before the next attempt may go out (backoff, ``Retry-After``,
+            an open breaker's time to its next probe).
+        waited_ms: How long this delivery has already waited in-line.
+        policy: The retry policy (``max_attempts``).
+        deadline_ms: Longest time from the first attempt to the last.
+        inline_ms: Longest total in-line wait of one delivery (0: never wait in-line).
+
+    Returns:
+        ``dead`` when every attempt was used or the next one would come past the
+        deadline; ``retry`` when the wait fits the in-line budget; else ``defer``.
+
+    """
+    at = now_ms + max(0, wait_ms)
+    if attempts >= policy.max_attempts:
+        return RetryPlan("dead", why="attempts")
+    if at - first_ms > deadline_ms:
+        return RetryPlan("dead", why="deadline")
+    if waited_ms + max(0, wait_ms) <= inline_ms:
+        return RetryPlan("retry", at)
+    return RetryPlan("defer", at)
+
+
 # ---------------------------------------------------------- circuit breaker
 
 
@@ -153,6 +201,23 @@ def breaker_allow(
     return state, True, 0
 
 
+def breaker_wait_ms(state: BreakerState, policy: BreakerPolicy, now_ms: int) -> int:
+    """Return how long until an open breaker lets its probe out (0 when not open).
+
+    Args:
+        state: The breaker state.
+        policy: The breaker policy.
+        now_ms: Current time.
+
+    Returns:
+        Milliseconds to wait, never negative.
+
+    """
+    if state.mode != "open":
+        return 0
+    return max(0, state.opened_at_ms + policy.open_ms - now_ms)
+
+
 def breaker_record(
     state: BreakerState, policy: BreakerPolicy, *, success: bool, now_ms: int
 ) -> BreakerState:
@@ -196,6 +261,30 @@ class Notification:
     raw: bytes = b""
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A delivery waiting in the state dir for its next attempt (``deferred.jsonl``).
+
+    One per (receiver, dedup key): a newer alert for the key replaces it. ``raw`` is the
+    encoded alert to send; ``topic``, ``partition``, ``offset`` and ``key`` say where it
+    came from, for its dead letter (partition -1: an alert a silence held back).
+    """
+
+    receiver: str
+    dedup_key: str
+    status: str
+    alert_id: str
+    raw: bytes
+    attempts: int
+    first_ms: int
+    next_ms: int
+    last_error: str
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+    key: bytes | None = None
+
+
 def decide_send(
     last: Notification | None, status: str, now_ms: int, repeat_interval_ms: int
 ) -> SendDecision:
@@ -222,136 +311,3 @@ def decide_send(
     if recent and last is not None and last.status == "firing":
         return "skip_repeat"
     return "send"
-
-
-# ----------------------------------------------------------------- silences
-
-
-_MATCHER = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)(=~|!=|=)(.*)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Matcher:
-    """One silence matcher: ``name=value``, ``name!=value`` or ``name=~regex``."""
-
-    name: str
-    op: Literal["=", "!=", "=~"]
-    value: str
-
-    def accepts(self, attrs: Mapping[str, str]) -> bool:
-        """Say whether the attributes satisfy this matcher.
-
-        Args:
-            attrs: Alert attributes (see ``runwatch.core.paging.routes.alert_attributes``).
-
-        Returns:
-            True when satisfied.
-
-        """
-        got = attrs.get(self.name, attrs.get(f"labels.{self.name}", ""))
-        if self.op == "=":
-            return got == self.value
-        if self.op == "!=":
-            return got != self.value
-        return re.fullmatch(self.value, got) is not None
-
-    def __str__(self) -> str:
-        return f"{self.name}{self.op}{self.value}"
-
-
-def parse_matcher(text: str) -> Matcher:
-    """Parse ``k=v``, ``k!=v`` or ``k=~regex``.
-
-    Args:
-        text: The matcher text.
-
-    Returns:
-        The matcher.
-
-    Raises:
-        ValueError: When the text is not a matcher or the regex is invalid.
-
-    """
-    m = _MATCHER.match(text.strip())
-    if not m:
-        msg = f"bad matcher {text!r}: use name=value, name!=value or name=~regex"
-        raise ValueError(msg)
-    name, op, value = m.groups()
-    if op == "=~":
-        try:
-            re.compile(value)
-        except re.error as exc:
-            msg = f"bad matcher {text!r}: invalid regex: {exc}"
-            raise ValueError(msg) from exc
-    return Matcher(name, op, value)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True, slots=True)
-class Silence:
-    """A silence: alerts matching every matcher are not sent while it is active."""
-
-    silence_id: str
-    matchers: tuple[Matcher, ...]
-    starts_at_ms: int
-    ends_at_ms: int
-    reason: str
-    created_by: str = ""
-
-    def active(self, now_ms: int) -> bool:
-        """Say whether the silence is in force.
-
-        Args:
-            now_ms: Current time.
-
-        Returns:
-            True between start (inclusive) and end (exclusive).
-
-        """
-        return self.starts_at_ms <= now_ms < self.ends_at_ms
-
-    def silences(self, attrs: Mapping[str, str], now_ms: int) -> bool:
-        """Say whether this silence mutes an alert now.
-
-        Args:
-            attrs: Alert attributes.
-            now_ms: Current time.
-
-        Returns:
-            True when active and every matcher accepts.
-
-        """
-        return self.active(now_ms) and all(m.accepts(attrs) for m in self.matchers)
-
-
-def find_silence(
-    silences: Iterable[Silence], attrs: Mapping[str, str], now_ms: int
-) -> Silence | None:
-    """Return the first silence muting an alert now, if any.
-
-    Args:
-        silences: Known silences.
-        attrs: Alert attributes.
-        now_ms: Current time.
-
-    Returns:
-        The muting silence, or None.
-
-    """
-    for silence in silences:
-        if silence.silences(attrs, now_ms):
-            return silence
-    return None
-
-
-def expire_silence(silence: Silence, now_ms: int) -> Silence:
-    """End a silence now (a no-op for one already over).
-
-    Args:
-        silence: The silence.
-        now_ms: Current time.
-
-    Returns:
-        The silence ending at ``now_ms`` at the latest.
-
-    """
-    return replace(silence, ends_at_ms=min(silence.ends_at_ms, now_ms))
