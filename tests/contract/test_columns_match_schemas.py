@@ -29,7 +29,7 @@ from fastavro.schema import expand_schema
 
 from runwatch.core.codec import load_schema_set
 from runwatch.core.storage.columns import COLUMNS, TABLE_OF
-from runwatch.core.storage.rows import UNSIGNED_BITS, Origin, rows_for
+from runwatch.core.storage.rows import INSTANT_COLUMNS, UNSIGNED_BITS, Origin, rows_for
 from runwatch.resources import schemas_dir
 
 SCHEMAS = load_schema_set()
@@ -267,13 +267,24 @@ def test_the_declarations_name_real_fields() -> None:
 
 
 
-@pytest.mark.parametrize("table", sorted(UNSIGNED_BITS))
+@pytest.mark.parametrize("table", sorted(COLUMNS))
 def test_the_unsigned_checks_are_the_ddls_unsigned_columns(table: str) -> None:
-    """check_row refuses what an unsigned column cannot hold: its list is the DDL's."""
+    """check_row (and emit) refuse what an unsigned column cannot hold: the list is the DDL's,
+    for every table (the node tables were left out, and a GPU index of 300 went to insert)."""
     types: dict[str, dict[str, str]] = {}
     _ddl_columns(types)
     kinds = types[table]
     want = {c: int(m.group(1)) for c in COLUMNS[table]
             if c not in ("kafka_partition", "kafka_offset")
             and (m := re.search(r"UInt(8|16|32|64)", kinds.get(c, ""))) is not None}
-    assert UNSIGNED_BITS[table] == want
+    assert UNSIGNED_BITS.get(table, {}) == want
+
+
+@pytest.mark.parametrize("table", sorted(COLUMNS))
+def test_the_instant_checks_are_the_ddls_datetime_columns(table: str) -> None:
+    """check_row (and emit) refuse an instant past a DateTime64 column's range: every one."""
+    types: dict[str, dict[str, str]] = {}
+    _ddl_columns(types)
+    want = tuple(c for c in COLUMNS[table]
+                 if c != "ts" and "DateTime64" in types[table].get(c, ""))
+    assert INSTANT_COLUMNS.get(table, ()) == want

@@ -128,3 +128,14 @@ def test_checkpoint_and_image_titles(call, detector, title) -> None:
 def test_image_missing_severity(policy, severity) -> None:
     f = rules.image_allowed("", ("registry.local/",), T, policy)
     assert f is not None and f.severity == severity and f.signal == "artifact"
+
+
+def test_a_job_queued_after_its_deadline_is_not_queued_a_negative_time() -> None:
+    """A deadline 60 s before the job was queued, judged on a horizon 57 s behind the
+    queued event: the title said "Queued -60 s, 3 s past the deadline" (found 2026-12-07)."""
+    from runwatch.core.signals.rules import queue_deadline
+
+    f = queue_deadline(queued_at_ms=1_000_000, started_at_ms=None, now_ms=943_000,
+                       deadline_ms=940_000)
+    assert f is not None and f.observed == 0.0
+    assert f.title == "Queued 0 s, 3 s past the deadline"

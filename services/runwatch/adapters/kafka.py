@@ -27,15 +27,19 @@ How records reach the spool (the design choice):
   spool mode, and replays the spool in order (after every earlier record has
   been resolved) in batches; a batch commits only its delivered prefix.
   When the spool is empty again the transport returns to direct mode.
-* A missing topic is not an outage. librdkafka reports a record to a topic
-  the broker does not have (auto-create off) only as a timeout, so the
-  transport trips as for an outage; the replay's probe then reads the
-  cluster's metadata from a broker that answered, and records whose topic is
-  not listed in two answers at least a second apart are refused for good
-  instead of blocking the ordered spool:
-  counted in ``missing_topic`` (and ``failed``) and logged as an error naming
-  the topic. Later records to that topic are refused at once, until a
-  metadata check (every ``missing_topic_recheck_s``) lists the topic again.
+* A missing topic is not an outage. A topic the broker does not have
+  (auto-create off) is refused for good, counted in ``missing_topic`` (and
+  ``failed``) and logged as an error naming it, instead of blocking the
+  ordered spool, once two of the broker's answers at least a second apart
+  lack it: ``runwatch emit`` sets librdkafka's ``topic.metadata.propagation.max.ms``
+  to that second, so such a record fails with ``UNKNOWN_TOPIC_OR_PART`` within a
+  hook's few seconds (by the default of 30 s it timed out first, as in an outage,
+  and ``emit --timeout 5`` spooled it); the SDK and the agent keep the default
+  (``ProducerSettings.missing_topic_fail_ms``), and their spooled record's topic
+  is looked up by the replay's probe, in the
+  cluster's metadata from a broker that answered. Later records to that
+  topic are refused at once, until a metadata check (every
+  ``missing_topic_recheck_s``) lists the topic again.
 
 Consumer side (:class:`BatchConsumer`): subscribe, poll batches, commit the
 offsets you processed explicitly, pause/resume for backpressure, rebalance
@@ -85,9 +89,15 @@ _NON_RETRIABLE = {
     KafkaError.RECORD_LIST_TOO_LARGE,
 }
 _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+#: How librdkafka fails a record whose topic the broker said it lacks.
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
 #: A topic is declared missing only when two metadata answers at least this far
 #: apart lack it (a broker that has just started may answer before it knows all).
-_MISSING_CONFIRM_S = 1.0
+MISSING_CONFIRM_S = 1.0
+MISSING_TOPIC_WAIT_S = 3.0
+"""About how long a producer needs to tell a topic the broker lacks from an outage (two
+answers :data:`MISSING_CONFIRM_S` apart, the requests and retries around them): a record
+still waiting when a shorter wait ends is spooled as in an outage."""
 
 
 
@@ -114,6 +124,13 @@ class ProducerSettings(BaseSettings):
     replay_batch: int = 1000
     probe_timeout_s: float = 1.0
     missing_topic_recheck_s: float = 30.0
+    missing_topic_fail_ms: int | None = None
+    """librdkafka's ``topic.metadata.propagation.max.ms``: a record to a topic the broker
+    lacks fails (``UNKNOWN_TOPIC_OR_PART``) once its answers this far apart say so. None keeps
+    librdkafka's 30 s, past the message timeout: a long-lived producer (the SDK, the agent)
+    then spools it as in an outage and the replay's probe tells a missing topic, so a broker
+    of a busy cluster that briefly answers without a topic refuses nothing. ``runwatch emit``
+    sets one second: a hook's ``--timeout 5`` had spooled a record to a missing topic."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -395,6 +412,10 @@ class KafkaTransport:
                 "compression.type": s.compression,
                 "linger.ms": s.linger_ms,
                 "message.timeout.ms": s.message_timeout_ms,
+                # a topic the broker lacks fails its records (UNKNOWN_TOPIC_OR_PART) once
+                # answers this far apart say so (emit: before its timeout ends)
+                **({"topic.metadata.propagation.max.ms": s.missing_topic_fail_ms}
+                   if s.missing_topic_fail_ms is not None else {}),
                 "queue.buffering.max.messages": s.queue_max_messages,
                 "error_cb": self._on_error,
                 "logger": _LibrdkafkaLog(),
@@ -476,6 +497,9 @@ class KafkaTransport:
                 return
             if rec is None:  # in flight when the transport tripped: spooled already
                 self._c.in_doubt += 1
+                return
+            if err.code() in _UNKNOWN_TOPIC:  # the broker's answers lacked it for a second
+                self._refuse_missing(rec.topic, 1)
                 return
             if err.code() in _NON_RETRIABLE:
                 self._c.failed += 1
@@ -566,7 +590,7 @@ class KafkaTransport:
         for i, rec in enumerate(batch):
             if listed is not None and rec.topic not in listed:
                 first = self._suspects.setdefault(rec.topic, time.monotonic())
-                if time.monotonic() - first < _MISSING_CONFIRM_S:
+                if time.monotonic() - first < MISSING_CONFIRM_S:
                     break  # absent once: ask the broker again before refusing anything
                 results[i] = rec.topic  # confirmed missing: refused below, never produced
                 sent += 1

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 from runwatch.adapters.publisher import Publisher, default_topics, record_key
 from runwatch.core import lineage
-from runwatch.core.records import RECORD_TYPES, DataQualityReport, RunManifest
+from runwatch.core.records import RECORD_TYPES, DataQualityReport, NodeSample, RunManifest
 from runwatch.core.signals import rules
 from runwatch.core.topics import load_topics
 
@@ -107,19 +107,21 @@ def build_record(publisher: Publisher, obj: Mapping[str, Any]) -> Any:
     except (TypeError, ValueError, AttributeError) as exc:
         msg = f"bad value for {cls.__name__}: {exc}"
         raise ValueError(msg) from exc
+    why = None
     if data.get("event_id") is not None and not str(data["event_id"]).strip():
-        msg = f"bad value for {cls.__name__}: an empty event_id (consumers deduplicate by it)"
-        raise ValueError(msg)
-    if cls.__name__ in run_keyed() and not str(getattr(rec, "run_id", "") or "").strip():
+        why = "an empty event_id (consumers deduplicate by it)"
+    elif cls.__name__ in run_keyed() and not str(getattr(rec, "run_id", "") or "").strip():
         msg = (f"{cls.__name__} needs a run_id: its topic is keyed by run, and the processor "
                "dead-letters a record that names no run")
         raise ValueError(msg)
-    if isinstance(rec, DataQualityReport):
+    elif isinstance(rec, NodeSample) and not rec.node.strip():
+        why = f"a blank node name {json.dumps(rec.node)} (its topic's key, the samples' node)"
+    elif isinstance(rec, DataQualityReport):
         why = rules.report_problem(rec.dataset_uri, rec.row_count, rec.schema_failures,
                                    rec.duplicate_rows)
-        if why is not None:
-            msg = f"bad value for {cls.__name__}: {why}"
-            raise ValueError(msg)
+    if why is not None:
+        msg = f"bad value for {cls.__name__}: {why}"
+        raise ValueError(msg)
     if isinstance(rec, RunManifest):  # the producer fills the lineage hashes it left out
         lh, rg = lineage.hashes(rec.to_dict())
         rec = dataclasses.replace(rec, lineage_hash=lh, repeat_group=rg)
@@ -165,28 +167,26 @@ def _check_fields(publisher: Publisher, cls: type[Any], data: Mapping[str, Any])
 def _check_storable(rec: Any, schema: Any) -> None:
     """Refuse a record the store cannot hold (an unsigned column given -1, say).
 
-    Avro's int and long are signed: ``"attempt": -1`` or ``"step": -1`` is a valid record
-    that the sink dead-letters at insert, while emit said "published". The sink's rules
-    for unsigned columns, and an instant before 2000 in an epoch-ms field (``deadline_ms``
-    too: :func:`~runwatch.core.codec.shape.epoch_problem`; a replay may run ahead).
+    Avro's int and long are signed: ``"attempt": -1`` or a GPU index of 300 (``UInt8``) is a
+    valid record that the sink dead-letters at insert, while emit said "published". The
+    sink's rules for every column (:func:`~runwatch.core.storage.rows.column_problem`), and
+    an epoch-ms field before 2000 (seconds) or past the store's 2299 (micro- or nanoseconds:
+    :func:`~runwatch.core.codec.shape.epoch_problem`; a replay may run ahead of the clock).
     """
     from runwatch.core.codec import shape
-    from runwatch.core.storage.rows import Origin, RowError, rows_for, unsigned_problem
-    from runwatch.core.stream.eventtime import MIN_EVENT_MS
+    from runwatch.core.storage.rows import Origin, RowError, column_problem, rows_for
+    from runwatch.core.stream.eventtime import MAX_STORE_MS, MIN_EVENT_MS
 
-    why = shape.epoch_problem(schema, rec.to_dict(), MIN_EVENT_MS)
+    why = shape.epoch_problem(schema, rec.to_dict(), MIN_EVENT_MS, MAX_STORE_MS)
+    if why is None:
+        try:
+            rows = rows_for(type(rec).AVRO_NAME, rec.to_dict(), Origin("emit", 0, 0))
+        except RowError:  # a record type the sink does not store
+            rows = []
+        why = next((w for t, row in rows if (w := column_problem(t, row)) is not None), None)
     if why is not None:
         msg = f"the store cannot hold this {type(rec).__name__}: {why}"
         raise ValueError(msg)
-    try:
-        rows = rows_for(type(rec).AVRO_NAME, rec.to_dict(), Origin("emit", 0, 0))
-    except RowError:  # a record type the sink does not store
-        return
-    for table, row in rows:
-        why = unsigned_problem(table, row)
-        if why is not None:
-            msg = f"the store cannot hold this {type(rec).__name__}: {why}"
-            raise ValueError(msg)
 
 
 @functools.cache

@@ -1,7 +1,8 @@
 """Slurm hostlist expressions (``SLURM_JOB_NODELIST``) expanded into node names.
 
 ``runwatch emit job-state --nodes`` takes one, so a hook that runs on every node of a
-job (a Slurm prolog) names the whole allocation from each.
+job (a Slurm prolog) names the whole allocation from each; ``--gpus`` takes the
+numbers and ranges of one bracket (``0-3,6``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ def expand_hostlist(expr: str) -> list[str]:
     return list(dict.fromkeys(n for n in names if n))
 
 
+def expand_indices(expr: str) -> list[int]:
+    """Expand comma-separated numbers and ranges (``0-3,6``, a hostlist bracket) into integers.
+
+    Duplicates are dropped, order kept; blank items are skipped.
+
+    Raises:
+        ValueError: An item that is not a number or a range ``lo-hi`` with ``lo <= hi``.
+
+    """
+    pieces = ",".join(p for p in expr.split(",") if p.strip())
+    if not pieces:
+        return []
+    return list(dict.fromkeys(int(n) for n in _bracket(pieces, expr, "indices")))
+
+
 def _split_outside_brackets(expr: str) -> list[str]:
     items: list[str] = []
     cur: list[str] = []
@@ -73,19 +89,20 @@ def _split_outside_brackets(expr: str) -> list[str]:
     return [i for i in items if i]
 
 
-def _bracket(body: str, expr: str) -> list[str]:
+def _bracket(body: str, expr: str, what: str = "hostlist") -> list[str]:
     out: list[str] = []
     for piece in body.split(","):
         lo, sep, hi = piece.strip().partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
-            msg = f"hostlist {expr!r}: {piece!r} is not a number or a range lo-hi"
+            msg = f"{what} {expr!r}: {piece.strip()!r} is not a number or a range lo-hi"
             raise ValueError(msg)
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
-            msg = f"hostlist {expr!r}: range {piece!r} runs backwards"
+            msg = f"{what} {expr!r}: range {piece.strip()!r} runs backwards"
             raise ValueError(msg)
         if b - a >= MAX_HOSTS:
-            msg = f"hostlist {expr!r} names more than {MAX_HOSTS} nodes"
+            noun = "nodes" if what == "hostlist" else "numbers"
+            msg = f"{what} {expr!r} names more than {MAX_HOSTS} {noun}"
             raise ValueError(msg)
         out += [str(i).zfill(len(lo)) for i in range(a, b + 1)]
     return out

@@ -70,7 +70,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"runwatch agent: --count {args.count} must be 0 (run until signalled) or more",
               file=sys.stderr)
         return 2
-    node = args.node or settings.node or default_node()
+    node: str = args.node if args.node is not None else settings.node or default_node()
+    if not node.strip():  # a blank name was published as the samples' node
+        name = ("--node" if args.node is not None else
+                "RUNWATCH_AGENT_NODE" if settings.node else "RUNWATCH_NODE")
+        print(f"runwatch agent: {name} {node!r} is blank: give the node's name (as the "
+              "scheduler names it)", file=sys.stderr)
+        return 2
     module: Any = None
     if args.nvml_double or settings.nvml_double:
         from runwatch.testing.nvml_double import FakeNvml8

@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     js.add_argument("--nodes", default="",
                     help="the attempt's nodes, all of them: comma-separated names or a Slurm "
                          "hostlist (gpu-[01-04]; $SLURM_JOB_NODELIST)")
-    js.add_argument("--gpus", default="", help="comma-separated GPU indices")
+    js.add_argument("--gpus", default="",
+                    help="the GPU indices on each node: numbers and ranges (0-3,6)")
     js.add_argument("--gpu-model", default=None)
     js.add_argument("--deadline-ms", type=int, default=None)
     js.add_argument("--team", default=None)
@@ -65,6 +66,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     js.set_defaults(func=run_job_state)
 
 
+def producer_settings() -> Any:
+    """Return emit's producer settings: the environment's, a missing topic told in a second.
+
+    A hook waits a few seconds (``--timeout 5``): by librdkafka's default a record to a
+    topic the broker lacks timed out first, as in an outage, and was spooled for ever.
+    """
+    from runwatch.adapters.kafka import MISSING_CONFIRM_S, ProducerSettings
+
+    return ProducerSettings(missing_topic_fail_ms=int(MISSING_CONFIRM_S * 1000))
+
+
 def _publisher(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     from runwatch.adapters.kafka import KafkaTransport, ProducerSettings, adopt_orphans
     from runwatch.adapters.publisher import Publisher, default_topics
@@ -75,7 +87,8 @@ def _publisher(args: argparse.Namespace) -> tuple[Any, list[Any]]:
         if args.topic_prefix
         else None
     )
-    pub = Publisher(KafkaTransport(name="emit"), kind="hook", topics=topics)
+    pub = Publisher(KafkaTransport(settings=producer_settings(), name="emit"), kind="hook",
+                    topics=topics)
     # spools of emits that ran while this one's was in use, and ended during an outage
     orphans = adopt_orphans(KafkaSettings(), ProducerSettings(), prefix="emit-", exclude="emit")
     return pub, orphans
@@ -98,8 +111,24 @@ def _finish(pub: Any, errors: list[str], timeout: float, orphans: list[Any],
         print(delivery_summary(handed, len(errors), c), file=sys.stderr)
     left = c.in_spool
     if left:
-        print(f"{left} record(s) spooled locally; they are sent on the next emit", file=sys.stderr)
+        print(spooled_note(left, timeout), file=sys.stderr)
     return 1 if errors or c.failed else 0
+
+
+def spooled_note(left: int, timeout: float) -> str:
+    """Say that records were spooled, and when ``--timeout`` was too short to tell why.
+
+    A topic the broker lacks is told from an outage in about
+    :data:`~runwatch.adapters.kafka.MISSING_TOPIC_WAIT_S`; a record to one still waiting
+    when a shorter timeout ends would be sent, and refused, by the next emit.
+    """
+    from runwatch.adapters.kafka import MISSING_TOPIC_WAIT_S
+
+    text = f"{left} record(s) spooled locally; they are sent on the next emit"
+    if timeout < MISSING_TOPIC_WAIT_S:
+        text += (f" (--timeout {timeout:g} is too short to tell a topic the broker lacks from "
+                 f"an outage: that takes about {MISSING_TOPIC_WAIT_S:g} s)")
+    return text
 
 
 def run_job_state(args: argparse.Namespace) -> int:
@@ -113,31 +142,41 @@ def run_job_state(args: argparse.Namespace) -> int:
 
     """
     from runwatch.client.emit import emit_records
-    from runwatch.client.hostlist import expand_hostlist
+    from runwatch.client.hostlist import expand_hostlist, expand_indices
+    from runwatch.client.lineage import optional_text
 
+    if args.event_id is not None and not args.event_id.strip():
+        print("runwatch emit job-state: --event-id is empty: give the id that makes a re-run "
+              "idempotent, or leave the option out for a new one", file=sys.stderr)
+        return 2
     alloc = None
     if args.nodes or args.gpus or args.gpu_model:
         try:
             nodes = expand_hostlist(args.nodes)
-            gpus = [int(g) for g in args.gpus.split(",") if g.strip()]
         except ValueError as exc:
-            print(f"runwatch emit job-state: --nodes/--gpus: {exc}", file=sys.stderr)
+            print(f"runwatch emit job-state: --nodes: {exc}", file=sys.stderr)
             return 2
-        alloc = {"nodes": nodes, "gpu_indices": gpus, "gpu_model": args.gpu_model}
+        try:
+            gpus = expand_indices(args.gpus)
+        except ValueError as exc:
+            print(f"runwatch emit job-state: --gpus: {exc} (give indices and ranges: 0-3,6)",
+                  file=sys.stderr)
+            return 2
+        alloc = {"nodes": nodes, "gpu_indices": gpus, "gpu_model": optional_text(args.gpu_model)}
     obj = {
         "type": "JobEvent",
         "run_id": args.run_id,
         "state": args.state,
         "attempt": args.attempt,
-        "reason": args.reason,
-        "queue": args.queue,
-        "priority_class": args.priority_class,
+        "reason": optional_text(args.reason),  # an empty option is no value, as left out
+        "queue": optional_text(args.queue),
+        "priority_class": optional_text(args.priority_class),
         "allocation": alloc,
         "deadline_ms": args.deadline_ms,
-        "team": args.team,
-        "experiment_family": args.experiment_family,
+        "team": optional_text(args.team),
+        "experiment_family": optional_text(args.experiment_family),
     }
-    if args.event_id:
+    if args.event_id is not None:
         obj["event_id"] = args.event_id
     pub, orphans = _publisher(args)
     res = emit_records(pub, [obj])

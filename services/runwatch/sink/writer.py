@@ -23,7 +23,13 @@ from typing import Any
 
 from runwatch.adapters import clickhouse as ch
 from runwatch.core.storage.colbatch import TableColumns
-from runwatch.core.storage.rows import COLUMNS, SUMMARISED_SQL, Origin, dead_letter_row
+from runwatch.core.storage.rows import (
+    COLUMNS,
+    SUMMARISED_SQL,
+    Origin,
+    column_problem,
+    dead_letter_row,
+)
 from runwatch.sink.batch import FlushBatch
 from runwatch.sink.settings import SinkSettings
 
@@ -297,6 +303,9 @@ class Writer:
                 row = cols.row(lo)
                 origin = Origin(row[-3], row[-2], row[-1])
                 logger.warning("%s rejected a row from %s: %s", table, origin, exc)
+                # a value its column cannot hold (the fast path leaves them to the insert):
+                # the reason emit and check_row give, not "Unable to create native array"
+                reason = column_problem(table, row) or str(exc)
                 if rejected is None:
                     logger.error("dropping a dead letter ClickHouse refuses: %s", exc)
                     continue
@@ -308,7 +317,7 @@ class Writer:
                         stage="insert",
                         target_table=table,
                         origin=origin,
-                        reason=str(exc),
+                        reason=reason,
                         original=value,
                         key=key,
                     )

@@ -7,13 +7,15 @@ no attribute 'get'`` for an ``"allocation": 5``). :func:`misfit` walks a value
 (a JSON object given to ``runwatch emit``, or a record's ``to_dict()``) against
 its schema and names the first field that does not fit, an unknown key of a
 nested record, or a key that is not text. :func:`epoch_problem` names an
-instant given in epoch seconds where the schema says milliseconds.
+instant given in epoch seconds, or micro- or nanoseconds, where the schema says
+milliseconds.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 _KINDS = {"int": "an integer", "long": "an integer", "float": "a number", "double": "a number",
@@ -165,27 +167,36 @@ _SCALARS = {
 }
 
 
-def epoch_problem(schema: Any, datum: Mapping[str, Any], floor_ms: int,
+def _year(ms: int) -> int:
+    return datetime.fromtimestamp(ms / 1000, UTC).year
+
+
+def epoch_problem(schema: Any, datum: Mapping[str, Any], floor_ms: int, ceiling_ms: int,
                   named: Mapping[str, Any] | None = None, path: str = "") -> str | None:
     """Return why an instant of a record cannot be epoch milliseconds, or None.
 
     The instants are the fields whose doc says ``UTC epoch milliseconds``
     (``emitted_at_ms``, ``deadline_ms``, ``window_start_ms``...), in nested
-    records too. One before ``floor_ms`` (2000) is epoch seconds (or garbage):
-    a deadline in seconds is in January 1970, and the queue rule paged a job
-    that started two minutes after it was queued. 0 stands for "unknown" (a
-    ``deadline_ms`` of 0 disables the queue rule), except in ``emitted_at_ms``.
+    records (and arrays of them) too. One before ``floor_ms`` (2000) is epoch
+    seconds (or garbage): a deadline in seconds is in January 1970, and the queue
+    rule paged a job that started two minutes after it was queued. One after
+    ``ceiling_ms`` (the store's last instant, in 2299) is micro- or nanoseconds:
+    the store kept such a deadline and every query of its table failed. 0 stands
+    for "unknown" (a ``deadline_ms`` of 0 disables the queue rule), except in
+    ``emitted_at_ms``.
 
     Args:
         schema: The record's parsed schema.
         datum: The record as a dict (``to_dict()``).
         floor_ms: The earliest plausible instant.
+        ceiling_ms: The latest instant that can be stored.
         named: Named types (default: the schema's own).
         path: The record's field path.
 
     Returns:
         ``deadline_ms 1800003600 is before 2000 (epoch seconds? give milliseconds)``,
-        or None.
+        ``deadline_ms 1800003600000000 is after 2299, past what the store holds (micro-
+        or nanoseconds? give milliseconds)``, or None.
     """
     named = named if named is not None else schema.get("__named_schemas", {})
     schema = _resolve(schema, named)
@@ -193,15 +204,33 @@ def epoch_problem(schema: Any, datum: Mapping[str, Any], floor_ms: int,
         name, value = f["name"], datum.get(f["name"])
         where = f"{path}.{name}" if path else name
         if EPOCH_MS_DOC in (f.get("doc") or ""):
-            if (isinstance(value, int) and not isinstance(value, bool) and value < floor_ms
-                    and (value != 0 or name == "emitted_at_ms")):
-                return f"{where} {value} is before 2000 (epoch seconds? give milliseconds)"
+            if not isinstance(value, int) or isinstance(value, bool):
+                continue
+            if value < floor_ms and (value != 0 or name == "emitted_at_ms"):
+                return (f"{where} {value} is before {_year(floor_ms)} "
+                        "(epoch seconds? give milliseconds)")
+            if value > ceiling_ms:
+                return (f"{where} {value} is after {_year(ceiling_ms)}, past what the store "
+                        "holds (micro- or nanoseconds? give milliseconds)")
             continue
-        sub = [_resolve(b, named) for b in (f["type"] if isinstance(f["type"], list)
-                                            else [f["type"]])]
-        for s in sub:
-            if isinstance(s, dict) and s.get("type") == "record" and isinstance(value, Mapping):
-                why = epoch_problem(s, value, floor_ms, named, where)
-                if why is not None:
-                    return why
+        for s in (f["type"] if isinstance(f["type"], list) else [f["type"]]):
+            why = _nested_epoch(_resolve(s, named), value, floor_ms, ceiling_ms, named, where)
+            if why is not None:
+                return why
+    return None
+
+
+def _nested_epoch(schema: Any, value: Any, floor_ms: int, ceiling_ms: int,
+                  named: Mapping[str, Any], where: str) -> str | None:
+    """:func:`epoch_problem` of a record, or of each record of an array, held by a field."""
+    if not isinstance(schema, dict):
+        return None
+    if schema.get("type") == "record" and isinstance(value, Mapping):
+        return epoch_problem(schema, value, floor_ms, ceiling_ms, named, where)
+    if schema.get("type") == "array" and isinstance(value, list | tuple):
+        items = _resolve(schema["items"], named)
+        for i, item in enumerate(value):
+            why = _nested_epoch(items, item, floor_ms, ceiling_ms, named, f"{where}[{i}]")
+            if why is not None:
+                return why
     return None

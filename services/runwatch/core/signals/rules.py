@@ -218,9 +218,15 @@ def report_problem(dataset_uri: str, rows: int, failures: int, duplicates: int) 
 
     A report needs its dataset, and counts no more failing or duplicate rows than it
     has rows: 500 schema failures in 100 rows paged "500.0 % of rows fail its schema".
+    A negative count is named as such (a row_count of -3 read "schema_failures 0 above
+    row_count -3").
     """
     if not dataset_uri.strip():
         return "a data-quality report without a dataset_uri"
+    counts = (("row_count", rows), ("schema_failures", failures), ("duplicate_rows", duplicates))
+    for name, n in counts:
+        if n < 0:
+            return f"negative {name} {n}: a report counts rows, 0 or more"
     for name, n in (("schema_failures", failures), ("duplicate_rows", duplicates)):
         if n > rows:
             return f"{name} {n} above row_count {rows}: a report counts its own rows"
@@ -573,7 +579,9 @@ def queue_deadline(
     left_at = started_at_ms if started_at_ms is not None else now_ms
     if left_at <= deadline_ms:
         return None
-    delay = left_at - queued_at_ms
+    # a job queued after its deadline, judged on a horizon behind its queued event: no
+    # negative delay ("Queued -60 s, 3 s past the deadline")
+    delay = max(left_at - queued_at_ms, 0)
     allowed = max(deadline_ms - queued_at_ms, 0)
     late = left_at - deadline_ms
     return _hard(

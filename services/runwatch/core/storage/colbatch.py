@@ -11,7 +11,11 @@ partition and offset of the row's message.
 what :func:`runwatch.core.storage.rows.rows_for` plus :func:`~runwatch.core.storage.rows.check_row`
 give; whenever that is not certain (a field is missing or of the wrong shape, a
 row would fail ``check_row``) it appends nothing and returns None, and the
-caller takes the general row path, which produces the dead letters.
+caller takes the general row path, which produces the dead letters. Only the
+column ranges (:func:`~runwatch.core.storage.rows.column_problem`: a negative
+count, a GPU index of 300) are left to the insert, off this hot path: the
+client refuses such a row, and the writer dead-letters it with the reason
+``check_row`` gives.
 """
 
 from __future__ import annotations

@@ -22,12 +22,13 @@ from typing import Any
 
 from runwatch.core import lineage
 from runwatch.core.storage.columns import COLUMNS, TABLE_OF
-from runwatch.core.stream.eventtime import MIN_EVENT_MS
+from runwatch.core.stream.eventtime import MAX_STORE_MS, MIN_EVENT_MS, MIN_STORE_MS
 
 __all__ = [
     "COLUMNS",
     "TABLE_OF",
     "check_row",
+    "column_problem",
     "Origin",
     "RowError",
     "dead_letter_row",
@@ -586,6 +587,11 @@ UNSIGNED_BITS: dict[str, dict[str, int]] = {
     "data_quality_reports": {"row_count": 64, "schema_failures": 64, "duplicate_rows": 64,
                              "rejected_samples": 64, "seq": 64},
     "gate_decisions": {"seq": 64},
+    "gpu_samples": {"gpu_index": 8, "mem_used_bytes": 64, "mem_total_bytes": 64,
+                    "sm_clock_mhz": 16, "mem_clock_mhz": 16, "throttle_reasons": 64,
+                    "ecc_corrected": 64, "ecc_uncorrected": 64, "process_count": 8,
+                    "process_mem_bytes": 64, "seq": 64},
+    "host_samples": {"mem_used_bytes": 64, "mem_total_bytes": 64, "gpu_count": 8, "seq": 64},
     "job_events": {"attempt": 16, "gpu_indices": 16, "seq": 64},
     "learning_steps": {"step": 64, "epoch": 64, "nonfinite_count": 64, "seq": 64},
     "run_manifests": {"gpu_count": 32, "seq": 64},
@@ -594,15 +600,27 @@ UNSIGNED_BITS: dict[str, dict[str, int]] = {
                      "worker_restarts": 32, "seq": 64},
     "validation_results": {"step": 64, "epoch": 64, "sample_count": 64, "seq": 64},
 }
-"""The unsigned columns (``UIntN``, arrays of them) of the tables producers fill by hand
-(the SDK, ``runwatch emit``, hooks): Avro's int and long are signed, so ``attempt: -1`` or
-``step: -1`` is a valid record the table cannot hold, and its insert failed in the client
-with "Unable to create native array". Node samples are not checked here (their hot path;
-a block ClickHouse refuses is split down to the bad rows). Held to the DDL by
+"""The unsigned columns (``UIntN``, arrays of them) of every table: Avro's int and long are
+signed, so ``attempt: -1``, ``step: -1`` or a GPU index of 300 (a ``UInt8``) is a valid
+record the table cannot hold, and its insert failed in the client with "Unable to create
+native array". The sink's fast path leaves them to that insert; its writer names a row the
+client refuses by :func:`column_problem`. Held to the DDL, table by table, by
 ``tests/contract/test_columns_match_schemas.py``."""
+INSTANT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "alerts": ("evidence_at", "first_seen", "last_seen"),
+    "checkpoints": ("started_at", "ended_at"),
+    "data_quality_reports": ("window_start", "window_end"),
+    "job_events": ("deadline",),
+    "stage_events": ("window_start", "window_end", "started_at"),
+}
+"""The ``DateTime64`` columns besides ``ts`` (held to the DDL like :data:`UNSIGNED_BITS`):
+one past 2299 was stored, and every query reading it failed."""
 _UNSIGNED_AT: dict[str, tuple[tuple[int, str, int], ...]] = {
     t: tuple((COLUMNS[t].index(c), c, (1 << bits) - 1) for c, bits in cols.items())
     for t, cols in UNSIGNED_BITS.items()
+}
+_INSTANT_AT: dict[str, tuple[tuple[int, str], ...]] = {
+    t: tuple((COLUMNS[t].index(c), c) for c in cols) for t, cols in INSTANT_COLUMNS.items()
 }
 
 
@@ -623,12 +641,21 @@ def check_row(table: str, row: Row, now_ms: int) -> str | None:
     ts = row[_TS_INDEX[table]]
     if not isinstance(ts, int) or ts < MIN_EVENT_MS or ts > now_ms + STORE_AHEAD_MS:
         return f"absurd timestamp {ts!r} ms for {table} (before 2000 or over a day ahead)"
+    return column_problem(table, row)
+
+
+def column_problem(table: str, row: Row) -> str | None:
+    """Return why a row's value does not fit its column, whatever the time, or None.
+
+    ``runwatch emit`` refuses what the sink would dead-letter with the same reason: a
+    GPU's ``util_pct`` outside 0..100 (a CONSTRAINT), a value outside an unsigned
+    column (:func:`unsigned_problem`), an instant outside the ``DateTime64`` range.
+    """
     if table == "gpu_samples":
         util = row[_UTIL_INDEX]
         if not (0.0 <= util <= 100.0):  # also False for NaN
             return f"gpu util_pct {util!r} outside 0..100"
-        return None
-    return unsigned_problem(table, row)
+    return unsigned_problem(table, row) or _instant_problem(table, row)
 
 
 def unsigned_problem(table: str, row: Row) -> str | None:
@@ -638,6 +665,17 @@ def unsigned_problem(table: str, row: Row) -> str | None:
         for v in value if isinstance(value, list | tuple) else (value,):
             if type(v) is int and not 0 <= v <= top:  # other types: the codec's verdict
                 return f"{table}.{name} {v!r} outside 0..{top} (the column is unsigned)"
+    return None
+
+
+def _instant_problem(table: str, row: Row) -> str | None:
+    """Return why an instant (ms) does not fit a ``DateTime64`` column (:data:`INSTANT_COLUMNS`)."""
+    for i, name in _INSTANT_AT.get(table, ()):
+        value = row[i]
+        for v in value if isinstance(value, list | tuple) else (value,):
+            if type(v) is int and not MIN_STORE_MS <= v <= MAX_STORE_MS:
+                return (f"{table}.{name} {v} ms is outside the store's 1900..2299 "
+                        "(micro- or nanoseconds? give milliseconds)")
     return None
 
 

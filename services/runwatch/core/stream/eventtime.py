@@ -12,6 +12,14 @@ from __future__ import annotations
 
 MIN_EVENT_MS = 946_684_800_000
 """2000-01-01T00:00:00Z: the processor's default floor (the sink's tables keep the same one)."""
+MIN_STORE_MS = -2_208_988_800_000
+"""1900-01-01T00:00:00Z: the first instant the store's ``DateTime64(3)`` columns hold."""
+MAX_STORE_MS = 10_413_791_999_999
+"""2299-12-31T23:59:59.999Z: the last instant the store's ``DateTime64(3)`` columns hold.
+
+A later one is stored all the same, and every query that reads it fails ("day 20794532
+is outside the date range"); micro- or nanoseconds taken for milliseconds land there.
+"""
 MAX_AHEAD_MS = 366 * 86_400_000
 """The processor's default: how far ahead of its clock an event time may be (a year and a day).
 
