@@ -15,8 +15,8 @@
 - ``silences.json``: the whole silence list, rewritten atomically (temp file,
   fsync, rename). The pager reloads it when its modification time changes.
 
-Size: the four files of one state directory; the three logs share one line format,
-torn-line handling and compaction (:class:`NotificationLog`), which a split would spread.
+Size: the four files of one state directory; the three logs are one keyed log
+(``_KeyedLog``: line format, torn lines, compaction) with two entry types.
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from runwatch.core.paging.delivery import Deferred, Notification
 from runwatch.core.paging.silencing import Matcher, Silence, parse_matcher
 
 log = logging.getLogger(__name__)
+E = TypeVar("E")
 
 NOTIFICATIONS_FILE = "notifications.jsonl"
 HELD_FILE = "held.jsonl"
@@ -68,129 +70,45 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-class NotificationLog:
-    """What was sent to whom, durable across crashes."""
+class _KeyedLog(Generic[E]):
+    """A durable map (receiver, dedup key) -> entry: one JSON line per change, fsynced.
 
-    def __init__(
-        self, state_dir: Path, compact_factor: int = 4, file_name: str = NOTIFICATIONS_FILE
-    ) -> None:
+    The last line of a key wins on load (a ``removed`` line drops it); the file is
+    rewritten atomically with one line per live entry when it holds ``compact_factor``
+    times more lines than that. A torn last line (crash mid-write) is skipped with a
+    warning.
+    """
+
+    FILE = ""
+    """The file's name in the state directory, by default."""
+
+    def __init__(self, state_dir: Path, compact_factor: int = 4,
+                 file_name: str | None = None) -> None:
         """Open (and load) the log in a state directory.
 
         Args:
             state_dir: The pager's state directory (created when missing).
             compact_factor: Rewrite the file when it holds this many times
                 more lines than live entries.
-            file_name: The file (``held.jsonl`` keeps the alerts a silence held back).
+            file_name: The file, if not :attr:`FILE` (``held.jsonl`` keeps the alerts a
+                silence held back in a notification log).
 
         """
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.path = state_dir / file_name
+        self.path = state_dir / (file_name or self.FILE)
         self._compact_factor = compact_factor
-        self._entries: dict[tuple[str, str], Notification] = {}
+        self._entries: dict[tuple[str, str], E] = {}
         self._lines = 0
         self._load()
         self._fh = self.path.open("ab")
 
-    def _load(self) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open("rb") as fh:
-            for number, raw in enumerate(fh, start=1):
-                try:
-                    d = json.loads(raw)
-                    entry = Notification(
-                        d["receiver"], d["dedup_key"], d["status"], int(d["sent_at_ms"]),
-                        d.get("alert_id", ""), base64.b64decode(d.get("raw", "")),
-                    )
-                except (ValueError, KeyError, TypeError):
-                    log.warning("%s:%d: unreadable line skipped (torn write?)", self.path, number)
-                    continue
-                self._entries[(entry.receiver, entry.dedup_key)] = entry
-                self._lines += 1
+    @staticmethod
+    def _parse(d: dict[str, Any]) -> E:
+        raise NotImplementedError
 
-    def last(self, receiver: str, dedup_key: str) -> Notification | None:
-        """Return the last notification for a receiver and dedup key.
-
-        Args:
-            receiver: Receiver name.
-            dedup_key: The alert's dedup key.
-
-        Returns:
-            The entry, or None.
-
-        """
-        return self._entries.get((receiver, dedup_key))
-
-    def record(self, entry: Notification) -> None:
-        """Append a notification and fsync before returning.
-
-        Args:
-            entry: What was sent.
-
-        """
-        line = _line(entry)
-        self._fh.write(line)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._entries[(entry.receiver, entry.dedup_key)] = entry
-        self._lines += 1
-        if self._lines > self._compact_factor * max(64, len(self._entries)):
-            self.compact()
-
-    def compact(self) -> None:
-        """Rewrite the file with one line per (receiver, dedup key)."""
-        data = b"".join(_line(e) for e in self._entries.values())
-        self._fh.close()
-        _atomic_write(self.path, data)
-        self._fh = self.path.open("ab")
-        self._lines = len(self._entries)
-
-    def entries(self) -> Iterator[Notification]:
-        """Iterate over the live entries.
-
-        Yields:
-            One notification per (receiver, dedup key).
-
-        """
-        yield from self._entries.values()
-
-    def close(self) -> None:
-        """Close the file."""
-        with contextlib.suppress(OSError):
-            self._fh.close()
-
-
-def _line(e: Notification) -> bytes:
-    doc: dict[str, object] = {"receiver": e.receiver, "dedup_key": e.dedup_key,
-                              "status": e.status, "sent_at_ms": e.sent_at_ms,
-                              "alert_id": e.alert_id}
-    if e.raw:
-        doc["raw"] = base64.b64encode(e.raw).decode()
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
-
-
-class DeferredLog:
-    """Deliveries waiting for their next attempt, durable across crashes."""
-
-    def __init__(
-        self, state_dir: Path, compact_factor: int = 4, file_name: str = DEFERRED_FILE
-    ) -> None:
-        """Open (and load) the log in a state directory.
-
-        Args:
-            state_dir: The pager's state directory (created when missing).
-            compact_factor: Rewrite the file when it holds this many times
-                more lines than live entries.
-            file_name: The file.
-
-        """
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self.path = state_dir / file_name
-        self._compact_factor = compact_factor
-        self._entries: dict[tuple[str, str], Deferred] = {}
-        self._lines = 0
-        self._load()
-        self._fh = self.path.open("ab")
+    @staticmethod
+    def _encode(e: E) -> bytes:
+        raise NotImplementedError
 
     def _load(self) -> None:
         if not self.path.exists():
@@ -203,22 +121,14 @@ class DeferredLog:
                     if d.get("removed"):
                         self._entries.pop(where, None)
                     else:
-                        key = d.get("key")
-                        self._entries[where] = Deferred(
-                            where[0], where[1], str(d["status"]), str(d.get("alert_id", "")),
-                            base64.b64decode(d.get("raw", "")), int(d["attempts"]),
-                            int(d["first_ms"]), int(d["next_ms"]), str(d.get("last_error", "")),
-                            str(d.get("topic", "")), int(d.get("partition", -1)),
-                            int(d.get("offset", -1)),
-                            None if key is None else base64.b64decode(key),
-                        )
+                        self._entries[where] = self._parse(d)
                 except (ValueError, KeyError, TypeError):
                     log.warning("%s:%d: unreadable line skipped (torn write?)", self.path, number)
                     continue
                 self._lines += 1
 
-    def get(self, receiver: str, dedup_key: str) -> Deferred | None:
-        """Return the deferred delivery of a dedup key to a receiver, if any.
+    def get(self, receiver: str, dedup_key: str) -> E | None:
+        """Return the entry of a receiver and dedup key, if any.
 
         Args:
             receiver: Receiver name.
@@ -230,6 +140,120 @@ class DeferredLog:
         """
         return self._entries.get((receiver, dedup_key))
 
+    def _append(self, line: bytes) -> None:
+        """Write one line and fsync (the entry changes in memory only once it is on disk)."""
+        self._fh.write(line)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._lines += 1
+
+    def _maybe_compact(self) -> None:
+        if self._lines > self._compact_factor * max(64, len(self._entries)):
+            self.compact()
+
+    def _put(self, receiver: str, dedup_key: str, entry: E) -> None:
+        self._append(self._encode(entry))
+        self._entries[(receiver, dedup_key)] = entry
+        self._maybe_compact()
+
+    def _drop(self, receiver: str, dedup_key: str) -> E | None:
+        if (receiver, dedup_key) not in self._entries:
+            return None
+        doc = {"receiver": receiver, "dedup_key": dedup_key, "removed": True}
+        self._append(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
+        entry = self._entries.pop((receiver, dedup_key))
+        self._maybe_compact()
+        return entry
+
+    def compact(self) -> None:
+        """Rewrite the file with one line per live entry."""
+        data = b"".join(self._encode(e) for e in self._entries.values())
+        self._fh.close()
+        _atomic_write(self.path, data)
+        self._fh = self.path.open("ab")
+        self._lines = len(self._entries)
+
+    def __len__(self) -> int:
+        """Return how many live entries the log holds."""
+        return len(self._entries)
+
+    def close(self) -> None:
+        """Close the file."""
+        with contextlib.suppress(OSError):
+            self._fh.close()
+
+
+class NotificationLog(_KeyedLog[Notification]):
+    """What was sent to whom, durable across crashes."""
+
+    FILE = NOTIFICATIONS_FILE
+
+    @staticmethod
+    def _parse(d: dict[str, Any]) -> Notification:
+        return Notification(d["receiver"], d["dedup_key"], d["status"], int(d["sent_at_ms"]),
+                            d.get("alert_id", ""), base64.b64decode(d.get("raw", "")))
+
+    @staticmethod
+    def _encode(e: Notification) -> bytes:
+        doc: dict[str, object] = {"receiver": e.receiver, "dedup_key": e.dedup_key,
+                                  "status": e.status, "sent_at_ms": e.sent_at_ms,
+                                  "alert_id": e.alert_id}
+        if e.raw:
+            doc["raw"] = base64.b64encode(e.raw).decode()
+        return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+    def last(self, receiver: str, dedup_key: str) -> Notification | None:
+        """Return the last notification for a receiver and dedup key (None: none)."""
+        return self.get(receiver, dedup_key)
+
+    def record(self, entry: Notification) -> None:
+        """Append a notification and fsync before returning.
+
+        Args:
+            entry: What was sent.
+
+        """
+        self._put(entry.receiver, entry.dedup_key, entry)
+
+    def entries(self) -> Iterator[Notification]:
+        """Iterate over the live entries.
+
+        Yields:
+            One notification per (receiver, dedup key).
+
+        """
+        yield from self._entries.values()
+
+
+class DeferredLog(_KeyedLog[Deferred]):
+    """Deliveries waiting for their next attempt, durable across crashes."""
+
+    FILE = DEFERRED_FILE
+
+    @staticmethod
+    def _parse(d: dict[str, Any]) -> Deferred:
+        key = d.get("key")
+        return Deferred(
+            str(d["receiver"]), str(d["dedup_key"]), str(d["status"]),
+            str(d.get("alert_id", "")), base64.b64decode(d.get("raw", "")), int(d["attempts"]),
+            int(d["first_ms"]), int(d["next_ms"]), str(d.get("last_error", "")),
+            str(d.get("topic", "")), int(d.get("partition", -1)), int(d.get("offset", -1)),
+            None if key is None else base64.b64decode(key),
+        )
+
+    @staticmethod
+    def _encode(e: Deferred) -> bytes:
+        doc: dict[str, object] = {
+            "receiver": e.receiver, "dedup_key": e.dedup_key, "status": e.status,
+            "alert_id": e.alert_id, "raw": base64.b64encode(e.raw).decode(),
+            "attempts": e.attempts, "first_ms": e.first_ms, "next_ms": e.next_ms,
+            "last_error": e.last_error, "topic": e.topic, "partition": e.partition,
+            "offset": e.offset,
+        }
+        if e.key is not None:
+            doc["key"] = base64.b64encode(e.key).decode()
+        return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
     def put(self, entry: Deferred) -> None:
         """Record (or replace) a deferred delivery and fsync before returning.
 
@@ -237,9 +261,7 @@ class DeferredLog:
             entry: The delivery.
 
         """
-        self._append(_deferred_line(entry))
-        self._entries[(entry.receiver, entry.dedup_key)] = entry
-        self._maybe_compact()
+        self._put(entry.receiver, entry.dedup_key, entry)
 
     def remove(self, receiver: str, dedup_key: str) -> Deferred | None:
         """Forget a deferred delivery (delivered, dead-lettered or replaced).
@@ -252,30 +274,7 @@ class DeferredLog:
             The entry removed, or None when there was none.
 
         """
-        entry = self._entries.pop((receiver, dedup_key), None)
-        if entry is not None:
-            doc = {"receiver": receiver, "dedup_key": dedup_key, "removed": True}
-            self._append(json.dumps(doc, separators=(",", ":")).encode() + b"\n")
-            self._maybe_compact()
-        return entry
-
-    def _append(self, line: bytes) -> None:
-        self._fh.write(line)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._lines += 1
-
-    def _maybe_compact(self) -> None:
-        if self._lines > self._compact_factor * max(64, len(self._entries)):
-            self.compact()
-
-    def compact(self) -> None:
-        """Rewrite the file with one line per live entry."""
-        data = b"".join(_deferred_line(e) for e in self._entries.values())
-        self._fh.close()
-        _atomic_write(self.path, data)
-        self._fh = self.path.open("ab")
-        self._lines = len(self._entries)
+        return self._drop(receiver, dedup_key)
 
     def entries(self) -> list[Deferred]:
         """Return the live entries.
@@ -298,28 +297,6 @@ class DeferredLog:
         """
         return sorted((e for e in self._entries.values() if e.next_ms <= now_ms),
                       key=lambda e: (e.next_ms, e.first_ms))
-
-    def __len__(self) -> int:
-        """Return how many deliveries are deferred."""
-        return len(self._entries)
-
-    def close(self) -> None:
-        """Close the file."""
-        with contextlib.suppress(OSError):
-            self._fh.close()
-
-
-def _deferred_line(e: Deferred) -> bytes:
-    doc: dict[str, object] = {
-        "receiver": e.receiver, "dedup_key": e.dedup_key, "status": e.status,
-        "alert_id": e.alert_id, "raw": base64.b64encode(e.raw).decode(),
-        "attempts": e.attempts, "first_ms": e.first_ms, "next_ms": e.next_ms,
-        "last_error": e.last_error, "topic": e.topic, "partition": e.partition,
-        "offset": e.offset,
-    }
-    if e.key is not None:
-        doc["key"] = base64.b64encode(e.key).decode()
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 
 def _silence_to_json(s: Silence) -> dict[str, object]:
