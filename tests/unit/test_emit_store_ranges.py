@@ -44,3 +44,18 @@ def test_the_sink_names_the_unsigned_column_another_producer_overflowed() -> Non
     ((table, row),) = rows_for(JobEvent.AVRO_NAME, d, Origin("rw.exec.job", 0, 1))
     assert check_row(table, row, T) == (
         "job_events.attempt -3 outside 0..65535 (the column is unsigned)")
+
+
+@pytest.mark.parametrize(("deadline", "stored"), [(0, None), (None, None), (T + 1, T + 1)])
+def test_a_deadline_of_0_is_stored_as_none(deadline: int | None, stored: int | None) -> None:
+    """``deadline_ms`` 0 sets no deadline (the queue-deadline rule reads it so), and it was
+    stored as 1970-01-01 in ``job_events.deadline`` (found by an independent case, 2026-12-07)."""
+    rec = JobEvent(event_id="e", run_id="r", emitted_at_ms=T, seq=0,
+                   source=Source(kind="hook", host="h", runwatch_version="1"),
+                   state="queued", attempt=1, deadline_ms=deadline)
+    d = load_codec().decode_dict(load_codec().encode(rec))[1]
+    ((table, row),) = rows_for(JobEvent.AVRO_NAME, d, Origin("rw.exec.job", 0, 1))
+    from runwatch.core.storage.columns import COLUMNS
+
+    assert row[COLUMNS[table].index("deadline")] == stored
+    assert check_row(table, row, T) is None

@@ -167,7 +167,7 @@ def _job(r: Mapping[str, Any], o: Origin) -> list[tuple[str, Row]]:
                 list(alloc.get("nodes", ())),
                 list(alloc.get("gpu_indices", ())),
                 _s(alloc.get("gpu_model")),
-                r.get("deadline_ms"),
+                r.get("deadline_ms") or None,  # 0 sets no deadline: NULL, not 1970-01-01
                 _s(r.get("team")),
                 _s(r.get("experiment_family")),
                 *_tail(r, o),
