@@ -22,6 +22,7 @@ import pytest
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.core.codec import load_codec
 from runwatch.core.paging.delivery import RetryPolicy, plan_retry
+from runwatch.core.paging.silencing import parse_matcher
 from runwatch.core.records import Alert, Evidence, Source
 from runwatch.pager import service as pager_service
 from runwatch.pager.service import Pager, PagerSettings
@@ -378,4 +379,40 @@ def test_a_deferred_delivery_survives_a_restart(
     h3.publish(make_alert("k1"))  # and in the notification log: not paged twice
     assert h3.sends == []
     h3.pager.close()
+    h.pager.close()
+
+
+# ------------------------------------------------- (f) a silence added meanwhile
+
+
+@pytest.mark.parametrize("matcher", ["team=ml-vision", "team=ml-nlp"])
+def test_a_silence_added_while_a_delivery_is_deferred_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, matcher: str
+) -> None:
+    """A webhook down for maintenance had its page deferred; the on-call engineer then
+    silenced the team's alerts for the maintenance, and the deferred page was delivered
+    anyway as soon as the webhook came back. A silence is checked at delivery time, as
+    Alertmanager does: the page is held, and delivered when the silence ends if it still
+    fires. (A silence of another team mutes nothing.)"""
+    up_at = T0 + 100_000
+    h = make_pager(tmp_path, monkeypatch, {
+        "hook": lambda now: OK if now >= up_at else Res(503, "down", "60"),
+        "pd": lambda _now: OK,
+    })
+    h.publish(make_alert("k1"))
+    assert h.delivered("pd") == [("k1", "firing", "a1", T0)]  # paged before the silence
+    h.clock.t += 10_000
+    silence = h.pager.silences.add((parse_matcher(matcher),), h.clock.t, 3_600_000,
+                                   "webhook maintenance")
+    h.run_for(200_000)  # the webhook is back
+    muted = matcher == "team=ml-vision"
+    assert [k for k, *_ in h.delivered("hook")] == ([] if muted else ["k1"])
+    assert h.dead == [] and len(h.pager.deliverer.pending) == 0
+    assert h.pager.counters["silenced"] == (1 if muted else 0)
+    # the silence ends while the alert still fires: the webhook is paged then, PagerDuty
+    # (paged before) is not paged again
+    h.pager.silences.expire(silence.silence_id, h.clock.t)
+    h.pager.refresh(h.clock.t)
+    assert [k for k, *_ in h.delivered("hook")] == ["k1"]
+    assert h.delivered("pd") == [("k1", "firing", "a1", T0)]
     h.pager.close()

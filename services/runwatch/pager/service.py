@@ -410,6 +410,7 @@ class Pager:
         """
         from runwatch.core.codec import DecodeError
 
+        self._silence_deferred()
         done = self.deliverer.retry_due(self.receivers, self.codec.decode)
         for entry, outcome in done:
             if outcome.result == "sent":
@@ -426,6 +427,38 @@ class Pager:
                     self._resolve_failed(entry.receiver, alert)
                 self.deliverer.pending.remove(entry.receiver, entry.dedup_key)
         return len(done)
+
+    def _silence_deferred(self) -> None:
+        """Hold the due deferred firings that a silence added since now mutes.
+
+        A silence is checked when a delivery is made, as Alertmanager does: an alert
+        deferred while its receiver was down, then silenced by an on-call engineer (the
+        maintenance that took the receiver down, say), was delivered once the receiver came
+        back. It is held instead (``held.jsonl``), and :meth:`refresh` delivers it if it
+        still fires when the silence ends.
+        """
+        from runwatch.core.codec import DecodeError
+
+        silences = self.silences.current()
+        if not silences:
+            return
+        now = _now_ms()
+        for entry in self.deliverer.pending.due(self.deliverer.clock()):
+            if entry.status != "firing":
+                continue
+            try:
+                alert = self.codec.decode(entry.raw)
+            except DecodeError:
+                continue  # retry_due dead-letters it with the reason
+            silence = find_silence(silences, alert_attributes(alert), now)
+            if silence is None:
+                continue
+            self.counters["silenced"] += 1
+            log.info("receiver %s: deferred alert %s silenced by %s (%s); held until the "
+                     "silence ends", entry.receiver, entry.dedup_key, silence.silence_id,
+                     silence.reason)
+            self._hold(alert, "firing", now, entry.raw)
+            self.deliverer.pending.remove(entry.receiver, entry.dedup_key)
 
     def _as_known(self, receiver: str, alert: Any, raw: bytes) -> tuple[Any, bytes]:
         """Return the alert with the labels ``receiver`` (an Alertmanager) knows it by.
