@@ -117,14 +117,16 @@ def test_steady_checkpoints_do_not_page(seed: int) -> None:
     assert replay(sdk_run(checkpoints(0.0, seed))) == []
 
 
-@pytest.mark.parametrize(("ends", "start", "n", "want"), [
-    ([], 0, 3, (0.0, 0.0)),
-    ([[100, 10.0]], 0, 3, (10.0, 100.0)),  # first interval: from the run's first event
-    ([[100, 10.0], [200, 30.0]], 0, 1, (30.0, 100.0)),  # the last interval only
-    ([[100, 10.0], [200, 30.0], [300, 50.0], [400, 70.0]], 0, 3, (150.0, 300.0)),
+@pytest.mark.parametrize(("ends", "n", "want"), [
+    ([], 3, (0.0, 0.0)),
+    # the lead before the first checkpoint is no interval (it holds the run's start-up)
+    ([[100, 10.0]], 3, (0.0, 0.0)),
+    ([[100, 10.0], [200, 30.0]], 3, (30.0, 100.0)),
+    ([[100, 10.0], [200, 30.0]], 1, (30.0, 100.0)),  # the last interval only
+    ([[100, 10.0], [200, 30.0], [300, 50.0], [400, 70.0]], 3, (150.0, 300.0)),
 ])
-def test_recent_checkpoint_share_window(ends, start, n, want) -> None:
-    assert ind.recent_checkpoint_share(ends, start, n) == want
+def test_recent_checkpoint_share_window(ends, n, want) -> None:
+    assert ind.recent_checkpoint_share(ends, n) == want
 
 
 # ------------------------------------------------------------ loader-share lifecycle (item 5)

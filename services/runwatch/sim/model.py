@@ -236,6 +236,7 @@ class RunModel:
         self.acc = 0.5
         self.batch = BATCH
         self.restarts = 0
+        self.restarts_told = 0  # restarts already reported (StepTiming counts new ones)
         self.partition: dict[str, int] = {}
         self.gone: set[str] = set()
         self.ckpts_since_fault = 0
@@ -408,7 +409,8 @@ class RunModel:
                                       "lr": round(lr, 9), "samples": self.batch,
                                       "step_ms": step_ms, "loader_wait_ms": loader,
                                       "effective_batch_size": self.batch,
-                                      "worker_restarts": self.restarts})]
+                                      "worker_restarts": self.restarts - self.restarts_told})]
+        self.restarts_told = self.restarts  # the record's contract: since the previous step
         nxt = at_ms + int(step_ms)
         if i % VAL_EVERY == VAL_EVERY - 1:
             out.append(Action(at_ms + 1, "validation", {"step": i, "metrics":

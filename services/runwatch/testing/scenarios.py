@@ -171,6 +171,7 @@ def build(kind: str, run_id: str, t0_ms: int, *, steps: int = 120, step_ms: int 
     _data_report(r, LABELS)
     batch, restarts, acc = 256, 0, 0.50
     for i in range(steps):
+        told = restarts  # StepTiming.worker_restarts: the restarts since the previous step
         r.t += step_ms
         k = i - onset
         loader = 80.0 + r.rng.uniform(-8, 8)
@@ -186,7 +187,7 @@ def build(kind: str, run_id: str, t0_ms: int, *, steps: int = 120, step_ms: int 
         compute = 900.0 + r.rng.uniform(-20, 20)
         r.add(StepTiming, step=i, loader_wait_ms=loader, compute_ms=compute,
               step_ms=loader + compute, samples=batch, effective_batch_size=batch,
-              worker_restarts=restarts)
+              worker_restarts=restarts - told)
         loss = 2.0 * (0.995 ** i) + r.rng.uniform(-0.02, 0.02)
         if kind == "nan_loss" and k > 0:
             loss = float("nan")

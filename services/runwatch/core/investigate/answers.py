@@ -57,6 +57,7 @@ from runwatch.core.investigate import lineage as lin
 from runwatch.core.investigate.cost import CostRow, cost_answer
 from runwatch.core.paging.ownership import Owner, Ownership
 from runwatch.core.signals.indicators import label_balance_shift
+from runwatch.core.signals.rules import normalize_sha256, same_digest
 from runwatch.core.stream.runstate import RunConfig
 
 VERSION = 1
@@ -495,8 +496,7 @@ def _trust(ev: Evidence, fired: Sequence[Row], onset: int | None,
     # (a re-read too) failed its check is no state to resume from
     trusted: dict[str, bool] = {
         str(c.get("uri") or ""): False for c in ev.checkpoints
-        if str(c.get("outcome") or "") != "ok" or (
-            c.get("sha256") and c.get("expected_sha256") and c["sha256"] != c["expected_sha256"])}
+        if str(c.get("outcome") or "") != "ok" or _digest_ok(c) is False}
 
     def judge(ts: int, checksum_ok: bool | None, serial_ok: bool) -> list[str]:
         why = []
@@ -512,9 +512,8 @@ def _trust(ev: Evidence, fired: Sequence[Row], onset: int | None,
 
     cks = []
     for c in sorted(ev.checkpoints, key=lambda r: (int(r.get("ts_ms") or 0), int(r["step"]))):
-        sha, exp = str(c.get("sha256") or ""), str(c.get("expected_sha256") or "")
         outcome = str(c.get("outcome") or "")
-        checksum_ok: bool | None = (sha == exp) if (sha and exp) else None
+        checksum_ok = _digest_ok(c)
         if outcome == "corrupt":
             checksum_ok = False
         why = judge(int(c["ts_ms"]), checksum_ok, outcome not in ("failed", "timeout"))
@@ -534,6 +533,18 @@ def _trust(ev: Evidence, fired: Sequence[Row], onset: int | None,
                      "trustworthy": not why, "reasons": why})
     return {"checkpoints": cks, "artifacts": arts,
             "onset_ms": onset, "first_bad_input_ms": bad_input_ms}
+
+
+def _digest_ok(row: Mapping[str, Any]) -> bool | None:
+    """Whether a checkpoint row's sha256 is its expected one (None without both).
+
+    Compared as the processor compares them (``rules.normalize_sha256``): a restore
+    check sent with ``runwatch emit`` as ``sha256:<hex>`` or S3's base64 is the same
+    digest, and was called a checksum mismatch here while the processor paged nothing.
+    """
+    sha = normalize_sha256(str(row.get("sha256") or ""))
+    exp = normalize_sha256(str(row.get("expected_sha256") or ""))
+    return same_digest(exp, sha) if sha and exp else None
 
 
 def _gpu_count(ev: Evidence, me: dict[str, Any] | None) -> int:

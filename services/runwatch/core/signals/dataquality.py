@@ -291,6 +291,29 @@ def ks(sample: Sequence[float], actual: Sequence[float]) -> float:
     return d
 
 
+def sequence(values: Sequence[float], base: Mapping[str, Any]) -> bool:
+    """Return whether a column is a sequence (row ids, a counter, epoch times), not a feature.
+
+    Its batch holds distinct whole numbers, as the baseline's sample does, and lies wholly
+    beyond the baseline's range: each batch of an auto-increment id or a time-like column not
+    passed as ``timestamp=`` is newer than the reference by design, so it always "drifted",
+    and that drift, evidence at every report, named ``data`` the cause of every learning
+    symptom of a run whose data never changed (a NaN loss, a divergence). A feature whose
+    values repeat (counts, categories as codes) or overlap the reference is compared.
+    """
+    sample = base.get("sample") or []
+    if len(values) < 2 or len(sample) < 2:
+        return False
+    if min(values) <= sample[-1] and max(values) >= sample[0]:
+        return False  # overlaps the reference: compared
+    return (_distinct_whole(values) and _distinct_whole(sample))
+
+
+def _distinct_whole(values: Sequence[float]) -> bool:
+    return (all(math.isfinite(v) and v == int(v) for v in values)
+            and len(set(values)) == len(values))
+
+
 def make_baseline(
     columns: Mapping[str, Sequence[Any]], label: str | None = None, *, timestamp: str | None = None
 ) -> dict[str, Any]:
@@ -598,7 +621,7 @@ def compute(
             stats.append(ColumnStats(name=name, null_pct=100.0 * nulls / rows if rows else 0.0))
             continue
         p = k = None
-        if name in base_cols and name != timestamp:
+        if name in base_cols and name != timestamp and not sequence(arr, base_cols[name]):
             b = base_cols[name]
             p = psi(b["props"], b["edges"], arr)
             k = ks(b["sample"], arr)

@@ -58,30 +58,35 @@ def checkpoint_share(checkpoint_ms: float, wall_ms: float) -> float:
     return share if math.isnan(share) else min(max(share, 0.0), 1.0)
 
 
-def recent_checkpoint_share(checkpoints: Sequence[Sequence[float]], start_ms: float,
+def recent_checkpoint_share(checkpoints: Sequence[Sequence[float]],
                             intervals: int) -> tuple[float, float]:
     """Checkpoint time and wall time of the run's last ``intervals`` checkpoint intervals.
 
-    An interval runs from the end of one checkpoint to the end of the next (the
-    first from the run's first event), so the share ``checkpoint_ms / wall_ms``
-    is the part of recent wall-clock time spent writing checkpoints. A share
-    since the run began would dilute a growing checkpoint in the run's history;
-    a few intervals follow it, and more than one keeps an irregular cadence (an
-    extra save after a good validation) from swinging it.
+    An interval runs from the end of one checkpoint to the end of the next, so
+    the share ``checkpoint_ms / wall_ms`` is the part of recent wall-clock time
+    spent writing checkpoints. A share since the run began would dilute a
+    growing checkpoint in the run's history; a few intervals follow it, and
+    more than one keeps an irregular cadence (an extra save after a good
+    validation) from swinging it. The lead before the first checkpoint is no
+    interval: it holds the run's start-up (queueing, loading, compilation) as
+    well as training, so a run that loaded for 20 minutes and then saved every
+    2 minutes read a share of 0.03 → 0.07 for its first saves against 0.25
+    after, learnt the low one as its level and paged "checkpoint share trending
+    up" hours into a healthy run.
 
     Args:
         checkpoints: ``[ended_at_ms, duration_ms]`` of recent checkpoints, by end time.
-        start_ms: The run's first event time (start of the first interval).
         intervals: Intervals in the window.
 
     Returns:
-        ``(checkpoint_ms, wall_ms)`` over the window; ``(0, 0)`` for no checkpoints.
+        ``(checkpoint_ms, wall_ms)`` over the window; ``(0, 0)`` for fewer than two
+        checkpoints (no interval yet).
 
     """
-    if not checkpoints or intervals < 1:
+    if len(checkpoints) < 2 or intervals < 1:
         return 0.0, 0.0
-    window = checkpoints[-intervals:]
-    begin = (checkpoints[-intervals - 1][0] if len(checkpoints) > intervals else start_ms)
+    window = checkpoints[-intervals:] if len(checkpoints) > intervals else checkpoints[1:]
+    begin = checkpoints[-len(window) - 1][0]
     return float(sum(c[1] for c in window)), float(window[-1][0] - begin)
 
 

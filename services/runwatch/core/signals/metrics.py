@@ -42,6 +42,23 @@ def words(name: str) -> list[str]:
     return [w for w in _SPLIT.split(_CASE.sub(r"\1 \2", name).lower()) if w]
 
 
+ERROR_RATES = frozenset({"err", "error", "errors", "wer", "cer", "ter", "eer"})
+"""Lower-is-better words that name a rate (a share of samples wrong), not a loss."""
+
+
+def on_loss_scale(name: str) -> bool:
+    """Return whether a lower-is-better metric is a loss (no unit) rather than an error rate.
+
+    An absolute margin in rate points (0.02: two points of accuracy or of word error
+    rate) means something for a share of samples; a loss, a squared error, a divergence
+    or a perplexity has the scale of its data and reduction, so a validation MSE of
+    normalised targets at 0.002 had to rise 11-fold before 0.02 passed.
+    """
+    if higher_is_better(name) is not False:
+        return False
+    return not ERROR_RATES.intersection(words(name))
+
+
 def higher_is_better(name: str) -> bool | None:
     """Return True when the name says higher is better, False when lower is, else None.
 

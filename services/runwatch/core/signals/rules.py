@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from runwatch.core.signals import imageref
+
 Severity = Literal["info", "warning", "critical"]
 Signal = Literal["data", "execution", "learning", "artifact", "infrastructure"]
 
@@ -321,10 +323,22 @@ def image_matches(image: str, entry: str) -> bool:
     admitted all three). An entry ending in a separator (``registry.prod/``) is a prefix,
     and so is one naming a tag (``docker.io/pytorch/pytorch:2`` admits ``:2.1``): within
     a repository the tags are the site's own.
-    A bare digest (``sha256:...``) matches itself. Registry hosts are case-insensitive
-    and repository names lower-case, so the comparison ignores case.
+    A bare digest (``sha256:...``) matches itself, and an entry or an image pinned by
+    that digest. Registry hosts are case-insensitive and repository names lower-case,
+    so the comparison ignores case. Both are judged in every spelling of the same
+    image (:mod:`runwatch.core.signals.imageref`): Docker Hub's implicit ``docker.io/``
+    and ``library/``, ``:latest`` for an image without a tag, a digest-pinned image
+    without the tag beside its digest.
     """
-    image, entry = image.strip().lower(), entry.strip().lower()
+    pinned, named = imageref.digest_of(image), imageref.digest_of(entry)
+    if pinned and pinned == named and (imageref.is_digest(image) or imageref.is_digest(entry)):
+        return True  # a bare digest, and a reference pinned by the same digest
+    return any(_admits(i, e) for i in imageref.image_spellings(image)
+               for e in imageref.entry_spellings(entry))
+
+
+def _admits(image: str, entry: str) -> bool:
+    """:func:`image_matches` of one spelling of each (lower-case)."""
     if not entry or not image.startswith(entry):
         return False
     last = entry.rsplit("/", 1)[-1]
@@ -360,9 +374,15 @@ def normalize_sha256(value: str | None) -> str | None:
     Writers record checksums in several spellings: ``sha256:<hex>`` as OCI
     digests do, ``sha256=<hex>``, upper-case hex (PowerShell's ``Get-FileHash``),
     a ``sha256sum`` output line (``<hex>  model.pt``), base64 of the 32 bytes
-    (S3's ``ChecksumSHA256``, Subresource Integrity's ``sha256-<base64>``).
-    Comparing them verbatim with the digest computed here reported every such
-    healthy checkpoint as corrupt, critical.
+    (S3's ``ChecksumSHA256``, Subresource Integrity's ``sha256-<base64>``), also
+    URL-safe or without its ``=`` padding; a tagged line naming the file
+    (``SHA256 (model.pt) = <hex>`` of BSD's and macOS's ``sha256`` and of
+    ``sha256sum --tag``, ``SHA2-256(model.pt)= <hex>`` of ``openssl dgst``); the bytes
+    in hex pairs separated by colons or spaces (``openssl dgst -c``, older Windows'
+    ``certutil -hashfile``); a tool's whole output, the digest on a line of its own
+    (``certutil``) or the one 64-digit hex word in it (``Get-FileHash``'s table); the
+    value in quotes. Comparing them verbatim with the digest
+    computed here reported every such healthy checkpoint as corrupt, critical.
 
     Args:
         value: A checksum as the caller gave it, or None.
@@ -374,25 +394,50 @@ def normalize_sha256(value: str | None) -> str | None:
     """
     if not value:
         return None
-    words = value.split()
-    if not words:
+    lines = [line for line in value.splitlines() if line.strip()]
+    if not lines:
         return None
+    found = [_one_digest(line) for line in lines]
+    # a tool's output around the digest: the line that is one (certutil's middle line), else
+    # the one digest in it (Get-FileHash's table: "SHA256  3F7A...  C:\\ckpt\\model.pt")
+    full = next((d for d in found if len(d) == 64 and _HEX.fullmatch(d)), None)
+    if full is None:
+        words = set(_DIGEST_WORD.findall(value.lower()))
+        full = words.pop() if len(words) == 1 else None
+    return full or found[0] or None
+
+
+def _one_digest(line: str) -> str:
+    """:func:`normalize_sha256` of one line."""
+    text = line.strip().strip("\"'`").strip()
+    tagged = _TAGGED.fullmatch(text)  # SHA256 (model.pt) = <hex>, SHA2-256(model.pt)= <hex>
+    if tagged:
+        text = tagged.group(1)
+    if _HEX_PAIRS.fullmatch(text):  # ab:cd:..., ab cd ...
+        return "".join(text.replace(":", " ").split()).lower()
+    words = text.split()
+    if not words:
+        return ""
     text = _SHA_PREFIX.sub("", words[0])  # a sha256sum line: the digest, then the file
     low = text.lower()
     if _HEX.fullmatch(low):
         return low
-    if len(text) == 44 and text.endswith("="):  # base64 of 32 bytes
+    if len(text) in (43, 44):  # base64 of 32 bytes: standard or URL-safe, padded or not
+        b64 = text.replace("-", "+").replace("_", "/")
         try:
-            raw = base64.b64decode(text, validate=True)
+            raw = base64.b64decode(b64 + "=" * (-len(b64) % 4), validate=True)
         except (binascii.Error, ValueError):
             raw = b""
         if len(raw) == 32:
             return raw.hex()
-    return low or None
+    return low
 
 
 _SHA_PREFIX = re.compile(r"^sha-?256[:=-]", re.IGNORECASE)
 _HEX = re.compile(r"[0-9a-f]+")
+_TAGGED = re.compile(r"(?:sha2?-?256\s*)?\(.*\)\s*=\s*(\S+)", re.IGNORECASE)
+_DIGEST_WORD = re.compile(r"(?<![0-9a-z])[0-9a-f]{64}(?![0-9a-z])")
+_HEX_PAIRS = re.compile(r"[0-9a-f]{2}(?:(?::|\s+)[0-9a-f]{2}){31}", re.IGNORECASE)
 SHORT_DIGEST = 12
 """Hex digits a shortened digest must keep to be compared as the start of a full one (as
 container tools show image ids): a 12-digit prefix of another digest by chance is 1 in
@@ -411,7 +456,7 @@ def same_digest(a: str, b: str) -> bool:
 def checkpoint_integrity(
     expected_sha256: str, actual_sha256: str, serialization_ok: bool, at_ms: int,
     subject: str = "", *, corrupt: bool = False, what: str = "Checkpoint",
-    timed_out: bool = False,
+    timed_out: bool = False, step: int | None = None,
 ) -> Finding | None:
     """Fire on a checkpoint checksum mismatch, a reported corruption or failed serialization.
 
@@ -432,28 +477,33 @@ def checkpoint_integrity(
         what: What was written, for the title (``Checkpoint``, ``Artifact model``).
         timed_out: The write timed out (outcome ``timeout``): no usable checkpoint
             either, paged as a failed serialization.
+        step: The checkpoint's step, named with ``subject`` in the detail.
 
     Returns:
         A critical artifact finding, or None.
 
     """
     expected, actual = normalize_sha256(expected_sha256), normalize_sha256(actual_sha256)
+    # the evidence names the checkpoint: a NaN after a resume from it carries this detail
+    # as its cause's evidence, and "expected 9bdd2b102a4a got d9298a10d1b0" named none
+    which = subject + (f" (step {step})" if step is not None else "")
     if expected and actual and not same_digest(expected, actual):
         return _hard(
             "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
             "Checkpoint checksum mismatch",
-            f"expected {expected_sha256[:12]} got {actual_sha256[:12]}", subject=subject,
+            (f"{which}: " if which else "") + f"expected {expected[:12]} got {actual[:12]}",
+            subject=subject,
         )
     if corrupt:
         return _hard(
             "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
-            "Checkpoint reported corrupt", subject or "", subject=subject,
+            "Checkpoint reported corrupt", which, subject=subject,
         )
     if not serialization_ok or timed_out:
         return _hard(
             "checkpoint_serialization", "checkpoint", "artifact", 0.0, 1.0, at_ms,
             f"{what} write timed out" if timed_out else f"{what} serialization failed",
-            subject or "", subject=subject,
+            which, subject=subject,
         )
     return None
 
@@ -749,8 +799,8 @@ def artifact_empty(uri: str, kind: str, size_bytes: int, sha256: str,
         A critical artifact finding, or None.
 
     """
-    if size_bytes > 0 or sha256.lower() != EMPTY_SHA256:
-        return None
+    if size_bytes > 0 or normalize_sha256(sha256) != EMPTY_SHA256:
+        return None  # the digest in any spelling (an OCI digest, S3's base64) is compared
     return _hard(
         "artifact_empty", "size_bytes", "artifact", 0.0, 1.0, at_ms,
         f"Artifact {uri} ({kind}) is empty", f"size 0, sha256 of no bytes; uri={uri}",
@@ -854,6 +904,44 @@ def successive_noise(values: Sequence[float]) -> float:
     mid = len(second) // 2
     med = second[mid] if len(second) % 2 else 0.5 * (second[mid - 1] + second[mid])
     return med / (0.6745 * math.sqrt(6.0))
+
+
+SUCCESSIVE_NOISE_Q05 = (
+    0.23, 0.32, 0.32, 0.38, 0.38, 0.43, 0.43, 0.47, 0.47, 0.50, 0.50, 0.52, 0.52, 0.54, 0.54,
+    0.56, 0.56, 0.58, 0.58, 0.59, 0.59, 0.61, 0.61, 0.62, 0.62, 0.63, 0.63, 0.64, 0.64, 0.65,
+    0.65, 0.66, 0.66, 0.66, 0.66, 0.67, 0.67, 0.68, 0.68, 0.68, 0.68, 0.69, 0.69, 0.70, 0.70,
+    0.70,
+)
+"""The 5 % quantile of :func:`successive_noise` / σ for 5, 6, … 50 values of independent
+Gaussian noise σ: the estimate is that far under the noise one time in twenty. Derived from
+the estimator alone (400,000 simulated series per length, rounded down, made non-decreasing;
+``tests/unit/test_noise_bound.py`` simulates it again), not from any run's data."""
+FIRST_DIFF_Q05 = (0.27, 0.24)
+"""The same for the first-difference estimate of 3 and 4 values (:func:`noise_upper`)."""
+
+
+def noise_upper(values: Sequence[float]) -> float:
+    """Return a noise level a series' noise is under with 95 % confidence (0: too few values).
+
+    A median of a few differences scatters widely: from 10 evaluations
+    :func:`successive_noise` is under 0.44 of the noise one time in twenty, and a
+    stationary validation loss, judged against 5 of such an estimate, paged healthy
+    runs (2 seeds in 10 at their 10th or 15th evaluation, whatever the noise's size).
+    The estimate is divided by its 5 % quantile for the number of values
+    (:data:`SUCCESSIVE_NOISE_Q05`; 0.70 at 50). From 3 or 4 values, before second
+    differences say anything, the first differences' median (``/ (0.6745 √2)``),
+    which a trend only raises, over its own quantile (:data:`FIRST_DIFF_Q05`).
+    """
+    n = len(values)
+    if n >= 5:
+        q = SUCCESSIVE_NOISE_Q05[min(n, 5 + len(SUCCESSIVE_NOISE_Q05) - 1) - 5]
+        return successive_noise(values) / q
+    if n >= 3:
+        first = sorted(abs(b - a) for a, b in zip(values, values[1:], strict=False))
+        mid = len(first) // 2
+        med = first[mid] if len(first) % 2 else 0.5 * (first[mid - 1] + first[mid])
+        return med / (0.6745 * math.sqrt(2.0)) / FIRST_DIFF_Q05[n - 3]
+    return 0.0
 
 
 def loss_rising(points: Sequence[Sequence[float]]) -> bool:

@@ -68,9 +68,10 @@ Baseline = dict[str, list[float]]
 _RECENT = 200
 STEP_WINDOW = 64  # step times behind the stall rule's median (written on every state save)
 CHECKPOINT_WINDOW = 3
-"""Checkpoint intervals behind the checkpoint share (:func:`indicators.recent_checkpoint_share`).
-Three: the share follows a growing checkpoint within a few saves, and one irregular interval (an
-extra save after a good validation) moves it by a third, not fully."""
+"""Checkpoint intervals behind the checkpoint share (:func:`indicators.recent_checkpoint_share`:
+from the end of one checkpoint to the end of the next). Three: the share follows a growing
+checkpoint within a few saves, and one irregular interval (an extra save after a good
+validation) moves it by a third, not fully."""
 GRAD_WINDOW = 20  # gradient norms behind one variance value (10 read chance runs of large steps)
 LR_RISE = 1e-6
 """A learning rate above the previous logged one by more than this share has risen (float
@@ -322,10 +323,34 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
     if e.effective_batch_size is not None:
         out += observe(s, cfg, "effective_batch_size", float(e.effective_batch_size), at, now,
                        bl)
-    if e.worker_restarts > s.worker_restarts:
-        s.worker_restarts = e.worker_restarts
-        out += _restart_evidence(s, cfg, float(e.worker_restarts), at, now, "worker_restarts")
+    if e.worker_restarts > 0 and _first_delivery(s, e.event_id):
+        # restarts since the previous step (the record's contract): they add up. Read as a
+        # running total, a loader crashing at eight steps (1 each) counted one restart, was
+        # evidence once and never paged at RunConfig.restart_alert. Counted over the
+        # correlation window (a crash loop), not the run's life: a worker respawned now and
+        # then over a week-long run is no fault
+        s.worker_restarts += e.worker_restarts  # the run's total
+        recent = s.signals.setdefault("worker_restarts_at", [])
+        recent.append([at, e.worker_restarts])
+        recent[:] = [r for r in recent[-RESTART_IDS:] if r[0] > at - cfg.window_ms]
+        out += _restart_evidence(s, cfg, float(sum(r[1] for r in recent)), at, now,
+                                 "worker_restarts")
     return out + hst_evidence(s, cfg, at, now)
+
+
+RESTART_IDS = 16
+"""Event ids of the latest step records that reported worker restarts, kept so that a
+redelivered record (at-least-once: a producer's retry) does not count its restarts twice."""
+
+
+def _first_delivery(s: RunState, event_id: str) -> bool:
+    """Note ``event_id`` among the run's step records with restarts; False if seen already."""
+    seen = s.signals.setdefault("restart_ids", [])
+    if event_id in seen:
+        return False
+    seen.append(event_id)
+    del seen[:-RESTART_IDS]
+    return True
 
 
 def _speed(s: RunState, cfg: RunConfig, e: StepTiming, at: int, now: int,
@@ -739,11 +764,14 @@ def _validation(s: RunState, e: ValidationResult, at: int, now: int,
     drop = best - signed
     # the noise of the evaluations before this decline began (the decline is not noise)
     earlier = [v for _, v in history[:-(st[3] + 1)]]
-    if len(earlier) < VAL_MIN_EARLIER:  # no noise estimate yet: only a large decline
-        noise = VAL_EARLY_REL * abs(best)
-    else:
-        noise = VAL_NOISE_K * rules.successive_noise(earlier)
-    if drop <= max(cfg.val_decline_abs, cfg.val_decline_rel * abs(best), noise):
+    # 5 σ of the noise at 95 % confidence: a median of a few differences is often far under
+    # it (a stationary loss paged 2 seeds in 10); before 5 evaluations, also a large decline
+    noise = VAL_NOISE_K * rules.noise_upper(earlier)
+    if len(earlier) < VAL_MIN_EARLIER:
+        noise = max(noise, VAL_EARLY_REL * abs(best))
+    # the absolute margin is in rate points; a loss has its data's scale, judged relatively
+    floor = 0.0 if metrics.on_loss_scale(name) else cfg.val_decline_abs
+    if drop <= max(floor, cfg.val_decline_rel * abs(best), noise):
         st[3] = 0
         return clear_healthy(s, cfg, "rule:validation_decline", subject, now, at_ms=at)
     st[3] += 1
@@ -751,7 +779,8 @@ def _validation(s: RunState, e: ValidationResult, at: int, now: int,
         return []
     f = Finding("rule:validation_decline", subject, "learning", "warning", value,
                 best if higher else -best, min(drop / max(abs(best), 1e-9), 1.0), at,
-                f"Validation {subject} declined to {value:.4g} from {abs(best):.4g}",
+                f"Validation {subject} declined to {value:.4g} from "
+                f"{best if higher else -best:.4g}",
                 f"step {e.step}")
     # resolved by evaluations back near the best, as a watch, not by 15 minutes without a
     # repeat: hourly evaluations of one decline fired and resolved it every hour
@@ -766,7 +795,7 @@ def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConf
     f = rules.checkpoint_integrity(e.expected_sha256 or "", e.sha256 or "",
                                    e.outcome != "failed", at, e.uri,
                                    corrupt=e.outcome == "corrupt",
-                                   timed_out=e.outcome == "timeout")
+                                   timed_out=e.outcome == "timeout", step=e.step)
     # a write that "succeeded" into a full disk: the SDK read it back, and it holds no bytes
     f = f or rules.artifact_empty(e.uri, "checkpoint", e.size_bytes, e.sha256 or "", at)
     if f:
@@ -775,10 +804,11 @@ def _checkpoint(s: RunState, e: CheckpointEvent, at: int, now: int, cfg: RunConf
     end = int(e.ended_at_ms or at)
     _push(s.checkpoints, [end, float(e.duration_ms)], CHECKPOINT_WINDOW + 1)
     s.checkpoints.sort(key=lambda c: c[0])  # a late event still lands in its place
-    spent, span = ind.recent_checkpoint_share(s.checkpoints, s.first_at_ms, CHECKPOINT_WINDOW)
+    # between checkpoints only: the lead before the first one holds the run's start-up
+    spent, span = ind.recent_checkpoint_share(s.checkpoints, CHECKPOINT_WINDOW)
     out += observe(s, cfg, "checkpoint_share", ind.checkpoint_share(spent, span), at, now, bl,
                    f"{spent / 1000:.0f} s of the last {span / 1000:.0f} s checkpointing "
-                   f"(last {min(len(s.checkpoints), CHECKPOINT_WINDOW)} intervals)")
+                   f"(last {min(len(s.checkpoints) - 1, CHECKPOINT_WINDOW)} intervals)")
     return out
 
 

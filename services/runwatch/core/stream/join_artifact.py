@@ -16,7 +16,9 @@ time; a passing or approved decision processed within the wait settles it
 without an alert, and :func:`registry_due` (the timer) fires what is still
 unsettled. Only a decision stamped by the registration's event time (give or
 take ``gate_wait_ms`` of clock skew) settles it: a pass made twenty minutes
-after the model was registered does not, whichever is read first.
+after the model was registered does not, whichever is read first. Required gates
+(``cfg.required_gates``, ``rule:missing_gate``) wait and settle the same way, and page
+in place of registry control. A gate's decision is its latest by event time.
 """
 
 from __future__ import annotations
@@ -50,10 +52,6 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
         rules.registry_status(e.uri, e.registry_status or "", at),
     ]
     model = rules.is_model(e.kind)
-    if model and cfg.required_gates:
-        gates: dict[str, str] = s.signals.get("gates", {})
-        found.append(rules.missing_gates(e.uri, e.registry_status or "", cfg.required_gates,
-                                         gates, at))
     out: list[Output] = []
     for f in found:
         if f:
@@ -61,13 +59,38 @@ def artifact(s: RunState, e: ArtifactEvent, at: int, now: int, cfg: RunConfig) -
     if model:  # release evidence: the run's state is kept for its promotion
         s.signals["models"] = s.signals.get("models", 0) + 1
     status = e.registry_status or ""
-    # a model in use needs its gate; a dataset or tokenizer in a catalog is no release
-    if (cfg.registry_control and model
-            and registry.violation(status, _gates_by(s, at, cfg))):
+    # a model in use needs its gate; a dataset or tokenizer in a catalog is no release.
+    # Required gates wait for their decisions as registry control does: a pass made
+    # before the registration and processed two seconds after it paged rule:missing_gate
+    if model and _unreleasable(s, e.uri, status, at, cfg) is not None:
         waiting = s.signals.setdefault("registry_wait", {})
         waiting.setdefault(e.uri, {"since_ms": now, "at_ms": at, "status": status})
         out += registry_due(s, now, cfg)
     return out
+
+
+def _unreleasable(s: RunState, uri: str, status: str, at: int, cfg: RunConfig) -> Finding | None:
+    """Return what a registration at ``at`` breaks, given the decisions made by then.
+
+    A required gate not passed (``rule:missing_gate``, naming the gates) is the more
+    specific of the two and pages alone: with ``REQUIRED_GATES`` set, a model
+    registered with no gate at all paged both rules, twice for one registration.
+    Else registry control (``rule:registry_without_gate``) when it is on.
+    """
+    gates = _gates_by(s, at, cfg)
+    if cfg.required_gates:
+        f = rules.missing_gates(uri, status, cfg.required_gates, gates, at)
+        if f is not None:
+            return f
+    why = registry.violation(status, gates) if cfg.registry_control else None
+    if why is None:
+        return None
+    return Finding(detector="rule:registry_without_gate", indicator="registry_status",
+                   signal="artifact", severity="critical", observed=0.0, expected=1.0,
+                   score=1.0, at_ms=at,
+                   title=f"Model {uri} {status} without a passing or approved gate",
+                   detail=f"{why}; waited {cfg.gate_wait_ms} ms for a decision", subject=uri,
+                   hard=True)
 
 
 SEED_SPREAD = "seed_spread."
@@ -131,17 +154,9 @@ def registry_due(s: RunState, now: int, cfg: RunConfig) -> list[Output]:
         if now - int(w["since_ms"]) < cfg.gate_wait_ms:  # type: ignore[call-overload]
             continue
         del waiting[uri]
-        at = int(w["at_ms"])  # type: ignore[call-overload]
-        why = registry.violation(str(w["status"]), _gates_by(s, at, cfg))
-        if why is None:
-            continue
-        f = Finding(detector="rule:registry_without_gate", indicator="registry_status",
-                    signal="artifact", severity="critical", observed=0.0, expected=1.0,
-                    score=1.0, at_ms=at,
-                    title=f"Model {uri} {w['status']} without a passing or approved gate",
-                    detail=f"{why}; waited {cfg.gate_wait_ms} ms for a decision", subject=uri,
-                    hard=True)
-        out += emit(s, cfg, f, now, one_shot=True)
+        f = _unreleasable(s, uri, str(w["status"]), int(w["at_ms"]), cfg)  # type: ignore[call-overload]
+        if f is not None:
+            out += emit(s, cfg, f, now, one_shot=True)
     if not waiting:
         s.signals.pop("registry_wait", None)
     return out
@@ -156,8 +171,10 @@ def gate(s: RunState, e: GateDecision, at: int, now: int, cfg: RunConfig) -> lis
     """
     s.known = True
     gates: dict[str, str] = s.signals.setdefault("gates", {})
-    gates[e.gate] = e.decision
-    s.signals.setdefault("gate_at", {})[e.gate] = at
+    times: dict[str, int] = s.signals.setdefault("gate_at", {})
+    if at >= times.get(e.gate, 0):  # its latest decision by event time, not by arrival: a
+        gates[e.gate] = e.decision  # review redelivered after its approval undid the approval
+        times[e.gate] = at
     reasons = list(e.reasons)
     failed_slices = [sl.name for sl in e.slices if not sl.passed]
     if failed_slices:
@@ -168,7 +185,7 @@ def gate(s: RunState, e: GateDecision, at: int, now: int, cfg: RunConfig) -> lis
     waiting = s.signals.get("registry_wait") or {}
     for uri, w in list(waiting.items()):  # a decision processed after the registration
         reg_at = int(w["at_ms"])  # type: ignore[call-overload]
-        if registry.violation(str(w["status"]), _gates_by(s, reg_at, cfg)) is None:
+        if _unreleasable(s, uri, str(w["status"]), reg_at, cfg) is None:
             del waiting[uri]
     if not waiting:
         s.signals.pop("registry_wait", None)

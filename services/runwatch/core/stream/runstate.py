@@ -67,7 +67,8 @@ class RunConfig:
         label_shift: Label-balance distance counted as a shift.
         schema_fail_share: Share of a report's rows that may fail the schema
             before ``rule:schema_failures`` fires (:data:`rules.SCHEMA_FAIL_SHARE`).
-        val_decline_abs: Absolute validation decline from the best that counts.
+        val_decline_abs: Absolute validation decline from the best that counts, for a rate
+            (an accuracy, an error rate); a loss is judged relatively (``on_loss_scale``).
         val_decline_rel: Relative validation decline from the best that counts.
         val_persist: Consecutive declined evaluations before alerting.
         baseline_min_n: Least finished-run count for a workload baseline to seed watches.
