@@ -74,6 +74,12 @@ def publish(stack, topic: str, items: list[tuple[str, bytes]]) -> None:
     assert p.flush(30) == 0
 
 
+FIRST_DELIVERY_S = 120
+"""How long a test waits for a pager it has just started to deliver its first alert: the
+pager's consumer group join shares the machine's two cores with the other tests' brokers
+(in one CI run a 60 s wait ran out while another test started three brokers)."""
+
+
 def wait_until(cond: Callable[[], object], timeout: float, what: str) -> object:
     return wait(cond, timeout, what, every=0.2)
 
@@ -199,7 +205,7 @@ def test_alertmanager_fire_and_resolve(stack, fresh_topic, run_pager) -> None:
     key = f"run-it/{uuid.uuid4().hex[:8]}"
     codec = load_codec()
     publish(stack, alerts, [(key, codec.encode(make_alert(key)))])
-    found = wait_until(lambda: _am_alerts(am, key), 60, "the alert in Alertmanager")
+    found = wait_until(lambda: _am_alerts(am, key), FIRST_DELIVERY_S, "the alert in Alertmanager")
     assert isinstance(found, list) and len(found) == 1
     a = found[0]
     assert a["labels"]["alertname"] == "loss_divergence"
@@ -265,7 +271,7 @@ def test_a_new_consumer_group_does_not_page_the_history(
     assert p.flush(30) == 0
     group = f"pager-{uuid.uuid4().hex[:8]}"
     pager = run_pager(rules, alerts, dlq, group_id=group)
-    wait_until(lambda: recorder.bodies("/hook"), 60, "the recent alert")
+    wait_until(lambda: recorder.bodies("/hook"), FIRST_DELIVERY_S, "the recent alert")
     assert [b["alert"]["dedup_key"] for b in recorder.bodies("/hook")] == ["k-new"]
     pager.stop.set()
     wait_until(lambda: pager.dlq is None, 30, "the pager to stop")
@@ -408,7 +414,7 @@ def test_a_pager_started_while_the_broker_is_away_pages_no_history(
         time.sleep(1.0)  # after the pager started: "latest" includes it
         p.produce(alerts, codec.encode(make_alert("k-new")), b"k-new")
         assert p.flush(30) == 0
-        wait_until(lambda: recorder.bodies("/hook"), 60, "the new alert")
+        wait_until(lambda: recorder.bodies("/hook"), FIRST_DELIVERY_S, "the new alert")
         time.sleep(2.0)  # anything older would have come first
         assert [b["alert"]["dedup_key"] for b in recorder.bodies("/hook")] == ["k-new"]
     finally:
@@ -455,7 +461,7 @@ def test_kill_9_mid_retry_loses_nothing_and_pages_once(
         publish(stack, alerts, [("k1", codec.encode(make_alert("k1")))])
         # pd paged, the webhook answered 503 + Retry-After 30: its delivery is deferred
         # (deferred.jsonl, fsynced) and the offset committed; the restart goes on from it
-        wait_until(lambda: recorder.bodies("/pd") and recorder.bodies("/hook"), 60,
+        wait_until(lambda: recorder.bodies("/pd") and recorder.bodies("/hook"), FIRST_DELIVERY_S,
                    "the first delivery attempts")
         time.sleep(0.5)
         os.kill(p1.pid, signal.SIGKILL)
@@ -558,7 +564,7 @@ def test_a_cause_change_before_the_resolve_leaves_nothing_open(
     codec = load_codec()
     fired = make_alert(key)
     publish(stack, alerts, [(key, codec.encode(fired))])
-    wait_until(lambda: _am_alerts(am, key) and recorder.bodies("/first"), 60,
+    wait_until(lambda: _am_alerts(am, key) and recorder.bodies("/first"), FIRST_DELIVERY_S,
                "the first cause's pages")
     moved = dict(probable_cause="execution", owner="platform-engineering",
                  alert_id=fired.alert_id)
