@@ -185,6 +185,15 @@ def test_a_nan_after_a_resume_from_a_corrupt_checkpoint_names_the_checkpoint(
 D = "ab" * 32
 
 
+def _image_alerts(image: str, entry: str) -> list[Alert]:
+    """The alerts of a run of ``image`` under the allow list ``[entry]``."""
+    t, clock = CaptureTransport(), Clock(T0)
+    run = _run(t, clock, image=image)
+    _steps(run, clock, 0, 20)
+    run.finish()
+    return _alerts(_decoded(t), image_allow_list=[entry])
+
+
 @pytest.mark.parametrize(("image", "entry"), [
     ("pytorch/pytorch:2.1-cuda12", "docker.io/pytorch/pytorch"),
     ("docker.io/pytorch/pytorch:2.1-cuda12", "pytorch/pytorch"),
@@ -197,11 +206,7 @@ D = "ab" * 32
     ("registry.corp.com/ml/train", "registry.corp.com/ml/train:latest"),
 ])
 def test_an_allowed_image_written_another_way_does_not_page(image: str, entry: str) -> None:
-    t, clock = CaptureTransport(), Clock(T0)
-    run = _run(t, clock, image=image)
-    _steps(run, clock, 0, 20)
-    run.finish()
-    assert _alerts(_decoded(t), image_allow_list=[entry]) == []
+    assert _image_alerts(image, entry) == []
 
 
 @pytest.mark.parametrize(("image", "entry"), [
@@ -216,12 +221,7 @@ def test_an_allowed_image_written_another_way_does_not_page(image: str, entry: s
     ("host:5001/team/img:tag", "host:5000/team"),
 ])
 def test_an_image_off_the_allow_list_still_pages(image: str, entry: str) -> None:
-    t, clock = CaptureTransport(), Clock(T0)
-    run = _run(t, clock, image=image)
-    _steps(run, clock, 0, 20)
-    run.finish()
-    fired = [(a.detector, a.severity, a.title) for a in
-             _alerts(_decoded(t), image_allow_list=[entry])]
+    fired = [(a.detector, a.severity, a.title) for a in _image_alerts(image, entry)]
     assert fired == [("rule:image_allow_list", "critical", f"Image {image} is not allowed")]
 
 

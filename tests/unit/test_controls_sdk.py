@@ -26,10 +26,11 @@ from runwatch.sim import replay as offline
 T0 = 1_700_000_000_000
 
 
-def pages(script: Callable[[Any, Clock], None]) -> list[str]:
-    """Run ``script(run, clock)`` through the SDK, replay it; return the detectors that fired."""
+def pages(script: Callable[[Any, Clock], None], t0: int = T0) -> list[str]:
+    """Run ``script(run, clock)`` through the SDK from ``t0``, replay it; return the detectors
+    that fired."""
     t = CaptureTransport()
-    clock = Clock(T0)
+    clock = Clock(t0)
     run = runwatch.init("fam", run_id="r1", team="ml", transport=t, install_hooks=False,
                         capture_lineage=False, strict=True, clock=clock)
     script(run, clock)

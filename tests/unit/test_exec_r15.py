@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sdk_kit import Clock
+from test_controls_sdk import pages as controls_pages
 
 import runwatch
 from runwatch.adapters.publisher import CaptureTransport
@@ -25,17 +26,8 @@ MIN = 60_000
 
 
 def pages(script: Callable[[Any, Clock], None]) -> list[str]:
-    """Run ``script(run, clock)`` through the SDK, replay it; return the detectors that fired."""
-    t = CaptureTransport()
-    clock = Clock(T0)
-    run = runwatch.init("fam", run_id="r1", team="ml", transport=t, install_hooks=False,
-                        capture_lineage=False, strict=True, clock=clock)
-    script(run, clock)
-    run.finish(now_ms=clock.t)
-    codec = load_codec()
-    records = [codec.decode(v) for _, _, v in t.messages]
-    alerts = offline.replay(offline.as_messages(records), ProcessorSettings(save_interval_s=0))
-    return sorted({a.detector for a in alerts if a.status == "firing"})
+    """The detectors that fired for ``script(run, clock)`` (``test_controls_sdk.pages``)."""
+    return controls_pages(script, t0=T0)
 
 
 def saves(startup_min: int, every_min: int, save_s: float, grow_from: int | None = None,
