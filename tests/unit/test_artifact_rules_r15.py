@@ -204,6 +204,9 @@ def _image_alerts(image: str, entry: str) -> list[Alert]:
     ("host:5000/team/img:tag@sha256:" + D, "host:5000/team/img@sha256:" + D),
     ("sha256:" + D, "registry.corp.com/ml/train@sha256:" + D),
     ("registry.corp.com/ml/train", "registry.corp.com/ml/train:latest"),
+    ("redis:7.2", "redis:7"),  # name:digits: an image with a numeric tag (as docker reads it)
+    ("docker.io/library/redis:7", "redis:7"),
+    ("registry:5000/ml/train:1", "registry:5000"),  # and a registry on a port
 ])
 def test_an_allowed_image_written_another_way_does_not_page(image: str, entry: str) -> None:
     assert _image_alerts(image, entry) == []
@@ -219,6 +222,8 @@ def test_an_allowed_image_written_another_way_does_not_page(image: str, entry: s
     ("sha256:" + "cd" * 32, "registry.corp.com/ml/train@sha256:" + D),
     ("registry.corp.com/ml/train@sha256:" + D, "registry.corp.com/ml/train:1.0"),
     ("host:5001/team/img:tag", "host:5000/team"),
+    ("redis:8", "redis:7"),
+    ("docker.io/evil/redis:7", "redis:7"),
 ])
 def test_an_image_off_the_allow_list_still_pages(image: str, entry: str) -> None:
     fired = [(a.detector, a.severity, a.title) for a in _image_alerts(image, entry)]

@@ -23,7 +23,6 @@ HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io",
 """Names of Docker Hub's registry that clients read as ``docker.io``."""
 
 _BARE_DIGEST = re.compile(r"sha256:[0-9a-f]+")
-_HOST_PORT = re.compile(r"[^/:]+:[0-9]+")
 
 
 class Ref(NamedTuple):
@@ -87,7 +86,8 @@ def entry_spellings(entry: str) -> list[str]:
     """Return the spellings of an allow-list entry (as given first).
 
     An entry without a ``/`` that reads as a registry (``registry.corp.com``,
-    ``host:5000``, ``localhost``) stays one; an entry ending in ``/`` is a prefix (a
+    ``localhost:5000``, ``localhost``) stays one, and ``name:digits`` is both a registry on
+    a port and an image with that tag; an entry ending in ``/`` is a prefix (a
     registry or a Docker Hub namespace, ``pytorch/``); anything else is a repository,
     its tag or its digest, named canonically beside the spelling given. No ``:latest``
     is added: an entry without a tag admits every tag.
@@ -104,8 +104,11 @@ def entry_spellings(entry: str) -> list[str]:
             out.append(f"{HUB}/{rest}/" if rest else f"{HUB}/")
         return list(dict.fromkeys(out))
     if "/" not in given and ("." in given or given == "localhost"
-                             or _HOST_PORT.fullmatch(given)):
+                             or given.startswith("localhost:")):
         return out + ([HUB] if given in HUB_ALIASES else [])
+    # ``name:digits`` names a registry on a port (``registry:5000``, a compose service) as
+    # much as an image with a numeric tag (``redis:7``, which docker pulls): it admits both.
+    # Read as a registry only, ``redis:7`` admitted no ``redis:7.2`` and no canonical name
     r = parse(given)
     if r is None:
         return out

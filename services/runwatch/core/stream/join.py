@@ -332,7 +332,7 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
         s.worker_restarts += e.worker_restarts  # the run's total
         recent = s.signals.setdefault("worker_restarts_at", [])
         recent.append([at, e.worker_restarts])
-        recent[:] = [r for r in recent[-RESTART_IDS:] if r[0] > at - cfg.window_ms]
+        recent[:] = [r for r in recent[-RESTART_REPORTS:] if r[0] > at - cfg.window_ms]
         out += _restart_evidence(s, cfg, float(sum(r[1] for r in recent)), at, now,
                                  "worker_restarts")
     return out + hst_evidence(s, cfg, at, now)
@@ -341,6 +341,10 @@ def _step_timing(s: RunState, e: StepTiming, at: int, now: int, cfg: RunConfig,
 RESTART_IDS = 16
 """Event ids of the latest step records that reported worker restarts, kept so that a
 redelivered record (at-least-once: a producer's retry) does not count its restarts twice."""
+RESTART_REPORTS = 16
+"""Step records with restarts kept for the window's count (each reports at least one, so
+more than :attr:`RunConfig.restart_alert` of them page whatever the rest; a bound on the
+state of a crash loop)."""
 
 
 def _first_delivery(s: RunState, event_id: str) -> bool:
