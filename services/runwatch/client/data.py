@@ -141,6 +141,7 @@ def compute_stats(
     timestamp: str | None = None,
     baseline_directory: str | os.PathLike[str] | None = None,
     psi_threshold: float = dq.PSI_THRESHOLD,
+    key: str | None = None,
 ) -> tuple[dq.QualityStats, str | None]:
     """Compute a batch's statistics and its comparison with a baseline (see :func:`report`).
 
@@ -165,7 +166,7 @@ def compute_stats(
         base_name = baseline
         base = load_baseline(dataset, baseline, baseline_directory)
         if base is None:
-            base = dq.make_baseline(cols, label, timestamp=timestamp)
+            base = dq.make_baseline(cols, label, timestamp=timestamp, key=key)
             path = save_baseline(dataset, baseline, base, baseline_directory)
             logger.warning(
                 "baseline %s of %s did not exist: stored this batch at %s",
@@ -183,6 +184,7 @@ def compute_stats(
         timestamp=timestamp,
         baseline=base,
         psi_threshold=psi_threshold,
+        key=key,
     )
     return stats, base_name
 
@@ -349,7 +351,8 @@ def report(
         key: Column of the batch's row keys: a bottom-k sketch of them is reported
             (``key_sketch``), so a release gate can check that evaluation data is
             disjoint from training data (:mod:`runwatch.core.gates.sketch`). A key
-            column the batch lacks is logged and no sketch is sent.
+            column the batch lacks is logged and no sketch is sent. Keys are never
+            compared with the baseline for drift (identifiers are no feature).
         baseline_directory: Baseline directory override.
         publisher: A Publisher; a short-lived transport is used when None.
         topics: Topic overrides when no publisher is given.
@@ -397,6 +400,7 @@ def report(
     stats, base_name = compute_stats(
         dataset, table_or_stats, now_ms=now_ms, baseline=baseline, label=label, schema=schema,
         timestamp=timestamp, baseline_directory=baseline_directory, psi_threshold=psi_threshold,
+        key=key,
     )
     sketch: tuple[int, ...] = ()
     if key is not None and not isinstance(table_or_stats, dq.QualityStats):

@@ -315,7 +315,8 @@ def _distinct_whole(values: Sequence[float]) -> bool:
 
 
 def make_baseline(
-    columns: Mapping[str, Sequence[Any]], label: str | None = None, *, timestamp: str | None = None
+    columns: Mapping[str, Sequence[Any]], label: str | None = None, *, timestamp: str | None = None,
+    key: str | None = None,
 ) -> dict[str, Any]:
     """Summarise a reference batch as a JSON-able baseline.
 
@@ -324,6 +325,8 @@ def make_baseline(
         label: Label column, summarised as a distribution.
         timestamp: Event-time column: left out (event times are not a feature;
             every later batch is newer by design, so it would always drift).
+        key: Row-key column: left out (identifiers are not a feature: a new block of
+            hashed or sampled ids is no shift of the data).
 
     Returns:
         ``{"columns": {name: {"edges", "props", "sample"}}, "label": {...}}``.
@@ -332,7 +335,7 @@ def make_baseline(
     out: dict[str, Any] = {"columns": {}}
     for name, values in columns.items():
         arr = numeric(values)
-        if not arr or name == label or name == timestamp:
+        if not arr or name in (label, timestamp, key):
             continue
         arr = [v for v in arr if math.isfinite(v)]  # quantiles of infinities are NaN
         if not arr:
@@ -578,6 +581,7 @@ def compute(
     baseline: Mapping[str, Any] | None = None,
     psi_threshold: float = PSI_THRESHOLD,
     ks_threshold: float = KS_THRESHOLD,
+    key: str | None = None,
 ) -> QualityStats:
     """Compute every data-quality figure of a batch.
 
@@ -589,6 +593,7 @@ def compute(
         timestamp: Column of event times in epoch ms, for freshness; never
             compared with the baseline for drift.
         baseline: A baseline from :func:`make_baseline`, for drift.
+        key: Row-key column; never compared for drift (ids are no feature).
         psi_threshold: PSI above which a feature counts as drifted (raised for small
             samples: :func:`drift_bounds`).
         ks_threshold: KS above which a feature counts as drifted (likewise).
@@ -613,7 +618,8 @@ def compute(
     drifted: list[str] = []
     psis: list[float] = []
     kss: list[float] = []
-    compared = sum(1 for name in columns if name in base_cols and name not in (label, timestamp))
+    unfeatured = (label, timestamp, key)
+    compared = sum(1 for name in columns if name in base_cols and name not in unfeatured)
     for name, values in columns.items():
         nulls = sum(1 for v in values if is_null(v))
         arr = numeric(values) if name != label else None
@@ -621,7 +627,8 @@ def compute(
             stats.append(ColumnStats(name=name, null_pct=100.0 * nulls / rows if rows else 0.0))
             continue
         p = k = None
-        if name in base_cols and name != timestamp and not sequence(arr, base_cols[name]):
+        if (name in base_cols and name not in (timestamp, key)
+                and not sequence(arr, base_cols[name])):
             b = base_cols[name]
             p = psi(b["props"], b["edges"], arr)
             k = ks(b["sample"], arr)
