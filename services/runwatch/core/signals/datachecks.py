@@ -18,7 +18,8 @@ signal                    judged as                                  direction
 ``freshness_lag``         lag (ms) of new data against its history   up
                           band; the newest row's age against twice
                           its usual refresh interval
-``row_count``             log rows against its history band          both
+``row_count``             log rows against its history band (one     both
+                          per kind of partition: :func:`partition_kind`)
 ``duplicate_share``       duplicate rows / rows against its band     up
 ``null_share``            per feature, null share against its band   up
 ``feature_range``         per feature, batch min/max against the     out
@@ -42,6 +43,7 @@ state is a small JSON document per (run, dataset).
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -102,6 +104,11 @@ shard built a cadence. Past the cap the followed set stays put (:func:`_evict`).
 PART_GONE = 2 * PART_K
 """A followed partition not reported for this many of its usual intervals is gone (it
 was missing past :data:`PART_K` and paged then): it is the first to make room."""
+
+MAX_KINDS = 8
+"""Row-count bands per dataset, one per kind of partition (:func:`partition_kind`); a
+dataset's further kinds share one more band (a bound on the run state)."""
+_VALUE = re.compile(r"[^/=_.:,\-\s]*[0-9][^/=_.:,\-\s]*")
 
 SIGNALS = ("freshness_lag", "row_count", "duplicate_share", "null_share", "feature_range",
            "partition_missing")
@@ -483,6 +490,39 @@ def _finding(indicator: str, ref: str, observed: float, expected: float, excess:
                    min(excess / 2.0, 1.0), at_ms, title, detail, subject=ref)
 
 
+def partition_kind(partition: str) -> str:
+    """Return a partition's kind: its name with each part that holds a digit as ``*``.
+
+    ``dt=2026-12-01/src=batch`` is ``dt=*-*-*/src=batch``, ``part-00017`` is ``part-*``:
+    the partitions of one kind (a day's, a shard's) hold batches of one size, while kinds
+    differ (a streaming micro-batch of 55 rows beside a nightly backfill of 20,000, a
+    ``train`` split beside a ``val`` split). One row-count band per dataset paged the
+    backfill every night and the next micro-batch resolved it.
+    """
+    return _VALUE.sub("*", partition)
+
+
+def _rows_band(h: dict[str, Any], partition: str | None) -> tuple[str, str]:
+    """Return the history key of a report's row-count band and its partition kind.
+
+    The dataset's first kind keeps ``rows`` (a history of an older release goes on), and a
+    report without a partition shares it; kinds past :data:`MAX_KINDS` share one band of
+    their own (as every kind did before).
+    """
+    if not partition:
+        return "rows", ""
+    kind = partition_kind(partition)
+    kinds = list(h.get("row_kinds") or ())
+    if kind not in kinds:
+        if len(kinds) >= MAX_KINDS:
+            return "rows:*", ""
+        kinds.append(kind)
+        h["row_kinds"] = kinds
+    if len(kinds) == 1:
+        return "rows", ""  # one kind: the dataset's band, named as before
+    return ("rows" if kind == kinds[0] else f"rows:{kind}"), kind
+
+
 def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
           at_ms: int) -> tuple[dict[str, Any], list[Finding]]:
     """Judge a report's integrity signals against the dataset's history, then learn them.
@@ -549,16 +589,19 @@ def check(hist: dict[str, Any] | None, e: DataQualityReport, ref: str,
     if rows <= 0:
         return h, out  # nothing to compare: rule:zero_rows speaks for an empty batch
     log_rows = math.log(rows)
-    band = Band.from_state(h.get("rows"))
+    key, kind = _rows_band(h, e.partition)
+    band = Band.from_state(h.get(key))
     floor = math.log(VOLUME_FACTOR)
     excess = band.score_one(log_rows, floor, "both")
     if excess > 1:
         usual = math.exp(band.mean)
+        like = f" in partitions like {kind}" if kind else ""
         out.append(_finding("row_count", ref, float(rows), usual, excess, at_ms,
-                            f"Volume of {ref} changed: {rows} rows (usually about {usual:.0f})",
+                            f"Volume of {ref} changed: {rows} rows{like} (usually about "
+                            f"{usual:.0f})",
                             f"row_count={rows}; bound x{math.exp(band.bound(floor)):.2f}"))
     band.learn_one(log_rows, floor)
-    h["rows"] = band.to_state()
+    h[key] = band.to_state()
     dup = e.duplicate_rows / rows
     band = Band.from_state(h.get("dup"))
     floor = _share_floor(band.mean, rows)
