@@ -21,7 +21,10 @@ INSERT INTO ${db}.run_summaries (
     usable_artifact, step_records, skewed_nodes, max_skew_s, queue_waits, queue_wait_gpus)
 WITH
     jobs AS (
-        SELECT toString(run_id) AS rid, anyLast(team) AS team, anyLast(experiment_family) AS fam,
+        -- team and family: the latest event naming one (a Slurm prolog's or epilog's event
+        -- names neither: the SDK's team once became '' as the epilog's event came last)
+        SELECT toString(run_id) AS rid, argMaxIf(team, ts, team != '') AS team,
+               argMaxIf(experiment_family, ts, experiment_family != '') AS fam,
                -- the SDK's own end, when it came after the run's latest running event: a
                -- scheduler hook's later end says less (an epilog read exit 0 from a batch
                -- script whose last command, a log upload, succeeded after training failed)
@@ -159,14 +162,22 @@ WITH
     -- Per running interval, its start and end the ends of its first and last gap: a resumed
     -- attempt's start-up is measured from its own running start, not from the last step
     -- of the attempt before it.
+    -- A validation or evaluation pass (its result published as it ends, as the SDK's
+    -- callbacks do) is progress too: the stretch that ends with its result is the pass,
+    -- not a stall (an 8-minute validation every 30 minutes was stalled GPU time).
+    vr AS (
+        SELECT toString(run_id) AS rid, groupArray(toUnixTimestamp64Milli(ts)) AS vts
+        FROM ${db}.validation_results WHERE run_id IN %(runs)s GROUP BY rid),
     gp AS (
         SELECT rid, g.1 AS g0, g.2 AS g1
         FROM (SELECT iv.rid AS rid,
-                     arrayFilter(x -> x >= iv.t0 AND x < iv.t1, st.sts) AS own,
-                     arrayJoin(arrayFilter(p -> p.2 - p.1 > 300000,
+                     arrayFilter(x -> x >= iv.t0 AND x <= iv.t1, vr.vts) AS vals,
+                     arraySort(arrayConcat(arrayFilter(x -> x >= iv.t0 AND x < iv.t1, st.sts),
+                                           vals)) AS own,
+                     arrayJoin(arrayFilter(p -> p.2 - p.1 > 300000 AND NOT has(vals, p.2),
                                            arrayZip(arrayPushFront(own, iv.t0),
                                                     arrayPushBack(own, iv.t1)))) AS g
-              FROM iv INNER JOIN st ON st.rid = iv.rid)),
+              FROM iv INNER JOIN st ON st.rid = iv.rid LEFT JOIN vr ON vr.rid = iv.rid)),
     -- DISTINCT: a stored copy of a sample (as in gpu) is the same row
     s AS (
         SELECT DISTINCT ag.rid AS rid, g.node AS node, g.gpu_index AS gpu, toUnixTimestamp64Milli(g.ts) AS t,

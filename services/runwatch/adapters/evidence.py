@@ -140,6 +140,8 @@ class EvidenceReader:
             "SELECT toUnixTimestamp64Milli(ts) AS ts_ms, state, attempt, nodes, gpu_count, "  # noqa: S608
             "toString(team) AS team, toString(experiment_family) AS experiment_family, reason "
             f"FROM {t('job_events')} FINAL WHERE run_id = {{r:String}} ORDER BY ts", r=run_id)
+        if ev.jobs:  # the run's state as the run summary, slo and --since read it
+            ev.outcome = self._states([run_id]).get(run_id, "")
         ev.alerts = self._rows(
             f"SELECT {self._alert_cols()} FROM {t('alerts')} FINAL WHERE run_id = {{r:String}} "  # noqa: S608
             f"ORDER BY {_ALERT_ORDER}", r=run_id)
@@ -320,6 +322,14 @@ class EvidenceReader:
             key = lin.repeat_key(me)
             rows = [r for r in rows if lin.repeat_key(lin.normalize(r)) == key][:50]
         ids = [str(r["run_id"]) for r in rows]
+        # every run of the lineage, alerts or not: one that went past the failing step
+        # without the failure is evidence that it does not recur
+        ev.lineage_runs = dict.fromkeys(ids)
+        for r in self._rows_in(
+                "SELECT toString(run_id) AS run_id, min(step) AS lo, max(step) AS hi "  # noqa: S608
+                f"FROM {self._t('learning_steps')} WHERE run_id IN {{r:Array(String)}} "
+                "GROUP BY run_id", ids):
+            ev.lineage_runs[str(r["run_id"])] = (int(r["lo"]), int(r["hi"]))
         for rid, alerts in self._alerts_of(ids).items():
             for a in alerts:
                 if a["status"] != "firing":

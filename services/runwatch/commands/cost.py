@@ -126,9 +126,19 @@ def cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fig(value: float) -> str:
+    """A figure as the JSON holds it (up to 3 decimals), never in exponent notation.
+
+    ``:g`` kept 6 digits: 1,440,000 GPU-hours (a month of 2,000 GPUs) printed ``1.44e+06``
+    and 123,456.789 printed ``123457``.
+    """
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
 def _or_dash(value: float | None) -> str:
     """A figure, or ``-`` when there is none (0 is a figure: a job that did not wait)."""
-    return "-" if value is None else f"{value:g}"
+    return "-" if value is None else _fig(value)
 
 
 def _print_cost(report: dict[str, Any]) -> None:
@@ -143,17 +153,17 @@ def _print_cost(report: dict[str, Any]) -> None:
                   title=f"cost by {report['by']} since {report['window']['since']}")
     for g in [*report["groups"], {"key": "total", **report["totals"]}]:
         waste = g["wasted_gpu_hours"]
-        detail = ", ".join(f"{c} {h:g}" for c, h in waste.items() if h)
+        detail = ", ".join(f"{c} {_fig(h)}" for c, h in waste.items() if h)
         # A group key is a user's label (family, team, queue, run id): text, never markup.
         table.add_row(Text(str(g["key"])), str(g["runs"]), str(g["completed_runs"]),
-                      f"{g['gpu_hours']:g}", "-" if g["cost"] is None else f"{g['cost']:,.2f}",
+                      _fig(g["gpu_hours"]), "-" if g["cost"] is None else f"{g['cost']:,.2f}",
                       "-" if g["gpu_hours_per_completed_run"] is None
-                      else f"{g['gpu_hours_per_completed_run']:g}",
+                      else _fig(g["gpu_hours_per_completed_run"]),
                       f"{_or_dash(g['queue_delay_p50_s'])}/{_or_dash(g['queue_delay_p95_s'])}",
                       "-" if g["terminated_without_artifact_share"] is None
                       else f"{g['terminated_without_artifact_share']:.0%}",
-                      f"{g['wasted_gpu_hours_total']:g}" + (f" ({detail})" if detail else ""),
-                      f"{g['unpriced_runs']} ({g['unpriced_gpu_hours']:g} GPU-h)")
+                      _fig(g["wasted_gpu_hours_total"]) + (f" ({detail})" if detail else ""),
+                      f"{g['unpriced_runs']} ({_fig(g['unpriced_gpu_hours'])} GPU-h)")
     console = Console(width=200)
     console.print(table)
     bad = dict(report["bad_input"])
@@ -192,11 +202,7 @@ def capacity(args: argparse.Namespace) -> int:
              for r in rows(f"{ms}, steps, loader_ms, compute_ms", "step_buckets_5m", "bucket")]
     ckpts = [CkptBucket(str(r[0]), int(r[1]), int(r[2]), float(r[3]))
              for r in rows(f"{ms}, checkpoints, duration_ms", "checkpoint_buckets_5m", "bucket")]
-    alloc = rows("toString(run_id), argMax(nodes, ts), "
-                 "argMax(length(nodes) * length(gpu_indices), ts)", "job_events",
-                 "length(nodes) > 0 AND ts", first, "GROUP BY run_id")
-    nodes = {str(r[0]): [str(n) for n in r[1]] for r in alloc}
-    gpus = {str(r[0]): int(r[2]) for r in alloc}
+    nodes, gpus = _allocations(client, start)
     window, history = _runs(client, since, now_ms)
     base = baselines(history)
     below = []
@@ -214,6 +220,36 @@ def capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _allocations(client: Any, after_ms: int) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Nodes and GPUs of the runs with steps or checkpoints since ``after_ms``.
+
+    The latest job event naming an allocation, whenever it came (a run that started before
+    the window, a day-long pretraining job in ``--since 24h``, was once counted on 1 GPU
+    and on no node); without one naming GPUs, the run's manifest (the nodes and GPUs the SDK
+    saw), as ``runwatch cost`` bills such a run.
+    """
+    # Only fixed names and an integer time are put into the statements.
+    after = f"ts >= fromUnixTimestamp64Milli({int(after_ms)}, 'UTC')"
+    runs = ("toString(run_id) IN (SELECT toString(run_id) FROM step_timings "  # noqa: S608
+            f"WHERE {after} UNION DISTINCT SELECT toString(run_id) FROM checkpoints "
+            f"WHERE {after})")
+    alloc = _query(client, "SELECT toString(run_id), argMax(nodes, ts), "  # noqa: S608
+                   "argMax(length(nodes) * length(gpu_indices), ts) FROM job_events "
+                   f"WHERE length(nodes) > 0 AND {runs} GROUP BY run_id")
+    nodes = {str(r[0]): [str(n) for n in r[1]] for r in alloc}
+    gpus = {str(r[0]): int(r[2]) for r in alloc if int(r[2]) > 0}
+    seen = _query(client, "SELECT toString(run_id), "  # noqa: S608
+                  "argMaxIf(hardware_nodes, ts, length(hardware_nodes) > 0), "
+                  f"argMaxIf(gpu_count, ts, gpu_count > 0) FROM run_manifests WHERE {runs} "
+                  "GROUP BY run_id")
+    for rid, mnodes, mgpus in seen:
+        if not nodes.get(str(rid)) and len(mnodes) > 0:
+            nodes[str(rid)] = [str(n) for n in mnodes]
+        if str(rid) not in gpus and int(mgpus) > 0:
+            gpus[str(rid)] = int(mgpus)
+    return nodes, gpus
+
+
 def _print_capacity(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -224,7 +260,7 @@ def _print_capacity(report: dict[str, Any]) -> None:
                         f"bottleneck {report['bottleneck'] or 'none'}")
     for c in report["causes"]:
         # The evidence names runs and nodes: text, never markup.
-        table.add_row(c["cause"], f"{c['lost_gpu_hours']:g}", Text(json.dumps(c["evidence"])))
+        table.add_row(c["cause"], _fig(c["lost_gpu_hours"]), Text(json.dumps(c["evidence"])))
     Console(width=200).print(table)
 
 

@@ -130,9 +130,11 @@ def _evaluator(args: argparse.Namespace, *, publish: bool, serve: bool = False
 
 
 def _line(st: Any) -> str:
+    from runwatch.core.slo.evaluate import percent
+
     sli = "no data" if st.sli is None else f"{st.good}/{st.valid} = {st.sli:.1%}"
     left = "-" if st.budget_left is None else f"{st.budget_left:.0%}"
-    return f"{st.name}: {st.state}, SLI {sli} (target {st.target:.1%}), budget left {left}"
+    return f"{st.name}: {st.state}, SLI {sli} (target {percent(st.target)}), budget left {left}"
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -210,6 +212,8 @@ def print_statuses(statuses: list[Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from runwatch.core.slo.evaluate import percent
+
     table = Table("objective", "SLI", "target", "budget left", "burn rate", "state",
                   "bad events (runs)")
     for st in statuses:
@@ -222,7 +226,7 @@ def print_statuses(statuses: list[Any]) -> None:
         if len(st.bad) > 5:
             bad = f"{len(st.bad)} bad; last: {bad}"
         # run ids and dataset URIs are what producers wrote: text, never rich markup
-        table.add_row(st.name, sli, f"{st.target:.1%}", left, burn, st.state, Text(bad))
+        table.add_row(st.name, sli, percent(st.target), left, burn, st.state, Text(bad))
     Console(width=200, file=sys.stdout).print(table)
 
 

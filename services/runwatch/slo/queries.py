@@ -12,6 +12,11 @@ start, less what an event may reach back) and returns rows in the order of
 the kind's row type in :mod:`runwatch.core.slo.indicators`. Parameters are
 bound by clickhouse-connect (``%(name)s``); ``${db}`` is the database.
 
+A run's outcome and end come from its job events as the run summary draws them
+(``OUTCOME_SQL``: the SDK's own end over a scheduler hook's later one, a run running again
+after an end not ended), its family from the events that name one (a Slurm epilog's names
+none); the summary fills in only for a run whose job events are gone.
+
 Training windows and retained evaluations also read ``run_summaries`` (kept
 for ever), so a routine run whose raw job events expired (``raw.ttl`` of
 ``schemas/retention.yaml``, 7 days) still counts for a 30-day window; its
@@ -77,14 +82,18 @@ WHERE outcome IN {_T} AND ended_at > {_SINCE} AND ended_at <= {_NOW}
   AND (running_at IS NOT NULL OR outcome != 'cancelled')""",
     "evaluation_retained": f"""
 WITH runs AS (
-    SELECT rid, max(at) AS ended, argMax(st, at) AS st, any(fam) AS fam
-    FROM (SELECT toString(run_id) AS rid, toUnixTimestamp64Milli(ts) AS at,
-                 toString(state) AS st, toString(experiment_family) AS fam
+    SELECT rid, argMin(ended, part) AS ended, argMin(st, part) AS st, argMin(fam, part) AS fam
+    FROM (SELECT toString(run_id) AS rid, {_ENDED} AS ended, {_OUTCOME} AS st,
+                 {_FAMILY} AS fam, 0 AS part
           FROM ${{db}}.job_events
-          WHERE state IN {_T} AND ts > {_SINCE} AND ts <= {_NOW}
+          WHERE run_id IN (SELECT run_id FROM ${{db}}.job_events
+                           WHERE state IN {_T} AND ts > {_SINCE} AND ts <= {_NOW})
+            AND ts <= {_NOW}
+          GROUP BY rid
+          HAVING countIf(state IN {_T}) > 0
           UNION ALL
           SELECT run_id, toUnixTimestamp64Milli(ended_at), toString(outcome),
-                 toString(experiment_family)
+                 toString(experiment_family), 1
           FROM ${{db}}.run_summaries FINAL
           WHERE outcome IN {_T} AND ended_at > {_SINCE} AND ended_at <= {_NOW})
     GROUP BY rid)
@@ -97,10 +106,10 @@ LEFT JOIN (SELECT toString(run_id) AS rid, count() AS n FROM ${{db}}.gate_decisi
        ON g.rid = r.rid""",
     "registry_control": f"""
 WITH a AS (SELECT event_id, toString(run_id) AS rid, toUnixTimestamp64Milli(ts) AS at, uri,
-                  toString(registry_status) AS status
+                  toString(registry_status) AS status, toString(kind) AS kind
            FROM ${{db}}.artifacts
-           WHERE lower(registry_status) IN %(statuses)s AND ts > {_SINCE} AND ts <= {_NOW})
-SELECT a.event_id, a.rid, a.at, a.uri, a.status, g.times, g.gates, g.decisions, mf.fam
+           WHERE registry_status != '' AND ts > {_SINCE} AND ts <= {_NOW})
+SELECT a.event_id, a.rid, a.at, a.uri, a.status, g.times, g.gates, g.decisions, mf.fam, a.kind
 FROM a
 LEFT JOIN (SELECT toString(run_id) AS rid, groupArray(toUnixTimestamp64Milli(ts)) AS times,
                   groupArray(toString(gate)) AS gates, groupArray(toString(decision)) AS decisions
@@ -195,8 +204,6 @@ def query_for(objs: list[Objective], db: str, now_ms: int,
     params: dict[str, Any] = {"since": since, "now": now_ms}
     if kind == "reproducibility":
         params["metric"] = objs[0].params["metric"]
-    if kind == "registry_control":
-        params["statuses"] = sorted({s for o in objs for s in o.params["statuses"]})
     return SQL[kind].replace("${db}", db), params
 
 
@@ -251,8 +258,8 @@ def to_rows(kind: str, raw: list[tuple[Any, ...]]) -> list[Any]:
     if kind == "registry_control":
         return [ind.RegistryRow(str(i), str(r), int(a), str(u), str(s),
                                 tuple(zip((int(t) for t in ts or ()), gs or (), ds or (),
-                                          strict=True)), str(f or ""))
-                for i, r, a, u, s, ts, gs, ds, f in raw]
+                                          strict=True)), str(f or ""), str(k))
+                for i, r, a, u, s, ts, gs, ds, f, k in raw]
     if kind == "resumability":
         return [ind.PreemptionRow(str(r), int(a), tuple(int(x) for x in c or ()),
                                   tuple(int(x) for x in s or ()), str(f or ""))

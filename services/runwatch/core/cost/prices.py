@@ -9,12 +9,17 @@ its GPU model in effect when the run started running: the one matching the
 most of its attributes, then the latest ``effective_from``. A run whose GPU
 model no price names is *unknown model*; a known model without a price in
 effect at that time is *no price in effect*: both are reported as unpriced,
-never as zero. The file is read through :mod:`runwatch.core.yamlconf`.
+never as zero. A run's model is the one a price names when the names are equal
+(case aside), else when the price's name is a whole word (or words) of the
+run's: NVML's ``NVIDIA H100 80GB HBM3``, which the SDK's manifest gives when the
+scheduler hook names no model, is an ``H100`` (:func:`resolve_model`). The file
+is read through :mod:`runwatch.core.yamlconf`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +31,49 @@ MATCH_KEYS: tuple[str, ...] = ("queue", "priority_class", "node_pool", "tenancy"
 _PRICE_KEYS = frozenset({"gpu_model", "per_gpu_hour", "effective_from", "effective_to", "match"})
 UNKNOWN_MODEL = "unknown GPU model"
 NO_PRICE = "no price in effect"
+
+
+_WORD = re.compile(r"[0-9a-z]+")
+
+
+def _words(name: str) -> tuple[str, ...]:
+    return tuple(_WORD.findall(name.lower()))
+
+
+def resolve_model(gpu_model: str, known: frozenset[str]) -> str | None:
+    """Return the priced model a run's GPU model is, or None when no price names it.
+
+    The same name (case and surrounding blanks aside) first; else the priced names whose
+    words appear, in order and whole, among the words of ``gpu_model`` (NVML's ``NVIDIA
+    H100 80GB HBM3`` or ``NVIDIA A100-SXM4-80GB``; ``NVIDIA A10G`` is no ``A10``), the one
+    of most words; several of as many words are ambiguous: None.
+
+    Args:
+        gpu_model: The run's model, as the allocation or its manifest names it.
+        known: The models the prices name.
+
+    Returns:
+        A name of ``known``, or None.
+
+    """
+    name = gpu_model.strip().lower()
+    if not name:
+        return None
+    same = [k for k in known if k.strip().lower() == name]
+    if len(same) == 1:
+        return same[0]
+    words = _words(name)
+    best: list[str] = []
+    most = 0
+    for k in sorted(known):
+        kw = _words(k)
+        if not kw or not any(words[i:i + len(kw)] == kw for i in range(len(words))):
+            continue
+        if len(kw) > most:
+            best, most = [k], len(kw)
+        elif len(kw) == most:
+            best.append(k)
+    return best[0] if len(best) == 1 else None
 
 
 class PricesError(ValueError):
@@ -81,7 +129,8 @@ class Prices:
         """Return the price of one GPU-hour of ``gpu_model`` at ``at_ms`` for a run.
 
         Args:
-            gpu_model: The run's GPU model ("" when unknown).
+            gpu_model: The run's GPU model ("" when unknown), as named or as NVML names it
+                (:func:`resolve_model`).
             at_ms: When the run started running (UTC epoch ms).
             attrs: The run's ``queue``, ``priority_class``, ``node_pool``, ``tenancy``.
 
@@ -91,8 +140,10 @@ class Prices:
 
         """
         attrs = attrs or {}
-        if gpu_model not in self.models:
+        model = gpu_model if gpu_model in self.models else resolve_model(gpu_model, self.models)
+        if model is None:
             return Quote(None, UNKNOWN_MODEL)
+        gpu_model = model
         best: Price | None = None
         for p in self.prices:
             if p.gpu_model != gpu_model or at_ms < p.effective_from_ms:

@@ -9,8 +9,10 @@ with one: its busy time after the last good checkpoint), and what is left as a
 utilization histogram. The last cause, *below the operating range*, is judged
 here against the family-and-hardware baseline learnt from succeeded runs: the
 shortfall ``hours - util_hours / baseline`` of the busy time whose utilization
-is under :data:`BELOW_FACTOR` of the baseline. Each GPU-second lands in one
-cause at most, so the causes add up.
+is under :data:`BELOW_FACTOR` of the baseline, beyond the family's usual shortfall (its
+succeeded runs' median shortfall per busy GPU-hour: evaluation passes and checkpoint
+writes a healthy run of the family has too; a run within 1 / :data:`BELOW_FACTOR` of it
+is in range). Each GPU-second lands in one cause at most, so the causes add up.
 """
 
 from __future__ import annotations
@@ -114,12 +116,17 @@ def _hist_median(hours: Mapping[int, float], weighted: Mapping[int, float]) -> f
 
 @dataclass(frozen=True, slots=True)
 class Baseline:
-    """A family-and-hardware operating point: median busy utilization of its succeeded runs."""
+    """A family-and-hardware operating point: median busy utilization of its succeeded runs.
+
+    ``below_share`` is their median shortfall per busy GPU-hour (:func:`shortfall_h`): the
+    time under the range a healthy run of the family spends (evaluation, checkpoint writes).
+    """
 
     family: str
     gpu_model: str
     util_p50: float
     runs: int
+    below_share: float = 0.0
 
 
 def baselines(runs: Iterable[RunCost]) -> dict[tuple[str, str], Baseline]:
@@ -133,27 +140,49 @@ def baselines(runs: Iterable[RunCost]) -> dict[tuple[str, str], Baseline]:
 
     """
     medians: dict[tuple[str, str], list[float]] = {}
+    members: dict[tuple[str, str], list[RunCost]] = {}
     for r in runs:
         m = r.busy_median_util
         if r.outcome == "succeeded" and m is not None:
             medians.setdefault((r.family, r.gpu_model), []).append(m)
-    return {k: Baseline(k[0], k[1], median(v), len(v))
-            for k, v in medians.items() if len(v) >= MIN_BASELINE_RUNS and median(v) > 0}
+            members.setdefault((r.family, r.gpu_model), []).append(r)
+    out = {}
+    for k, v in medians.items():
+        p50 = median(v)
+        if len(v) < MIN_BASELINE_RUNS or p50 <= 0:
+            continue
+        shares = [shortfall_h(r, p50) / busy for r in members[k]
+                  if (busy := sum(h for h in r.busy_hours.values() if h > 0)) > 0]
+        out[k] = Baseline(k[0], k[1], p50, len(v), median(shares) if shares else 0.0)
+    return out
 
 
-def below_baseline_h(run: RunCost, base: Baseline | None) -> float:
-    """GPU-hours lost by running under the baseline's range (0 without a baseline)."""
-    if base is None:
-        return 0.0
-    lo = base.util_p50 * BELOW_FACTOR
+def shortfall_h(run: RunCost, util_p50: float) -> float:
+    """The shortfall ``hours - util_hours / util_p50`` of the run's busy time under the range."""
+    lo = util_p50 * BELOW_FACTOR
     out = 0.0
     for k, h in run.busy_hours.items():
         if h <= 0:
             continue
         u = run.busy_weighted.get(k, k * h)
         if u / h < lo:
-            out += h - u / base.util_p50
+            out += h - u / util_p50
     return max(out, 0.0)
+
+
+def below_baseline_h(run: RunCost, base: Baseline | None) -> float:
+    """GPU-hours lost by running under the baseline's range (0 without a baseline).
+
+    The shortfall beyond the family's usual one (``below_share`` per busy GPU-hour); none
+    when the run's share is within 1 / :data:`BELOW_FACTOR` of the usual one.
+    """
+    if base is None:
+        return 0.0
+    raw = shortfall_h(run, base.util_p50)
+    busy = sum(h for h in run.busy_hours.values() if h > 0)
+    if busy <= 0 or raw <= 0 or raw / busy <= base.below_share / BELOW_FACTOR:
+        return 0.0
+    return max(raw - base.below_share * busy, 0.0)
 
 
 @dataclass(slots=True)
@@ -311,7 +340,8 @@ def cost_report(runs: Sequence[RunCost], history: Sequence[RunCost], prices: Pri
         "totals": summarise(items),
         "groups": rollup(items, by),
         "baselines": [{"family": b.family, "gpu_model": b.gpu_model,
-                       "util_p50": round(b.util_p50, 1), "runs": b.runs}
+                       "util_p50": round(b.util_p50, 1), "runs": b.runs,
+                       "below_share": round(b.below_share, 3)}
                       for b in sorted(base.values(), key=lambda b: (b.family, b.gpu_model))],
         "bad_input": bad_input(items),
     }

@@ -39,7 +39,8 @@ Rules:
   :func:`_not_recurred`); else unknown (an alert still firing across a
   restart is not seen again);
 * **release**: blocked when the latest decision of a gate of the run is
-  ``fail`` or ``review``;
+  ``fail`` or ``review``, or when the processor found its model registered before its
+  gates allowed it (:data:`REGISTRY_DETECTORS`) and they still do not;
 * **owner**: the owner the processor stamped on each alert the run fired
   (``Alert.owner``), else the ownership file's, and the pager receivers its
   routes send it to.
@@ -47,17 +48,19 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runwatch.core.cost.prices import Prices
 from runwatch.core.cost.running import running_intervals
+from runwatch.core.gates.registry import release_allowed
 from runwatch.core.investigate import lineage as lin
 from runwatch.core.investigate.cost import CostRow, cost_answer
 from runwatch.core.paging.ownership import Owner, Ownership
 from runwatch.core.signals.indicators import label_balance_shift
-from runwatch.core.signals.rules import normalize_sha256, same_digest
+from runwatch.core.signals.rules import digests_agree
 from runwatch.core.stream.runstate import RunConfig
 
 VERSION = 1
@@ -73,6 +76,11 @@ POLICY_DETECTORS = frozenset({
 #: Findings about one checkpoint file (its bytes, its write), not the model's state: an
 #: attempt that resumed from an earlier trustworthy checkpoint did not inherit them.
 FILE_DETECTORS = frozenset({"rule:checkpoint_checksum", "rule:checkpoint_serialization"})
+#: The processor's findings of a model registered before its gates allowed it: they block
+#: the release until the run's gate decisions allow it.
+REGISTRY_DETECTORS = frozenset({"rule:registry_without_gate", "rule:missing_gate"})
+#: How ``rules.missing_gates`` names the gates not passed in its title.
+_MISSING_GATES = re.compile(r"before gate\(s\) (.+) passed")
 BAD_SEVERITIES = frozenset({"warning", "critical"})
 GOOD_STATES = frozenset({"succeeded"})
 #: The label-balance distance the processor counts as a shift (RunConfig.label_shift).
@@ -95,6 +103,9 @@ class Evidence:
         now_ms: When the question was asked.
         manifests: The run's manifest rows, oldest first (the first is its lineage).
         jobs: Job events (ts_ms, state, attempt, nodes, gpu_count, team, experiment_family).
+        outcome: The run's state as every reader of the store reads it
+            (``runwatch.core.storage.outcome.OUTCOME_SQL``: the SDK's own end over a
+            scheduler hook's later one); None: not read, the latest job event's state.
         alerts: Alert rows (every status row; the latest per alert_id counts).
         checkpoints: Checkpoint rows (ts_ms, step, sha256, expected_sha256, outcome, uri).
         artifacts: Artifact rows (ts_ms, uri, kind, sha256, serialization_ok, registry_status).
@@ -110,6 +121,9 @@ class Evidence:
             manifest (row), alerts (firing alert rows).
         repeats: Alerts of other runs with the same repeat key (run_id, detector,
             indicator, first_seen_ms, step).
+        lineage_runs: Every other run with the same repeat key, alerts or not: run id →
+            the first and last steps it logged (None: no learning step), so that a run of
+            the lineage that went past the failing step without the failure is seen.
         steps_at: (ts_ms, step) pairs of the run, ascending, to place alerts at a step.
         series: Indicator name → [(ts_ms, value)] for the page.
         cost_rows: The run's summary and its family's of the last 30 days from the
@@ -122,6 +136,7 @@ class Evidence:
     now_ms: int
     manifests: list[Row] = field(default_factory=list)
     jobs: list[Row] = field(default_factory=list)
+    outcome: str | None = None
     alerts: list[Row] = field(default_factory=list)
     checkpoints: list[Row] = field(default_factory=list)
     artifacts: list[Row] = field(default_factory=list)
@@ -133,6 +148,7 @@ class Evidence:
     family_runs: list[Row] = field(default_factory=list)
     sharing: list[Row] = field(default_factory=list)
     repeats: list[Row] = field(default_factory=list)
+    lineage_runs: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     steps_at: list[tuple[int, int]] = field(default_factory=list)
     series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     cost_rows: list[CostRow] | None = field(default_factory=list)
@@ -289,7 +305,7 @@ def _suspects(me: dict[str, Any] | None, changed: dict[str, Any]) -> list[dict[s
             add("image", c["new"], "new since the reference run")
         elif c["kind"] == "code":
             old_rev = c["old"].removesuffix(" (dirty)")
-            if me["code_revision"] != old_rev:
+            if me["code_revision"].strip().lower() != old_rev.strip().lower():
                 add("code", me["code_revision"], "new since the reference run")
             elif me["code_dirty"]:  # the same revision: new is what no other run shares
                 add("code", c["new"], "uncommitted changes since the reference run")
@@ -344,7 +360,7 @@ def _affected(ev: Evidence, suspects: list[dict[str, str]]) -> dict[str, Any]:
 
 def _deterministic(ev: Evidence, firing: list[dict[str, Any]]) -> dict[str, Any]:
     attempts = sorted({int(j.get("attempt") or 0) for j in ev.jobs})
-    others = sorted({str(r["run_id"]) for r in ev.repeats})
+    others = sorted({str(r["run_id"]) for r in ev.repeats} | set(ev.lineage_runs))
     if not firing:
         return {"deterministic": None, "reason": "no alert fired for this run",
                 "attempts": attempts, "same_lineage_runs": others, "evidence": []}
@@ -418,8 +434,9 @@ def _not_recurred(ev: Evidence, firing: list[dict[str, Any]], det: str, step: in
     """Say what shows that a failure first seen at ``step`` did not recur there ("": nothing).
 
     Each piece of evidence is one attempt or run going past the other's failing step
-    without the failure: a run of the same lineage fired the detector at another step; a
-    later attempt fired it at an earlier step; a later attempt, started at or before the
+    without the failure: a run of the same lineage fired the detector at another step, or
+    ran the step and went past it without firing it; a later attempt fired it at an
+    earlier step; a later attempt, started at or before the
     step, went past it while no alert of the detector was firing.
     """
     if step is None:
@@ -428,6 +445,15 @@ def _not_recurred(ev: Evidence, firing: list[dict[str, Any]], det: str, step: in
         s = r.get("step")
         if r.get("detector") == det and s is not None and not _same_step(int(s), step):
             return f"run {r['run_id']} of the same lineage fired it at step {s}"
+    fired = {str(r["run_id"]) for r in ev.repeats if r.get("detector") == det}
+    for rid, span in sorted(ev.lineage_runs.items()):
+        # a run of the lineage that never fired the detector ran the step and went past it
+        # (one that started past it, resumed from a later checkpoint, did not run it)
+        if rid in fired or span is None:
+            continue
+        lo, hi = span
+        if lo <= step < hi and not _same_step(hi, step):
+            return f"run {rid} of the same lineage went past it to step {hi} without it"
     failed_in = _attempt_at(ev.jobs, first_ms)
     for a in firing:
         at = int(a.get("first_seen_ms") or 0)
@@ -538,13 +564,11 @@ def _trust(ev: Evidence, fired: Sequence[Row], onset: int | None,
 def _digest_ok(row: Mapping[str, Any]) -> bool | None:
     """Whether a checkpoint row's sha256 is its expected one (None without both).
 
-    Compared as the processor compares them (``rules.normalize_sha256``): a restore
+    Compared as the processor compares them (``rules.digests_agree``): a restore
     check sent with ``runwatch emit`` as ``sha256:<hex>`` or S3's base64 is the same
     digest, and was called a checksum mismatch here while the processor paged nothing.
     """
-    sha = normalize_sha256(str(row.get("sha256") or ""))
-    exp = normalize_sha256(str(row.get("expected_sha256") or ""))
-    return same_digest(exp, sha) if sha and exp else None
+    return digests_agree(str(row.get("expected_sha256") or ""), str(row.get("sha256") or ""))
 
 
 def _gpu_count(ev: Evidence, me: dict[str, Any] | None) -> int:
@@ -600,17 +624,40 @@ def _latest_per_gate(rows: Sequence[Row]) -> dict[tuple[str, str], Row]:
     return out
 
 
-def _release(ev: Evidence) -> dict[str, Any]:
+def _unsettled_registration(alert: Row, latest: Mapping[str, str]) -> bool:
+    """Whether the processor's registry finding still holds against the run's gates now.
+
+    ``rule:registry_without_gate``: until a gate's latest decision is ``pass`` (the
+    processor's own test, :func:`~runwatch.core.gates.registry.release_allowed`);
+    ``rule:missing_gate``: until every gate its title names (``before gate(s) A, B
+    passed``) has ``pass`` as its latest decision; a title naming none holds.
+    """
+    if alert.get("detector") == "rule:registry_without_gate":
+        return not release_allowed(latest)
+    named = _MISSING_GATES.search(str(alert.get("title") or ""))
+    gates = [g.strip() for g in named.group(1).split(",")] if named else []
+    return not gates or any(latest.get(g) != "pass" for g in gates)
+
+
+def _release(ev: Evidence, fired: Sequence[Row] = ()) -> dict[str, Any]:
     gates = []
     reasons: list[str] = []
+    latest: dict[str, str] = {}
     for (_rid, gate), r in sorted(_latest_per_gate(ev.gates).items()):
         decision = str(r.get("decision") or "")
+        latest[gate] = decision
         why = [str(x) for x in r.get("reasons") or ()]
         gates.append({"gate": gate, "decision": decision, "ts_ms": int(r["ts_ms"]),
                       "reasons": why})
         if decision in ("fail", "review"):
             verb = "failed" if decision == "fail" else "awaits review"
             reasons.append(f"gate {gate} {verb}" + (f": {'; '.join(why)}" if why else ""))
+    # a model registered before its gates allowed it (the processor's registry control or
+    # required gates): blocked until the gates allow it, firing or resolved since (a run's
+    # alerts resolve when it is retired, which settles nothing)
+    for a in fired:
+        if a.get("detector") in REGISTRY_DETECTORS and _unsettled_registration(a, latest):
+            reasons.append(f"{a['detector']}: {a.get('title') or 'model registered early'}")
     family = [{"run_id": rid, "gate": gate, "decision": str(r.get("decision") or ""),
                "ts_ms": int(r["ts_ms"])}
               for (rid, gate), r in sorted(_latest_per_gate(ev.family_gates).items())
@@ -668,7 +715,8 @@ def _run_facts(ev: Evidence, me: dict[str, Any] | None) -> dict[str, Any]:
         (str(j["experiment_family"]) for j in jobs if j.get("experiment_family")), "")
     team = (me or {}).get("team") or next((str(j["team"]) for j in jobs if j.get("team")), "")
     starts = [int(jobs[0]["ts_ms"])] if jobs else []
-    return {"experiment_family": fam, "team": team, "state": _state(jobs),
+    state = ev.outcome if ev.outcome is not None else _state(jobs)
+    return {"experiment_family": fam, "team": team, "state": state,
             "attempts": len({int(j.get("attempt") or 0) for j in jobs}),
             "started_ms": min(starts + [t for t, _s in ev.steps_at[:1]], default=None),
             "ended_ms": _last_activity(ev), "nodes": nodes, "gpu_count": _gpu_count(ev, me),
@@ -726,7 +774,7 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
     changed = _what_changed(ev, me, facts["experiment_family"])
     if me is not None and changed["reference_run_id"] is None:
         missing.append(changed["reference"])
-    if changed["stages"] is None or not changed["stages"]:
+    if found and not changed["stages"]:  # nothing recorded says it all for an unknown run
         missing.append(changed.get("stages_note", "no stage events recorded"))
     bad_inputs = [q["ts_ms"] for q in changed["input_quality"]]
     trust = _trust(ev, fired, onset, min(bad_inputs, default=None))
@@ -749,7 +797,7 @@ def investigate(ev: Evidence, ownership: Ownership | None = None,
         "deterministic": _deterministic(ev, fired),
         "trustworthy": trust,
         "resume_point": resume,
-        "release": _release(ev),
+        "release": _release(ev, fired),
         "owner": _owner(ev, fired, ownership, route, me),
         "cost": cost,
     }

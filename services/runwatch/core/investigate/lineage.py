@@ -5,7 +5,10 @@ re-emitted manifest does not rewrite history). :func:`diff` compares two:
 datasets and versions, transforms and versions, code revision and dirty
 flag, image, config keys (old → new), hardware, seed policy and framework
 versions. ``config_hash`` is not a change of its own: the config keys that
-changed say more.
+changed say more. Lineage fields are compared as the lineage hash reads them
+(:func:`runwatch.core.lineage.canonical`): blanks around a dataset or transform version
+are no change, nor is the case of a hex identifier (code revision, image digest, config
+hash), so a run whose lineage hash equals its reference's shows no such change.
 
 A change the run declares is *intentional*: the manifest label
 ``intended_changes`` lists comma-separated names (``config.<key>`` or a bare
@@ -110,6 +113,14 @@ def repeat_key(lineage: Mapping[str, Any]) -> str:
     return "local:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+def _hex(value: str) -> str:
+    """Return a hex identifier (revision, digest, hash) as the lineage hash reads it.
+
+    Case and surrounding blanks are no change (``runwatch.core.lineage.canonical``).
+    """
+    return value.strip().lower()
+
+
 def _intended(lineage: Mapping[str, Any]) -> frozenset[str]:
     text = (lineage.get("labels") or {}).get("intended_changes", "")
     return frozenset(p.strip() for p in str(text).split(",") if p.strip())
@@ -121,7 +132,9 @@ def _maps(kind: str, old: Mapping[str, str], new: Mapping[str, str], prefix: str
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key, ""), new.get(key, "")
         in_old, in_new = key in old, key in new
-        if in_old and in_new and a == b:
+        # a dataset's or transform's version is read stripped by the lineage hash
+        same = a.strip() == b.strip() if kind in ("dataset", "transform") else a == b
+        if in_old and in_new and same:
             continue
         names = {f"{prefix}{key}", key} if kind == "config" else {f"{prefix}{key}"}
         declared = bool(names & intended) or (kind == "config" and key in INTENTIONAL_KEYS)
@@ -145,14 +158,14 @@ def diff(reference: Mapping[str, Any], run: Mapping[str, Any]) -> list[Change]:
     out += _maps("transform", reference["transforms"], run["transforms"], "transform:", intended)
     old_code = f"{reference['code_revision']}{' (dirty)' if reference['code_dirty'] else ''}"
     new_code = f"{run['code_revision']}{' (dirty)' if run['code_dirty'] else ''}"
-    if old_code != new_code:
+    if _hex(old_code) != _hex(new_code):
         out.append(Change("code", "code_revision", old_code, new_code, "code" in intended))
-    if reference["image_digest"] != run["image_digest"]:
+    if _hex(reference["image_digest"]) != _hex(run["image_digest"]):
         out.append(Change("image", "image_digest", reference["image_digest"],
                           run["image_digest"], "image" in intended))
     out += _maps("config", reference["config"], run["config"], "config.", intended)
     if not reference["config"] and not run["config"] and \
-            reference["config_hash"] != run["config_hash"]:
+            _hex(reference["config_hash"]) != _hex(run["config_hash"]):
         out.append(Change("config", "config_hash", reference["config_hash"], run["config_hash"],
                           "config" in intended))
     old_hw, new_hw = reference["hardware"], run["hardware"]

@@ -453,6 +453,16 @@ def same_digest(a: str, b: str) -> bool:
             and _HEX.fullmatch(full) is not None)
 
 
+def digests_agree(expected_sha256: str, actual_sha256: str) -> bool | None:
+    """Return whether two checksums, in any spelling :func:`normalize_sha256` reads, agree.
+
+    None when either is missing: nothing to compare. The processor's checksum rule and
+    ``runwatch investigate``'s trust answer judge a checkpoint by this one comparison.
+    """
+    expected, actual = normalize_sha256(expected_sha256), normalize_sha256(actual_sha256)
+    return same_digest(expected, actual) if expected and actual else None
+
+
 def checkpoint_integrity(
     expected_sha256: str, actual_sha256: str, serialization_ok: bool, at_ms: int,
     subject: str = "", *, corrupt: bool = False, what: str = "Checkpoint",
@@ -483,11 +493,12 @@ def checkpoint_integrity(
         A critical artifact finding, or None.
 
     """
-    expected, actual = normalize_sha256(expected_sha256), normalize_sha256(actual_sha256)
     # the evidence names the checkpoint: a NaN after a resume from it carries this detail
     # as its cause's evidence, and "expected 9bdd2b102a4a got d9298a10d1b0" named none
     which = subject + (f" (step {step})" if step is not None else "")
-    if expected and actual and not same_digest(expected, actual):
+    if digests_agree(expected_sha256, actual_sha256) is False:
+        expected = normalize_sha256(expected_sha256) or ""
+        actual = normalize_sha256(actual_sha256) or ""
         return _hard(
             "checkpoint_checksum", "checkpoint", "artifact", 0.0, 1.0, at_ms,
             "Checkpoint checksum mismatch",

@@ -8,7 +8,8 @@ multiwindow, multi-burn-rate alerts) pages when a share of the budget is
 spent within a long window *and* a short window (a twelfth of it) still burns
 that fast; the rate for a share ``s`` spent within ``long`` of a window ``W``
 is ``s * W / long``: for 30 days, 2 % in 1 h is 14.4, 5 % in 6 h is 6, 10 % in
-3 days is 1.
+3 days is 1. A span burning at the tier's rate as written fires: float rounding of
+``1 - target`` is no reason to stay quiet (``exceeds`` of the release gates).
 
 Training objectives see a few events a day, where one bad event in an hour
 is a 100 % error ratio. So a burn-rate tier fires only when its long window
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from runwatch.core.gates.evaluate import exceeds
 from runwatch.core.records import Severity
 
 HOUR_MS = 3_600_000
@@ -172,7 +174,10 @@ def burn_conditions(
             continue
         long_rate = burn_rate(bad_long, n_long, target)
         short_rate = burn_rate(bad_short, n_short, target)
-        if long_rate is None or short_rate is None or long_rate < rate or short_rate < rate:
+        # a rate equal to the tier's as written fires: 3 bad of 50 under 99 % is 6.0, which
+        # floats make 5.999999999999995 against 6.0 (5 % of a 30-day budget in 6 h)
+        if long_rate is None or short_rate is None or exceeds(rate, long_rate) \
+                or exceeds(rate, short_rate):
             continue
         out.append(Condition(
             "burn_rate", tier.severity,

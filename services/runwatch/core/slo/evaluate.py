@@ -10,7 +10,9 @@ alert, and a firing alert stays as it is.
 (the processor's) on one :class:`~runwatch.core.paging.lifecycle.AlertBook` per
 objective: one alert per objective (detector ``slo:<name>``, dedup key from
 ``slo:<name>``), firing while a condition holds, resolved at the first
-evaluation without one. The Alert has no run id; its evidence lists the bad
+evaluation without one; one that fired as a warning and whose worst condition is now
+critical (the budget the next bad event was to exhaust, exhausted) is resolved and fires
+again as critical. The Alert has no run id; its evidence lists the bad
 events (run ids in the detail) and its ``bad_runs`` label all of their runs.
 Its owner is the objective's ``owner``, else the ownership file's answer.
 """
@@ -131,6 +133,19 @@ class Status:
                             "detail": e.detail}
                            for e in self.bad],
         }
+
+
+def percent(target: float) -> str:
+    """Return a target as a percentage with the decimals it was written with (up to 4).
+
+    ``0.9995`` is ``99.95%``: one decimal showed it as ``100.0%`` in the page's title and
+    the status table, a target no run can miss once.
+    """
+    for decimals in range(1, 5):
+        text = f"{target:.{decimals}%}"
+        if abs(float(text[:-1]) / 100 - target) < 1e-12:
+            return text
+    return f"{target:.4%}"
 
 
 def _finite(x: float | None) -> float | None:
@@ -276,7 +291,8 @@ def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause:
     ctx = _context(obj, source, labels)
     sli = st.sli if st.sli is not None else 0.0
     title = (f"SLO {obj.name}: {worst.detail}; SLI {st.good}/{st.valid} = {sli:.1%} "
-             f"(target {obj.target:.1%})")
+             f"(target {percent(obj.target)})")
+    escalated = _escalate(book, obj, worst, ctx, now_ms, policy)
     finding = Finding(
         detector=detector, indicator=obj.kind, signal=SIGNAL[obj.kind],  # type: ignore[arg-type]
         severity=worst.severity, observed=sli, expected=obj.target,
@@ -288,8 +304,28 @@ def decide(obj: Objective, st: Status, book_state: dict[str, Any] | None, cause:
         Evidence(signal=SIGNAL[obj.kind], indicator=obj.kind, observed=e.observed,
                  expected=e.expected, at_ms=e.at_ms, detail=e.detail)
         for e in st.bad[-POLICY.evidence_max:])
-    return book.to_state(), [_owned(obj, replace(a, run_id=None, evidence=evidence))
-                             for a in out]
+    return book.to_state(), [*(_owned(obj, replace(a, run_id=None)) for a in escalated),
+                             *(_owned(obj, replace(a, run_id=None, evidence=evidence))
+                               for a in out)]
+
+
+def _escalate(book: lifecycle.AlertBook, obj: Objective, worst: burn.Condition,
+              ctx: lifecycle.AlertContext, now_ms: int,
+              policy: lifecycle.AlertPolicy) -> list[Alert]:
+    """Resolve a firing alert of a lower severity than the worst condition now.
+
+    The lifecycle sends a firing alert once: a warning (the next bad event exhausts the
+    budget) whose budget the next bad event then exhausted stayed a warning, and the
+    critical condition never paged. Resolved here, it fires again as critical (a new
+    alert: receivers such as Alertmanager key alerts on their labels, severity among them).
+    """
+    key = lifecycle.dedup_key(ctx.run_id, f"slo:{obj.name}", obj.kind)
+    entry = book.entries.get(key)
+    if entry is None or entry["status"] != "firing" \
+            or _RANK[worst.severity] <= _RANK.get(str(entry["severity"]), 0):
+        return []
+    return lifecycle.healthy(book, ctx.run_id, f"slo:{obj.name}", obj.kind, "", ctx, now_ms,
+                             policy)
 
 
 BAD_RUNS_LABEL_MAX = 16_384

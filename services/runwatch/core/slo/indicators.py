@@ -1,5 +1,7 @@
 """The built-in indicator kinds: stored facts in, good and bad events out (pure).
 
+Size: seven indicator kinds, each its row type and its pure function, kept side by side.
+
 Each kind takes rows of a small fixed shape (a :class:`typing.NamedTuple`,
 what the evaluator's query for the kind returns from ClickHouse), the
 objective's parameters, the window's exclusive start and the evaluation time,
@@ -26,6 +28,7 @@ from typing import Any, NamedTuple
 from runwatch.core.cost.running import running_intervals
 from runwatch.core.gates import registry
 from runwatch.core.gates.evaluate import exceeds
+from runwatch.core.signals.rules import is_model, status_word
 from runwatch.core.slo.timewin import cutoffs, iso, next_cutoff, previous_cutoff, zone
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -91,7 +94,8 @@ class RetainedRow(NamedTuple):
 class RegistryRow(NamedTuple):
     """An artifact event with a registry status, and its run's gate decisions.
 
-    ``decisions`` holds ``(at_ms, gate, decision)`` of every stored decision of the run.
+    ``decisions`` holds ``(at_ms, gate, decision)`` of every stored decision of the run;
+    ``kind`` is the artifact's kind as stored (``model``, ``dataset``, ``Model``...).
     """
 
     event_id: str
@@ -101,6 +105,7 @@ class RegistryRow(NamedTuple):
     status: str
     decisions: Sequence[tuple[int, str, str]]
     family: str = ""
+    kind: str = "model"
 
 
 class PreemptionRow(NamedTuple):
@@ -250,12 +255,15 @@ def registry_control(p: Mapping[str, Any], rows: Sequence[RegistryRow], start: i
     :func:`runwatch.core.gates.registry.release_allowed`: the release is
     allowed when the latest decision of one of the run's gates, among those
     timed at or before the registration, is ``pass`` (a human approval of a
-    review, ``runwatch gate approve``, is such a pass). Statuses compare
-    lower-case.
+    review, ``runwatch gate approve``, is such a pass). As for the processor's rule, only a
+    model counts (a dataset or a tokenizer registered in a catalog is no release), and
+    kinds and statuses compare as :func:`~runwatch.core.signals.rules.status_word` spells
+    them (``Model``, ``Production``, ``deployed `` with a template's trailing space).
     """
     out: list[SliEvent] = []
     for r in rows:
-        if r.status.lower() not in p["statuses"] or not _inside(start, now, r.at_ms):
+        if not is_model(r.kind) or status_word(r.status) not in p["statuses"] \
+                or not _inside(start, now, r.at_ms):
             continue
         before = sorted(d for d in r.decisions if d[0] <= r.at_ms)
         good = registry.release_allowed(registry.latest_by_gate((g, d) for _t, g, d in before))

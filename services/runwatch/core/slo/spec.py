@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from runwatch.core.signals.rules import REGISTERED
+from runwatch.core.signals.rules import REGISTERED, status_word
 from runwatch.core.slo.burn import BurnTier, default_tiers
 from runwatch.core.slo.timewin import Window, parse_cron
 from runwatch.core.yamlconf import LONGEST_DURATION_MS, Reader, compose_all
@@ -119,8 +119,9 @@ def _non_negative(r: _Reader, node: yaml.Node, key: str) -> float:
     return r.number(node, key, minimum=0.0)
 
 
-def _lower_strings(r: _Reader, node: yaml.Node, key: str) -> tuple[str, ...]:
-    return tuple(x.lower() for x in r.strings(node, key))
+def _status_words(r: _Reader, node: yaml.Node, key: str) -> tuple[str, ...]:
+    """Registry statuses as the processor compares them (``Production`` -> ``production``)."""
+    return tuple(status_word(x) for x in r.strings(node, key))
 
 
 def _cron(r: _Reader, node: yaml.Node, key: str) -> Any:
@@ -151,7 +152,7 @@ KINDS: dict[str, dict[str, tuple[str, Parser, Any]]] = {
     },
     "registry_control": {
         "family": ("family", _str, None),
-        "statuses": ("statuses", _lower_strings, tuple(sorted(REGISTERED))),
+        "statuses": ("statuses", _status_words, tuple(sorted(REGISTERED))),
     },
     "resumability": {
         "family": ("family", _str, None),
@@ -329,7 +330,11 @@ def _tiers(node: yaml.Node, r: _Reader) -> tuple[BurnTier, ...]:
     for i, item in enumerate(node.value):
         at = f"{where}[{i}]"
         t = r.mapping(item, at, {"budget", "longWindow", "shortWindow", "severity"})
-        share = r.share(r.need(t, "budget", item, at), f"{at}.budget")
+        budget = r.need(t, "budget", item, at)
+        share = r.share(budget, f"{at}.budget")
+        if share <= 0:  # its rate would be 0: it fired on every window of good events
+            raise r.err(budget, f"{at}.budget",
+                        f"must be a share of the budget above 0 (e.g. 0.05), got {budget.value!r}")
         long_ms = _window_ms(r, r.need(t, "longWindow", item, at), f"{at}.longWindow")
         short_ms = _window_ms(r, t["shortWindow"][1], f"{at}.shortWindow") \
             if "shortWindow" in t else long_ms // 12
