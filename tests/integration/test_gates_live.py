@@ -43,7 +43,7 @@ POLICY = str(resource("schemas", "gates.yaml"))  # the shipped example policy
 GOOD = {"auc": 0.81, "slices": {"age_65_plus": 0.79, "income_low": 0.78},
         "seeds": [0.805, 0.812], "rerun": 0.811}
 CASES: dict[str, dict[str, Any]] = {
-    "good": {},
+    "good": {"model": "ok"},
     "slice": {"auc": 0.815, "slices": {"age_65_plus": 0.76, "income_low": 0.78},
               "seeds": [0.81, 0.812], "rerun": 0.814},
     "overlap": {"training": [TRAIN, EVAL]},
@@ -55,7 +55,16 @@ CASES: dict[str, dict[str, Any]] = {
     "nan": {"auc": float("nan")},
     "dirty": {"dirty": True},
     "rowkeys": {"training": [("s3://train/partner", "v1")]},  # another name, the same accounts
+    "broken": {"model": "broken"},  # its model did not load back
+    "empty": {"model": "empty"},  # its model file holds no bytes
 }
+
+
+def _model(r: Any, how: str, path: Path) -> None:
+    """Record the candidate's model as a training script does: the file it wrote, hashed by
+    the SDK, and whether it loaded back."""
+    path.write_bytes(b"" if how == "empty" else b"weights" * 1000)
+    r.artifact(str(path), "model", serialization_ok=how != "broken", now_ms=T0 + 1500)
 
 
 def _publish(h: Harness, tmp: Path) -> None:
@@ -92,6 +101,8 @@ def _publish(h: Harness, tmp: Path) -> None:
                                (f"{case}-s3", 3, c["seeds"][1]), (f"{case}-rerun", 1, c["rerun"])):
             r = run(f"{h.prefix}{rid}", seed, case, **kw)
             evaluate(r, auc, c["slices"] if rid == case else {}, ev, incumbent=inc)
+            if rid == case and "model" in c:
+                _model(r, c["model"], tmp / f"{case}.pt")
             runs.append(r)
     nogate = run(f"{h.prefix}nogate", 1, "nogate")
     nogate.artifact("s3://models/nogate", "model", sha256="ab" * 32, registry_status="registered",
@@ -181,6 +192,8 @@ def world(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         assert _wait_rows(client, f"SELECT count() FROM {db}.data_quality_reports FINAL", 5) == 5
         assert _wait_rows(client, f"SELECT uniqExact(run_id) FROM {db}.run_manifests FINAL",
                           3 + 4 * len(CASES)) == 3 + 4 * len(CASES)
+        models = 1 + sum(1 for c in CASES.values() if "model" in c)  # and nogate's
+        assert _wait_rows(client, f"SELECT count() FROM {db}.artifacts FINAL", models) == models
         yield World(h, client, db, sink)
     finally:
         for k, v in saved.items():
@@ -231,6 +244,8 @@ def test_all_evidence_in_order_passes(world: World, capsys) -> None:
     ("seeds", "fail: spread of auc across 3 seeds 0.05 (0.78 .. 0.83) above the bound 0.02"),
     ("rerun", "fail: rerun"),
     ("nan", "fail: metric auc on the whole set is nan (non-finite)"),
+    ("broken", "fail: model artifact "),  # "... did not load back (serialization failed)"
+    ("empty", " is empty (0 bytes)"),
 ])
 def test_each_violation_fails_with_its_reason(world: World, capsys, case: str, want: str) -> None:
     code, out = world.check(capsys, case)

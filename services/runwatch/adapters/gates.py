@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from runwatch.core.gates import sketch
-from runwatch.core.gates.evidence import Evaluation, Evidence, RunEvidence
+from runwatch.core.gates.evidence import Evaluation, Evidence, RunEvidence, StoredArtifact
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MANIFEST = (
@@ -115,7 +116,7 @@ class GateStore:
         """
         m = self.manifest(run_id)
         evals = self._evaluations([run_id])[run_id]
-        cand = self._run(run_id, m, evals)
+        cand = replace(self._run(run_id, m, evals), artifacts=self.artifacts(run_id))
         whole = evals.get("")
         named = incumbent_run or (whole.incumbent_run_id if whole is not None else "")
         inc = None
@@ -136,6 +137,16 @@ class GateStore:
         return Evidence(candidate=cand, incumbent=inc, incumbent_run_id=named,
                         repeats=tuple(repeats), eval_data_as_of_ms=as_of,
                         key_sketches=self.key_sketches(refs))
+
+    def artifacts(self, run_id: str) -> tuple[StoredArtifact, ...]:
+        """Read a run's artifact rows, oldest first."""
+        rows = self._rows(
+            "SELECT uri, toString(kind) AS kind, size_bytes, sha256, serialization_ok, "  # noqa: S608
+            f"toUnixTimestamp64Milli(ts) AS ts_ms FROM {self.db}.artifacts FINAL "
+            "WHERE run_id = {r:String} ORDER BY ts", r=run_id)
+        return tuple(StoredArtifact(str(r["uri"]), str(r["kind"]), int(r["size_bytes"]),
+                                    str(r["sha256"]), bool(r["serialization_ok"]),
+                                    int(r["ts_ms"])) for r in rows)
 
     def key_sketches(self, refs: Sequence[str]) -> dict[str, tuple[int, ...]]:
         """Return ref -> the merged row-key sketch of its reports (refs without one left out)."""

@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from runwatch.core.gates import sketch
-from runwatch.core.gates.evidence import WHOLE, Evaluation, Evidence, RunEvidence
+from runwatch.core.gates.evidence import WHOLE, Evaluation, Evidence, RunEvidence, StoredArtifact
 from runwatch.core.gates.policy import Policy
+from runwatch.core.signals.rules import artifact_empty, is_model
 
 Verdict = Literal["pass", "fail", "review"]
 
@@ -121,6 +122,7 @@ def decide(policy: Policy, ev: Evidence) -> Decision:
         d.missing.append(f"no run manifest stored for {c.run_id} (lineage unknown)")
     whole = c.evaluations.get(WHOLE)
     _non_finite(d, c)
+    _model_integrity(d, c)
     if whole is None:
         d.missing.append(f"no release evaluation of the whole set for {c.run_id} "
                          "(run.evaluation without slice)")
@@ -151,6 +153,26 @@ def _non_finite(d: Decision, c: RunEvidence) -> None:
                 where = f"slice {name}" if name else "the whole set"
                 d.failures.append(f"metric {metric} on {where} is {value} (non-finite): "
                                   "the evaluation is not usable")
+
+
+def _model_integrity(d: Decision, c: RunEvidence) -> None:
+    """Fail a candidate whose model artifact, as last recorded, is unusable.
+
+    A model that did not load back (``serialization_ok`` false) or that holds no bytes (the
+    checksum of empty content: :func:`~runwatch.core.signals.rules.artifact_empty`) is no
+    release, whatever its evaluations say: the processor paged it, and the gate passed it.
+    Each model's latest row counts (a re-upload to the same location that loaded back
+    clears it); a run without a model artifact yet is not judged by this.
+    """
+    latest: dict[str, StoredArtifact] = {}
+    for a in sorted(c.artifacts, key=lambda a: a.at_ms):
+        if is_model(a.kind):
+            latest[a.uri] = a
+    for uri, a in sorted(latest.items()):
+        if not a.serialization_ok:
+            d.failures.append(f"model artifact {uri} did not load back (serialization failed)")
+        elif artifact_empty(uri, a.kind, a.size_bytes, a.sha256, a.at_ms) is not None:
+            d.failures.append(f"model artifact {uri} is empty (0 bytes)")
 
 
 def _signed(p: Policy, x: float) -> float:

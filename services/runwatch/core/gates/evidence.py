@@ -39,6 +39,28 @@ class Evaluation:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredArtifact:
+    """An artifact row of a run (``run.artifact``), as stored.
+
+    Attributes:
+        uri: Artifact location.
+        kind: Its kind as the producer wrote it (``model``, ``Model``, ``checkpoint``...).
+        size_bytes: Its size (0: empty, or not known for a remote artifact).
+        sha256: Its checksum as sent ('' : not known).
+        serialization_ok: Whether it loaded back.
+        at_ms: Event time of the row.
+
+    """
+
+    uri: str
+    kind: str
+    size_bytes: int = 0
+    sha256: str = ""
+    serialization_ok: bool = True
+    at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RunEvidence:
     """What is stored about one run: its lineage and its evaluations.
 
@@ -53,6 +75,7 @@ class RunEvidence:
         lineage: Its full lineage, seed included (reruns share it).
         evaluations: Slice -> its latest evaluation.
         has_manifest: Whether a manifest was stored for it.
+        artifacts: Its artifact rows, oldest first (read for the candidate only).
 
     """
 
@@ -66,6 +89,7 @@ class RunEvidence:
     lineage: str = ""
     evaluations: dict[str, Evaluation] = field(default_factory=dict)
     has_manifest: bool = True
+    artifacts: tuple[StoredArtifact, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
