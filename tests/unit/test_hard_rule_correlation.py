@@ -35,7 +35,8 @@ def test_a_hard_rule_pages_at_once_even_with_a_correlation_delay() -> None:
     ("evidence", "processed_after_ms", "updated_cause"),
     [
         (ECC, 1_000, "infrastructure"),  # a plausible cause processed within the delay
-        (ECC, 6_000, None),  # processed after the delay: the page stands
+        (ECC, 6_000, "infrastructure"),  # after the delay, stamped before the NaN: it listens
+        (ECC, 5_000 + runstate.LATE_EVIDENCE_MS + 1_000, None),  # after that: the page stands
         (IMAGE, 1_000, None),  # not a plausible cause of a NaN loss
     ],
 )

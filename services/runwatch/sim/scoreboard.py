@@ -33,6 +33,7 @@ class AlertSeen:
     first_seen_ms: int
     title: str
     received_wall_ms: int = 0
+    alert_id: str = ""
 
     @classmethod
     def from_alert(cls, alert: object, received_wall_ms: int = 0) -> AlertSeen:
@@ -44,7 +45,8 @@ class AlertSeen:
                    cause=str(getattr(a, "probable_cause", "")),
                    status=str(getattr(a, "status", "")),
                    first_seen_ms=int(getattr(a, "first_seen_ms", 0)),
-                   title=str(getattr(a, "title", "")), received_wall_ms=received_wall_ms)
+                   title=str(getattr(a, "title", "")), received_wall_ms=received_wall_ms,
+                   alert_id=str(getattr(a, "alert_id", "") or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,10 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
     """
     alerts = list(alerts)
     firing = sorted((a for a in alerts if a.status == "firing"), key=lambda a: a.first_seen_ms)
+    # an alert re-sent with the cause that evidence processed after it named (the same
+    # alert id): its latest record, as received, names the alert's cause (as the store's
+    # latest row does)
+    latest = {a.alert_id: a for a in alerts if a.status == "firing" and a.alert_id}
     resolved = [a for a in alerts if a.status == "resolved"]
     rows: list[Row] = []
     for inj in injections:
@@ -144,6 +150,8 @@ def score(injections: Iterable[Injection], alerts: Iterable[AlertSeen],
             hit = next((a for a in firing if (a.run_id == inj.run_id or sc.slo)
                         and a.detector in sc.detectors
                         and a.first_seen_ms >= inj.injected_ms - SKEW_MS), None)
+        if hit is not None:
+            hit = latest.get(hit.alert_id, hit)
         ttd = None
         if hit is not None and inj.injected_ms is not None:
             ttd = max(hit.first_seen_ms - inj.injected_ms, 0) / 1000.0

@@ -367,10 +367,7 @@ def emit(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: 
         key = f"{f.detector}|{f.indicator}|{f.subject}"
         if f.hard:  # page now; evidence processed within the delay updates the cause
             fired = _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
-            for a in fired:
-                if isinstance(a, Alert) and a.status == "firing" and a.detector == f.detector:
-                    state.waiting[key] = {"since_ms": now_ms, "f": finding_to_dict(f),
-                                          "fired": a.probable_cause}
+            _hold_fired(state, key, f, fired, now_ms)
             return out + fired
         state.waiting.setdefault(key, {"since_ms": now_ms, "f": finding_to_dict(f),
                                        **({} if one_shot else {"one_shot": False})})
@@ -471,6 +468,11 @@ def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) 
       processed within the delay names another cause, the alert is re-sent
       (same alert id and dedup key) with that cause and its evidence.
 
+    Either kind, once fired, listens :data:`LATE_EVIDENCE_MS` longer: evidence stamped
+    before the symptom but processed after it (a worker behind its load, the data agent's
+    round trip) re-sends it with the cause it names once, as a worker keeping up would have
+    named it at once.
+
     Args:
         state: The run state (updated in place).
         cfg: Processor knobs.
@@ -486,18 +488,38 @@ def flush_waiting(state: RunState, cfg: RunConfig, now_ms: int, *, force: bool) 
     for key, w in list(state.waiting.items()):
         f = finding_from_dict(w["f"])
         verdict = classify(f, evidence_at(state, f.at_ms), cfg.window_ms)
-        due = now_ms - w["since_ms"] >= cfg.correlation_delay_ms
+        waited = now_ms - w["since_ms"]
         if "fired" in w:
-            if force or due:
+            if force or waited >= cfg.correlation_delay_ms + LATE_EVIDENCE_MS:
                 del state.waiting[key]
             elif verdict.cause not in (w["fired"], f.signal):
                 del state.waiting[key]
                 out += _update(state, cfg, f, now_ms)
             continue
-        if force or due or verdict.cause != f.signal:  # a cause other than its own default
-            del state.waiting[key]
-            out += _fire(state, cfg, f, now_ms, one_shot=w.get("one_shot", True))
+        if force or waited >= cfg.correlation_delay_ms or verdict.cause != f.signal:
+            del state.waiting[key]  # due, or a cause other than its own default
+            fired = _fire(state, cfg, f, now_ms, one_shot=w.get("one_shot", True))
+            if not force and verdict.cause == f.signal:  # its own default: late evidence
+                _hold_fired(state, key, f, fired, w["since_ms"])  # may still name another
+            out += fired
     return out
+
+
+LATE_EVIDENCE_MS = 60_000
+"""Processing time a fired learning or throughput symptom keeps listening for evidence
+stamped before it (:func:`flush_waiting`). The data agent's round trip and a worker behind
+its load took longer than the correlation delay under load (two cores shared with the
+broker): a feature shift's validation decline was paged ``learning`` and stayed so while
+the drift report, stamped a minute before the decline, was still on its way."""
+
+
+def _hold_fired(state: RunState, key: str, f: Finding, fired: list[Output],
+                since_ms: int) -> None:
+    """Keep a symptom that fired in ``waiting`` (with its cause) for late evidence."""
+    for a in fired:
+        if isinstance(a, Alert) and a.status == "firing" and a.detector == f.detector:
+            state.waiting[key] = {"since_ms": since_ms, "f": finding_to_dict(f),
+                                  "fired": a.probable_cause}
 
 
 def _update(state: RunState, cfg: RunConfig, f: Finding, now_ms: int) -> list[Output]:
