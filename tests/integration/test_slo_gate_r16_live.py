@@ -30,6 +30,7 @@ from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
 from runwatch.adapters.publisher import Publisher
 from runwatch.adapters.settings import KafkaSettings
 from runwatch.client.emit import emit_records
+from runwatch.sim.drivers import SharedTransport
 
 pytestmark = pytest.mark.integration
 H = 3_600_000
@@ -53,23 +54,7 @@ spec:
 """
 
 
-class Shared:
-    """One Kafka transport for many SDK runs (a run's finish would close its own)."""
-
-    def __init__(self, transport: KafkaTransport) -> None:
-        self.transport = transport
-
-    def produce(self, topic: str, key: Any, value: bytes) -> None:
-        self.transport.produce(topic, key, value)
-
-    def flush(self, timeout: float = 10.0) -> int:
-        return self.transport.flush(timeout)
-
-    def close(self, timeout: float = 10.0) -> None:
-        self.transport.flush(timeout)
-
-
-def _run(shared: Shared, topics: dict[str, str], run_id: str, family: str, start: int, *,
+def _run(shared: SharedTransport, topics: dict[str, str], run_id: str, family: str, start: int, *,
          uri: str, kind: str, registry_status: str, gate: bool) -> None:
     run = runwatch.init(family, team="ml", run_id=run_id, strict=True, transport=shared,
                         topics=topics, install_hooks=False, capture_lineage=False,
@@ -81,7 +66,7 @@ def _run(shared: Shared, topics: dict[str, str], run_id: str, family: str, start
     run.finish("succeeded", now_ms=start + 40 * 60_000)
 
 
-def _trained(shared: Shared, topics: dict[str, str], run_id: str, family: str, start: int,
+def _trained(shared: SharedTransport, topics: dict[str, str], run_id: str, family: str, start: int,
              *, outcome: str, evaluated: bool) -> None:
     """An SDK run, then the Slurm epilog's end (exit 0: ``succeeded``, no family) 5 s later."""
     run = runwatch.init(family, team="ml", run_id=run_id, strict=True, transport=shared,
@@ -120,7 +105,7 @@ def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     sink.start()
     transport = KafkaTransport(KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
                                ProducerSettings(spool_dir=tmp / "spool"), name="sdk")
-    shared = Shared(transport)
+    shared = SharedTransport(transport)
     now = int(time.time() * 1000)
     runs = {  # run -> (artifact uri, kind, registry status, gated)
         f"{fam}-gated": ("s3://models/gated", "model", "registered", True),

@@ -35,6 +35,7 @@ from runwatch.adapters.settings import KafkaSettings
 from runwatch.client import DatasetRef
 from runwatch.client.emit import emit_records
 from runwatch.core.codec import load_codec
+from runwatch.sim.drivers import SharedTransport
 
 pytestmark = pytest.mark.integration
 H = 3_600_000
@@ -78,23 +79,7 @@ spec:
 """
 
 
-class Shared:
-    """One Kafka transport for many SDK runs (a run's finish would close its own)."""
-
-    def __init__(self, transport: KafkaTransport) -> None:
-        self.transport = transport
-
-    def produce(self, topic: str, key: Any, value: bytes) -> None:
-        self.transport.produce(topic, key, value)
-
-    def flush(self, timeout: float = 10.0) -> int:
-        return self.transport.flush(timeout)
-
-    def close(self, timeout: float = 10.0) -> None:
-        self.transport.flush(timeout)
-
-
-def _run(shared: Shared, topics: dict[str, str], run_id: str, family: str, start: int,
+def _run(shared: SharedTransport, topics: dict[str, str], run_id: str, family: str, start: int,
          end: int, *, artifact: str | None = None, gate: bool = False,
          queued_ms: int | None = None) -> None:
     run = runwatch.init(family, team="ml", run_id=run_id, strict=True, transport=shared,
@@ -134,7 +119,7 @@ def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     sink.start()
     transport = KafkaTransport(KafkaSettings(bootstrap_servers=stack.bootstrap_servers),
                                ProducerSettings(spool_dir=tmp / "spool"), name="sdk")
-    shared = Shared(transport)
+    shared = SharedTransport(transport)
     now = int(time.time() * 1000)
     bad = {f"{fam}-r{i:02d}" for i in (3, 9, 15)}
     for i in range(20):
