@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sinkkit import ROOT, SinkProc, delete_topics, make_topics, migrate
+from sinkkit import ROOT, SinkProc, delete_topics, make_topics, migrate, wait
 
 import runwatch
 from runwatch.adapters.kafka import KafkaTransport, ProducerSettings
@@ -87,13 +87,6 @@ def _count(client: Any, sql: str) -> int:
     return int(client.query(sql).result_rows[0][0])
 
 
-def _wait(what: str, check: Any, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("slo-r16")
@@ -123,14 +116,15 @@ def live(stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             _trained(shared, topics, rid, f"{fam}-ret", now - (9 - i) * H, outcome=outcome,
                      evaluated=evaluated)
         assert transport.flush(60) == 0
-        _wait("the job events in ClickHouse", lambda: _count(
-            client, f"SELECT count() FROM {db}.job_events WHERE run_id LIKE '%-ret-%'") == 9)
-        _wait("the registry events in ClickHouse",
-              lambda: _count(client, f"SELECT count() FROM {db}.artifacts") == 4)
-        _wait("the gate decisions in ClickHouse",
-              lambda: _count(client, f"SELECT count() FROM {db}.gate_decisions") == 3)
-        _wait("the manifests in ClickHouse",
-              lambda: _count(client, f"SELECT uniqExact(run_id) FROM {db}.run_manifests") == 7)
+        wait(lambda: _count(client, f"SELECT count() FROM {db}.job_events "
+                                    "WHERE run_id LIKE '%-ret-%'") == 9,
+             90, "the job events in ClickHouse")
+        wait(lambda: _count(client, f"SELECT count() FROM {db}.artifacts") == 4,
+             90, "the registry events in ClickHouse")
+        wait(lambda: _count(client, f"SELECT count() FROM {db}.gate_decisions") == 3,
+             90, "the gate decisions in ClickHouse")
+        wait(lambda: _count(client, f"SELECT uniqExact(run_id) FROM {db}.run_manifests") == 7,
+             90, "the manifests in ClickHouse")
         slo_file = tmp / "slos.yaml"
         slo_file.write_text(SLOS.format(fam=fam))
         env = {**os.environ, "CLICKHOUSE_URL": stack.clickhouse_url, "CLICKHOUSE_DATABASE": db,
