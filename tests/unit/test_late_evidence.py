@@ -120,3 +120,27 @@ def test_the_simulators_board_reads_the_cause_an_alert_was_re_sent_with() -> Non
     assert score([inj], [first, resent], []).rows[0].cause_correct
     assert not score([inj], [first], []).rows[0].cause_correct
     assert not score([inj], [other, resent], []).rows[0].cause_correct  # another alert's
+
+
+def test_a_repeat_while_it_listens_reaches_its_alert() -> None:
+    """A statistical symptom that fired and listens for late evidence still takes its repeats
+    (its last sighting, its resolve streak): the listening entry must not swallow them."""
+    from runwatch.core.records import Source
+    from runwatch.core.signals.rules import Finding
+    from runwatch.core.stream import runstate
+
+    src = Source(kind="processor", host="t", runwatch_version="0")
+    cfg = runstate.RunConfig(source=src, correlation_delay_ms=5_000)
+    st = runstate.new_state("r")
+
+    def watch(at: int) -> Finding:
+        return Finding("watch:grad_variance", "grad_variance", "learning", "warning", 9.0, 1.0,
+                       0.8, at, "Gradient variance rose", "x", alert=True)
+
+    runstate.emit(st, cfg, watch(T0), T0, one_shot=False)
+    fired = runstate.emit(st, cfg, watch(T0 + 6_000), T0 + 6_000, one_shot=False)
+    assert [(a.status, a.probable_cause) for a in fired if isinstance(a, Alert)] == [
+        ("firing", "learning")]
+    runstate.emit(st, cfg, watch(T0 + 20_000), T0 + 20_000, one_shot=False)
+    entry = runstate.firing_entry(st, "watch:grad_variance", "grad_variance")
+    assert entry is not None and entry["last_seen_ms"] == T0 + 20_000

@@ -369,6 +369,12 @@ def emit(state: RunState, cfg: RunConfig, f: Finding, now_ms: int, *, one_shot: 
             fired = _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
             _hold_fired(state, key, f, fired, now_ms)
             return out + fired
+        held = state.waiting.get(key)
+        if held is not None and "fired" in held:  # fired, listening for late evidence
+            if firing_entry(state, f.detector, f.indicator, f.subject) is not None:
+                # a repeat goes to its alert at once (last seen, the resolve streak reset)
+                return out + _fire(state, cfg, f, now_ms, one_shot=one_shot, node=node)
+            del state.waiting[key]  # resolved meanwhile: a new one waits as any does
         state.waiting.setdefault(key, {"since_ms": now_ms, "f": finding_to_dict(f),
                                        **({} if one_shot else {"one_shot": False})})
         return out + flush_waiting(state, cfg, now_ms, force=False)
