@@ -172,5 +172,8 @@ def test_a_bad_silence_duration_names_the_units(tmp_path: Path, capsys) -> None:
                                    "labels.env=prod", "status=firing", "status!=resolved",
                                    "owner=ml-engineering", "owner=~ml-.*", "owner!=nobody"])
 def test_silences_that_can_match_are_kept(match: str, tmp_path: Path) -> None:
-    assert cli.main(["silence", "--state-dir", str(tmp_path), "add", "--match", match,
+    # a `!=` matcher also matches an empty value: alone it would mute every alert without
+    # that value, so it goes with one that does not (test_pager_r17.py)
+    extra = ["--match", "team=ml"] if "!=" in match else []
+    assert cli.main(["silence", "--state-dir", str(tmp_path), "add", "--match", match, *extra,
                      "--for", "1h", "--reason", "x"]) == 0

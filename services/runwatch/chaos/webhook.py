@@ -50,10 +50,14 @@ class Receiver:
                                         daemon=True)
 
     def _accept(self, body: bytes) -> None:
+        # a firing page counts per probable cause and owner: the pager sends an alert the
+        # processor re-sent with a new cause (an update, docs/pager.md), not a double page
         try:
             doc = json.loads(body)
             alert = doc.get("alert") or {}
             key, status = str(alert.get("dedup_key", "")), str(doc.get("status", ""))
+            if status == "firing":
+                status += f" as {alert.get('probable_cause')}/{alert.get('owner')}"
         except (ValueError, AttributeError):
             key, status = "<undecodable>", ""
         with self._lock:

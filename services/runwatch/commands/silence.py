@@ -103,7 +103,7 @@ def _silence_duration_ms(text: str, parse: Callable[[str], int]) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     from runwatch.core.paging.routes import attribute_problem, parse_duration_ms, value_problem
-    from runwatch.core.paging.silencing import parse_matcher
+    from runwatch.core.paging.silencing import matches_empty, parse_matcher
     from runwatch.core.yamlconf import LONGEST_DURATION_MS
 
     try:
@@ -123,6 +123,14 @@ def _add(args: argparse.Namespace) -> int:
         if problem is not None:  # ("not that value" can match whatever the value)
             print(f"runwatch silence add: --match {m}: {problem}", file=sys.stderr)
             return 2
+    if matches_empty(matchers):  # mutes every alert without those values
+        print(f"runwatch silence add: --match {' --match '.join(map(str, matchers))}: every "
+              "matcher also matches an empty value, so the silence would mute every alert "
+              "without it (an unset variable in --match team=$TEAM mutes every run without a "
+              "team); as in Alertmanager, at least one matcher must not match the empty "
+              "string (a broad silence: add e.g. --match 'severity=~warning|critical')",
+              file=sys.stderr)
+        return 2
     if duration <= 0:  # a silence that has ended as it is made mutes nothing
         print(f"runwatch silence add: --for {args.duration!r} must be longer than 0 "
               "(e.g. 30m, 2h, 1d)", file=sys.stderr)

@@ -145,7 +145,8 @@ class Deliverer:
             raise Interrupted(msg)
 
     def deliver(
-        self, alert: object, receiver: Receiver, raw: bytes = b"", origin: Origin | None = None
+        self, alert: object, receiver: Receiver, raw: bytes = b"", origin: Origin | None = None,
+        *, update: bool = False,
     ) -> Delivery:
         """Deliver an alert to a receiver unless the dedup log says not to.
 
@@ -159,6 +160,8 @@ class Deliverer:
             raw: The alert's encoded record, kept with a firing notification and with
                 a deferred delivery (sent again from it after a restart).
             origin: Where the alert came from (for a deferred delivery's dead letter).
+            update: A firing alert that updates the one last sent (a new probable cause,
+                ``core.paging.delivery.is_update``): sent within the repeat interval too.
 
         Returns:
             ``sent`` (and logged durably), ``skipped`` (dedup), ``deferred`` (kept
@@ -184,7 +187,8 @@ class Deliverer:
                 log.info("receiver %s: %s %s replaces its deferred %s delivery",
                          name, status, dedup_key, old.status)
         decision = decide_send(
-            self.notifications.last(name, dedup_key), status, start, receiver.repeat_interval_ms
+            self.notifications.last(name, dedup_key), status, start, receiver.repeat_interval_ms,
+            update=update,
         )
         if decision != "send":
             log.info("receiver %s: %s %s not sent (%s)", name, status, dedup_key, decision)

@@ -46,6 +46,7 @@ from runwatch.core.paging.delivery import (
     BreakerPolicy,
     Notification,
     RetryPolicy,
+    is_update,
 )
 from runwatch.core.paging.payloads import AM_LABEL_FIELDS
 from runwatch.core.paging.routes import (
@@ -255,10 +256,13 @@ class Pager:
         next_refresh = 0.0
         try:
             while not self.stop.is_set():
-                if time.monotonic() >= next_refresh:
-                    self.refresh(_now_ms())
-                    next_refresh = time.monotonic() + REFRESH_EVERY_S
-                try:  # every turn (at most 0.5 s apart): a deferred delivery goes when due
+                try:
+                    if time.monotonic() >= next_refresh:
+                        # a held alert's release retries in-line: a stop during it is a
+                        # stop (it raised out of run: a traceback, exit 1); it stays held
+                        self.refresh(_now_ms())
+                        next_refresh = time.monotonic() + REFRESH_EVERY_S
+                    # every turn (at most 0.5 s apart): a deferred delivery goes when due
                     self.retry_deferred()
                 except Interrupted:
                     log.info("stopping; %d deferred deliveries kept in %s",
@@ -381,9 +385,17 @@ class Pager:
         origin = Origin(topic, partition, offset, key)
         for name in names:
             receiver = self.receivers[name]
-            a, r = (self._as_known(name, alert, raw) if receiver.kind == "alertmanager"
-                    else (alert, raw))
-            outcome = self.deliverer.deliver(a, receiver, r, origin)
+            am = receiver.kind == "alertmanager"
+            known = self._known(name, alert.dedup_key)
+            a, r = self._as_known(known, alert, raw) if am else (alert, raw)
+            # a re-sent alert with a new probable cause updates what the receiver shows
+            update = (alert.status == "firing" and known is not None
+                      and is_update(known, a, alertmanager=am))
+            if update:
+                log.info("receiver %s: %s was re-sent with probable cause %s, owner %s (sent "
+                         "as %s, %s): sending the update", name, alert.dedup_key,
+                         alert.probable_cause, alert.owner, known.probable_cause, known.owner)
+            outcome = self.deliverer.deliver(a, receiver, r, origin, update=update)
             if outcome.result == "dead":
                 self.dead_letter(
                     topic, partition, offset, key, raw, outcome.reason, alert.run_id,
@@ -460,8 +472,18 @@ class Pager:
             self._hold(alert, "firing", now, entry.raw)
             self.deliverer.pending.remove(entry.receiver, entry.dedup_key)
 
-    def _as_known(self, receiver: str, alert: Any, raw: bytes) -> tuple[Any, bytes]:
-        """Return the alert with the labels ``receiver`` (an Alertmanager) knows it by.
+    def _known(self, receiver: str, dedup_key: str) -> Any:
+        """Return the alert last sent firing to ``receiver`` for ``dedup_key`` (None: none)."""
+        last = self.notifications.last(receiver, dedup_key)
+        if last is None or last.status != "firing" or not last.raw:
+            return None
+        try:
+            return self.codec.decode(last.raw)
+        except Exception:  # noqa: BLE001 - an unreadable log entry: as if none
+            return None
+
+    def _as_known(self, known: Any, alert: Any, raw: bytes) -> tuple[Any, bytes]:
+        """Return the alert with the labels an Alertmanager that has ``known`` firing knows.
 
         Alertmanager identifies an alert by its label set. The processor re-sends an
         alert when its probable cause changes, with a new cause and owner; sent as it
@@ -470,12 +492,7 @@ class Pager:
         While the alert fires at this receiver, its label fields stay those first sent;
         the rest (title, summary, evidence) is the latest.
         """
-        last = self.notifications.last(receiver, alert.dedup_key)
-        if last is None or last.status != "firing" or not last.raw:
-            return alert, raw
-        try:
-            known = self.codec.decode(last.raw)
-        except Exception:  # noqa: BLE001 - an unreadable log entry: send as it is
+        if known is None:
             return alert, raw
         changed = {f: getattr(known, f) for f in AM_LABEL_FIELDS + ("labels",)
                    if getattr(known, f, None) != getattr(alert, f, None)}

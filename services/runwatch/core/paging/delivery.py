@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
+from runwatch.core.paging.payloads import alertmanager_alert
+
 Outcome = Literal["ok", "retry", "fatal"]
 RetryStep = Literal["retry", "defer", "dead"]
 BreakerMode = Literal["closed", "open", "half_open"]
@@ -286,7 +288,8 @@ class Deferred:
 
 
 def decide_send(
-    last: Notification | None, status: str, now_ms: int, repeat_interval_ms: int
+    last: Notification | None, status: str, now_ms: int, repeat_interval_ms: int,
+    *, update: bool = False,
 ) -> SendDecision:
     """Decide whether an alert should be sent to a receiver.
 
@@ -295,10 +298,13 @@ def decide_send(
         status: The alert's status, ``firing`` or ``resolved``.
         now_ms: Current time.
         repeat_interval_ms: The receiver's repeat interval.
+        update: The firing alert is an update of the one last sent (:func:`is_update`):
+            it is sent within the repeat interval too.
 
     Returns:
         ``send``, or why not: a firing alert already paged within the repeat
-        interval, a resolve for something never paged, or a resolve already sent.
+        interval (and not an update of it), a resolve for something never paged, or a
+        resolve already sent.
 
     """
     if status == "resolved":
@@ -308,6 +314,46 @@ def decide_send(
             return "skip_already_resolved"
         return "send"
     recent = last is not None and now_ms - last.sent_at_ms < repeat_interval_ms
-    if recent and last is not None and last.status == "firing":
+    if recent and last is not None and last.status == "firing" and not update:
         return "skip_repeat"
     return "send"
+
+
+UPDATE_FIELDS = ("probable_cause", "owner", "severity")
+"""What the processor changes when it re-sends a firing alert (same alert id and dedup key)
+with a new probable cause: a receiver paged with the old values is sent the update."""
+
+
+def is_update(sent: object, alert: object, *, alertmanager: bool = False) -> bool:
+    """Return whether a firing alert updates the one last sent to a receiver.
+
+    The processor re-sends a firing alert when its probable cause changes (same alert id
+    and dedup key, a new cause, owner, summary and evidence). Within the repeat interval
+    the pager skipped it at every receiver: PagerDuty, Opsgenie, Slack, the webhook and
+    Alertmanager kept the first cause (and Alertmanager's refreshes re-sent the first
+    record) for as long as the alert fired. An update is a later record (``emitted_at_ms``:
+    a replay of an older one is not) of the same episode (``alert_id``) whose cause, owner
+    or severity differs; for an Alertmanager receiver, whose label fields stay as first
+    sent (its identity), one whose annotations (title, summary, evidence) differ.
+
+    Args:
+        sent: The alert last sent to the receiver (firing).
+        alert: The firing alert now delivered (for Alertmanager: with the labels it knows).
+        alertmanager: Whether the receiver is an Alertmanager.
+
+    Returns:
+        Whether to send it although the receiver was paged within its repeat interval.
+
+    """
+    def field(a: object, name: str) -> object:
+        return getattr(a, name, None)
+
+    def emitted(a: object) -> int:
+        return int(getattr(a, "emitted_at_ms", 0) or 0)
+
+    if field(alert, "alert_id") != field(sent, "alert_id") or emitted(alert) <= emitted(sent):
+        return False
+    if alertmanager:
+        return bool(alertmanager_alert(sent, 0, "", 0)["annotations"]
+                    != alertmanager_alert(alert, 0, "", 0)["annotations"])
+    return any(str(field(sent, f) or "") != str(field(alert, f) or "") for f in UPDATE_FIELDS)

@@ -318,6 +318,7 @@ def pagerduty_event(alert: object, routing_key: str, now_ms: int, link: str) -> 
             "custom_details": {
                 "run_id": a.get("run_id"),
                 "probable_cause": a.get("probable_cause"),
+                "owner": a.get("owner"),
                 "indicator": a.get("indicator"),
                 "observed": a.get("observed"),
                 "expected": a.get("expected"),
@@ -346,8 +347,8 @@ def opsgenie_create(alert: object) -> dict[str, Any]:
     """
     a = alert_dict(alert)
     tags = [bounded(f"{k}:{a[k]}", OPSGENIE_TAG_MAX)
-            for k in ("severity", "probable_cause", "team") if a.get(k)]
-    fields = [(k, str(a[k])) for k in ("run_id", "indicator", "detector", "observed",
+            for k in ("severity", "probable_cause", "team", "owner") if a.get(k)]
+    fields = [(k, str(a[k])) for k in ("run_id", "owner", "indicator", "detector", "observed",
                                         "expected", "score", "experiment_family", "node")
               if a.get(k) is not None]
     fields += [(f"label.{k}", str(v)) for k, v in (a.get("labels") or {}).items()]
@@ -447,6 +448,7 @@ def slack_message(alert: object, link: str) -> dict[str, Any]:
         {"type": "mrkdwn", "text": (f"*Run*\n`{e(run)}`" if run
                                     else f"*Objective*\n`{detector}`")[:2000]},
         {"type": "mrkdwn", "text": f"*Team*\n{e(a.get('team') or '-')}"[:2000]},
+        {"type": "mrkdwn", "text": f"*Owner*\n{e(a.get('owner') or '-')}"[:2000]},
         {"type": "mrkdwn", "text": f"*Indicator*\n{e(a.get('indicator'))} "
                                    f"({a.get('observed')} vs {a.get('expected')})"[:2000]},
     ]

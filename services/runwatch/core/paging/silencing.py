@@ -70,6 +70,26 @@ def parse_matcher(text: str) -> Matcher:
     return Matcher(name, op, value)  # type: ignore[arg-type]
 
 
+def matches_empty(matchers: Iterable[Matcher]) -> bool:
+    """Say whether every matcher also accepts an alert without the attribute (an empty value).
+
+    Such a silence mutes every alert that lacks those values, whatever else it is:
+    ``team=`` (``--match team=$TEAM`` with ``TEAM`` unset) muted every alert of a run
+    without a team, critical ones too, and ``run_id!=run-7`` or ``severity!=info`` muted
+    nearly everything. Alertmanager refuses these ("at least one matcher must not match the
+    empty string"), and so does ``runwatch silence add``.
+
+    Args:
+        matchers: The silence's matchers.
+
+    Returns:
+        True when there are matchers and each accepts the empty value.
+
+    """
+    given = tuple(matchers)
+    return bool(given) and all(m.accepts({}) for m in given)
+
+
 @dataclass(frozen=True, slots=True)
 class Silence:
     """A silence: alerts matching every matcher are not sent while it is active."""
