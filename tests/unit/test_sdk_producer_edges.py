@@ -369,19 +369,21 @@ def test_data_report_misuse_is_a_clear_error() -> None:
 
 def test_a_record_refused_at_every_step_is_not_an_error_line_at_every_step(caplog) -> None:
     """100,000 metrics per step make every LearningStep over the 1 MB record limit: each was
-    refused (counted in oversize, as documented) with an error line of its own."""
+    refused (counted in oversize, as documented) with an error line of its own. (Since
+    2026-12-07 the step goes out without those metrics, counted in metrics_oversize.)"""
     t = ListTransport()
     run = runwatch.init("fam", team="ml", transport=t, install_hooks=False,
                         capture_lineage=False)
     metrics = {f"layer{i:06d}.grad_norm": 1.0 for i in range(100_000)}
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.WARNING):
         for s in range(20):
             run.step(s, loss=1.0, metrics=metrics)
         c = run.finish()
-    assert c["oversize"] == 20 and t.records("LearningStep") == []
+    assert c["metrics_oversize"] == 20 and not c.get("oversize")
+    assert [(r.loss, r.metrics) for r in t.records("LearningStep")] == [(1.0, {})] * 20
     assert len(t.records("StepTiming")) == 20  # the step's timing still goes out
-    refused = [r for r in caplog.records if "oversize" in r.getMessage()]
-    assert len(refused) == 1 and "LearningStep" in refused[0].getMessage()
+    refused = [r for r in caplog.records if "record limit" in r.getMessage()]
+    assert len(refused) == 1 and "metrics_oversize" in refused[0].getMessage()
 
 
 @pytest.mark.parametrize("run_id", ["team/exp/run-7", "../../escape", "x" * 165, "Zoë run"])
@@ -435,10 +437,10 @@ def test_a_checkpoint_saved_again_before_the_sdk_read_it_is_not_called_corrupt(
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     real = sdk_run.file_digest
 
-    def next_save_begins(uri: str):  # the next save truncates and streams into the path
+    def next_save_begins(uri: str, *stop):  # the next save truncates and streams into the path
         if saved_again:
             path.write_bytes(b"b" * 1000)
-        return real(uri)
+        return real(uri, *stop)
 
     monkeypatch.setattr(sdk_run, "file_digest", next_save_begins)
     t, clock = ListTransport(), Clock(1_800_000_000_000)

@@ -64,13 +64,25 @@ def _batch_len(batch: Any) -> int:
 
 
 def _to_float(v: Any) -> float | None:
-    """A framework scalar (tensor, variable, numpy or Python number) as a float; None if not one."""
+    """A framework scalar (tensor, variable, numpy or Python number) as a float; None if not one.
+
+    ``item()`` first: a torch tensor on a GPU refuses ``numpy()`` (TypeError), and so does
+    one that requires grad (RuntimeError), so every loss and metric of a Lightning job on
+    a GPU was read as none. TensorFlow's tensors have ``numpy()`` only.
+    """
+    errors = (TypeError, ValueError, RuntimeError, AttributeError)
     try:
-        if hasattr(v, "numpy"):
-            v = v.numpy()
-        if hasattr(v, "item"):
+        if hasattr(v, "item"):  # torch (any device), numpy, JAX
             v = v.item()
-    except (TypeError, ValueError, RuntimeError, AttributeError):
+    except errors:
+        if not hasattr(v, "numpy"):
+            return None  # not a one-element tensor
+    try:
+        if hasattr(v, "numpy"):  # TensorFlow / Keras tensors and variables
+            v = v.numpy()
+            if hasattr(v, "item"):
+                v = v.item()
+    except errors:
         return None  # not a one-element tensor
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None  # a string, a list, None: not a number the logs meant

@@ -6,7 +6,8 @@ installed before (the previous excepthook or SIGTERM handler still runs).
 note the status the main thread exits with, so that a process ending without
 ``run.finish()`` is reported ``failed`` after ``sys.exit(3)`` or ``exit(3)`` and
 ``succeeded`` after ``sys.exit(0)`` or the end of the script. A bare
-``raise SystemExit(3)`` goes through neither and is not seen.
+``raise SystemExit(3)`` goes through neither and is not seen. An uncaught Ctrl-C
+(``KeyboardInterrupt``) ends the run ``cancelled``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class ExitHooks:
     ) -> None:
         try:
             if not self.forked:
-                self.finish("failed", reason=f"uncaught {et.__name__}: {ev}"[:1000])
+                self.finish(*ended_by(et, ev, "uncaught "))
         finally:
             (self._prev_hook or sys.__excepthook__)(et, ev, tb)
 
@@ -135,6 +136,19 @@ class ExitHooks:
         told = "" if isinstance(code, int) else f": {code}"
         self.finish("failed", reason=f"process exited with status {status} without "
                                      f"run.finish(){told}"[:1000])
+
+
+def ended_by(et: type[BaseException], ev: BaseException | None,
+             prefix: str = "") -> tuple[str, str]:
+    """The final state and reason of a run ended by an exception.
+
+    A Ctrl-C (``KeyboardInterrupt``) is a run stopped on purpose: ``cancelled``, as the
+    Lightning callback reports it (the exit hook said ``failed``); any other exception
+    is ``failed`` with its type and text.
+    """
+    if issubclass(et, KeyboardInterrupt):
+        return "cancelled", f"{prefix}KeyboardInterrupt"
+    return "failed", f"{prefix}{et.__name__}: {ev}"[:1000]
 
 
 class _Quit:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -32,11 +33,14 @@ def file_stamp(uri: str) -> tuple[int, int, int] | None:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def file_digest(uri: str) -> tuple[int, str | None]:
+def file_digest(uri: str, stop: Callable[[], bool] | None = None) -> tuple[int, str | None]:
     """Size and sha256 of a local file (or directory tree); (0, None) otherwise.
 
     Args:
         uri: A local path (``file://`` allowed) or a remote URI.
+        stop: Asked between reads; once true the hashing stops and the size is
+            returned without a digest (``run.finish``'s wait ran out: a checkpoint
+            of tens of GB took the run's final JobEvent with it).
 
     Returns:
         (size, hex digest or None).
@@ -52,6 +56,8 @@ def file_digest(uri: str) -> tuple[int, str | None]:
         for f in files:
             with f.open("rb") as fh:
                 while chunk := fh.read(1 << 20):
+                    if stop is not None and stop():
+                        return sum(x.stat().st_size for x in files), None
                     h.update(chunk)
                     size += len(chunk)
         return size, h.hexdigest()

@@ -67,14 +67,25 @@ def config_hash(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> st
     if config is None:
         return None
     if isinstance(config, Mapping):
-        data = json.dumps(config, sort_keys=True, default=str, separators=(",", ":")).encode()
-    else:
         try:
-            data = Path(config).read_bytes()
-        except OSError as exc:
-            logger.warning("cannot read config file %s for hashing: %s", config, exc)
-            return None
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+            data = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
+        except TypeError:  # keys that do not sort together ({1: .., "a": ..}) or are tuples
+            data = json.dumps(_text_keys(config), sort_keys=True, default=str,
+                              separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
+    try:
+        raw = Path(config).read_bytes()
+    except OSError as exc:
+        logger.warning("cannot read config file %s for hashing: %s", config, exc)
+        return None
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _text_keys(obj: Any) -> Any:
+    """A config with every mapping's keys as text (their order then sorts)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _text_keys(v) for k, v in obj.items()}
+    return obj
 
 
 def flat_config(config: Mapping[str, Any] | str | os.PathLike[str] | None) -> dict[str, str]:

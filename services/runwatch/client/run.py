@@ -35,7 +35,7 @@ from typing import Any
 
 from runwatch.adapters.publisher import Publisher
 from runwatch.client import lineage
-from runwatch.client.exithooks import ExitHooks
+from runwatch.client.exithooks import ExitHooks, ended_by
 from runwatch.client.files import file_digest, file_size, file_stamp
 from runwatch.client.lineage import dataset_ref
 from runwatch.core import lineage as lineage_hash
@@ -60,9 +60,12 @@ _STEP, _REC, _FN = 0, 1, 2
 #: Counters of calls or records that were not published (finish logs a warning naming them).
 _LOSS_COUNTERS = ("dropped_queue_full", "dropped_wrong_type", "dropped_unsent",
                   "dropped_after_finish", "manifest_errors", "build_errors", "publish_errors",
-                  "encode_errors", "oversize", "transport_failed", "transport_evicted",
-                  "transport_in_spool")
+                  "encode_errors", "oversize", "metrics_oversize", "transport_failed",
+                  "transport_evicted", "transport_in_spool")
 _NUM = (float, int)
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1  # an Avro long (steps, epochs, counts)
+_FLOAT_MAX = 2**1023  # ints below this convert to a float without OverflowError
+_FLOAT_MIN = -_FLOAT_MAX
 #: Spellings of a state that mean one of the schema's symbols (compared in lower case).
 _JOB_ALIASES = {
     "success": "succeeded", "successful": "succeeded", "succeed": "succeeded",
@@ -162,7 +165,7 @@ class Run(ExitHooks):
         self._abandon = threading.Event()  # finish's wait ran out: the worker stops
         self._lock = threading.Lock()
         self._manifest_args: dict[str, Any] = dict(
-            config=config,
+            config=self._config(config),
             datasets=self._datasets(datasets),
             seed_policy=_text(seed_policy),
             resumed_from=_text(resumed_from),
@@ -178,12 +181,42 @@ class Run(ExitHooks):
         if install_hooks:
             self._install_hooks()
 
-    def _datasets(self, datasets: Sequence[Any]) -> tuple[DatasetRef, ...]:
+    def _config(self, config: Any) -> Any:
+        """``config=`` as a mapping or a file path, as the manifest reads it.
+
+        An ``argparse.Namespace``, a dataclass or another object of attributes (what
+        ``parse_args()`` and config classes give) is read as the mapping of its fields:
+        it made the manifest fail to build, and the run had none. Anything else (a
+        list, a number) is left out of the manifest, counted in ``dropped_wrong_type``
+        and logged (strict: TypeError); the rest of the manifest is published.
+        """
+        if config is None or isinstance(config, Mapping | str | os.PathLike):
+            return config
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            try:
+                return dataclasses.asdict(config)
+            except Exception:  # a field deepcopy cannot copy: its attributes then
+                logger.debug("dataclasses.asdict failed on the config", exc_info=True)
+        fields = getattr(config, "__dict__", None)
+        if isinstance(fields, Mapping) and not isinstance(config, type):
+            return dict(fields)
+        self._bad("config (a mapping, an argparse.Namespace, a dataclass or a file path)",
+                  config, kept="the manifest is published without it")
+        return None
+
+    def _datasets(self, datasets: Any) -> tuple[DatasetRef, ...]:
         """Read ``datasets=`` (``uri@version`` strings, mappings, pairs too).
 
         One without a uri is left out and counted in ``datasets_dropped`` (strict:
-        ValueError): a training job does not stop for its telemetry.
+        ValueError): a training job does not stop for its telemetry. One dataset
+        given alone (``datasets="s3://corpus"``, a mapping, a DatasetRef) is that
+        dataset: a string was read as one dataset per character.
         """
+        if isinstance(datasets, str | bytes | Mapping | DatasetRef):
+            datasets = (datasets,)
+        elif not isinstance(datasets, Iterable):
+            self._bad("datasets (a list of datasets)", datasets)
+            return ()
         out = []
         for d in datasets:
             try:
@@ -202,7 +235,13 @@ class Run(ExitHooks):
         if not isinstance(labels, Mapping):
             self._bad("labels (a mapping of name to value)", labels)
             return {}
-        return {_text(k): _text(v) for k, v in labels.items()}  # bytes: repaired later
+        out = {}
+        for k, v in labels.items():
+            if k is None or v is None:  # a label unset (None) made the manifest fail to encode
+                self._bad(f"label {k!r}", v)
+                continue
+            out[_text(k)] = _text(v)  # bytes: repaired later
+        return out
 
     def _whole(self, what: str, value: Any, default: int) -> int:
         """A whole number given as one (or as its text, ``"2"``); else ``default``, counted."""
@@ -297,6 +336,8 @@ class Run(ExitHooks):
                     if type(v) not in _NUM:
                         metrics = self._fix_metrics(metrics)
                         break
+                else:  # a copy: a job that reuses one dict for every step changes it later,
+                    metrics = metrics.copy() if type(metrics) is dict else dict(metrics)
         if ((lr is not None and type(lr) not in _NUM)
                 or (grad_norm is not None and type(grad_norm) not in _NUM)
                 or type(samples) is not int or type(epoch) is not int
@@ -435,7 +476,7 @@ class Run(ExitHooks):
             return None
         try:
             return float(v)  # type: ignore[arg-type]  # numpy scalars, 0-d tensors
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int of 10**400
             return None
 
     def _fix_step(self, step: Any, loss: Any) -> tuple[Any, Any]:
@@ -466,10 +507,10 @@ class Run(ExitHooks):
             if not isinstance(k, str | bytes):  # bytes: repaired as text by the publisher
                 self._bad(f"{what} name {k!r}", k)
                 continue
-            if type(v) in _NUM:
+            if type(v) is float or (type(v) is int and _FLOAT_MIN < v < _FLOAT_MAX):
                 out[k] = v  # type: ignore[index]
                 continue
-            fixed = self._num(v)
+            fixed = self._num(v)  # an int past a float's range (10**400): None
             if fixed is None:
                 self._bad(f"{what} {k!r}", v)
             else:
@@ -497,10 +538,10 @@ class Run(ExitHooks):
                 self._count_field("tokens", tokens, None), self._count_field("epoch", epoch, 0))
 
     def _count_field(self, what: str, value: Any, default: Any) -> Any:
-        if value is None or type(value) is int:
-            return value if value is not None else default
-        fixed = _whole_number(value)
-        if fixed is None:
+        if value is None:
+            return default
+        fixed = value if type(value) is int else _whole_number(value)
+        if fixed is None or not _LONG_MIN <= fixed <= _LONG_MAX:  # 2**64: lost the record
             self._bad(what, value)
             return default
         return fixed
@@ -534,7 +575,10 @@ class Run(ExitHooks):
         out: dict[str, float] = {}
         for k, v in metrics.items():
             if type(k) is str or isinstance(k, str | bytes):
-                out[k] = float(v)  # type: ignore[index]  # bytes: repaired by the publisher
+                try:
+                    out[k] = float(v)  # type: ignore[index]  # bytes: repaired by the publisher
+                except OverflowError:  # an int of 10**400
+                    self._worker_bad(f"metric {k!r}", v, "left out")
                 continue
             self.counters["dropped_wrong_type"] += 1
             if ("key", id(type(k))) not in self._warned:
@@ -542,7 +586,53 @@ class Run(ExitHooks):
                 logger.warning("runwatch run %s dropped metric name %r of type %s from its steps "
                                "(counted in dropped_wrong_type; logged once per type)",
                                self.run_id, k, type(k).__name__)
-        return out
+        return self._fitting(out)
+
+    def _fitting(self, metrics: dict[str, float]) -> dict[str, float]:
+        """A step's metrics, or none when they alone pass the record limit (1 MB encoded).
+
+        Per-layer statistics (40,000 gradient norms) made the LearningStep too large to
+        publish, and its loss (a NaN that should page) went with it; now the step is
+        published without them, counted in ``metrics_oversize`` and logged once.
+        """
+        size = sum(map(len, metrics)) + 10 * len(metrics)  # a name, its length, a double
+        limit = int(getattr(self.publisher, "max_record_bytes", 1_000_000)) - 16_384
+        if size <= limit // 4:
+            return metrics
+        size = sum(len(str(k).encode("utf-8", "replace")) + 10 for k in metrics)
+        if size <= limit:
+            return metrics
+        self._count_dropped(
+            "metrics_oversize", "runwatch run %s: a step's %d metrics take about %d bytes, over "
+            "the %d-byte record limit: its loss, lr and grad norm are published without them "
+            "(counted in metrics_oversize, logged once)", len(metrics), size, limit + 16_384)
+        return {}
+
+    def _worker_float(self, what: str, value: Any) -> float | None:
+        """A number as a float on the worker; an int past a float's range is left out."""
+        if value is None or type(value) is float:
+            return value
+        try:
+            return float(value)
+        except OverflowError:
+            self._worker_bad(what, value, "left out")
+            return None
+
+    def _worker_long(self, what: str, value: Any, default: Any) -> Any:
+        """A count on the worker; one past an Avro long's range is published as ``default``."""
+        if value is None or _LONG_MIN <= value <= _LONG_MAX:
+            return value
+        self._worker_bad(what, value, f"published as {default}")
+        return default
+
+    def _worker_bad(self, what: str, value: Any, kept: str) -> None:
+        """Count (and log once per field) a value no record can hold, found by the worker."""
+        self.counters["dropped_wrong_type"] += 1
+        if ("range", what) not in self._warned:
+            self._warned.add(("range", what))
+            logger.warning("runwatch run %s: %s %s is out of the range a record holds: %s "
+                           "(counted in dropped_wrong_type; logged once)", self.run_id, what,
+                           _short(value), kept)
 
     # ------------------------------------------------------------ cold path
     def _put(self, kind: int, *item: Any) -> None:
@@ -726,7 +816,13 @@ class Run(ExitHooks):
         the size kept from the call. The half-written file's digest was compared with
         the expected one and paged a corrupt checkpoint.
         """
-        size, digest = file_digest(uri)
+        size, digest = file_digest(uri, self._abandon.is_set)
+        if digest is None and size and self._abandon.is_set():  # finish's wait ran out
+            self._count_dropped(
+                "checkpoint_unhashed", "runwatch run %s: run.finish's wait ran out while the "
+                "SDK read %s for its sha256: published without it (counted in "
+                "checkpoint_unhashed)", uri)
+            return size, None
         if stamp is None or digest is None or file_stamp(uri) == stamp:
             return size, digest
         self._count_dropped(
@@ -1082,6 +1178,25 @@ class Run(ExitHooks):
                 when, sms, wms, ebs, restarts = extra
                 step_ms = float(sms) if sms is not None else step_ms
                 wait_ms = float(wms) if wms is not None else wait_ms
+            if type(step) is int and not _LONG_MIN <= step <= _LONG_MAX:  # 2**64: encode fails
+                self._worker_bad("step", step, "the call is dropped")
+                return []
+            # the hot path lets any int through: one past what a record holds (a loss of
+            # 10**400, samples of 2**64) made the whole step fail to build or encode
+            # (checked only where an int is given: the usual floats and counts pass by)
+            if type(loss) is int or type(lr) is int or type(gn) is int:
+                loss, lr, gn = (self._worker_float(what, v)
+                                for what, v in (("loss", loss), ("lr", lr), ("grad_norm", gn)))
+            if (not (_LONG_MIN <= samples <= _LONG_MAX and _LONG_MIN <= epoch <= _LONG_MAX)
+                    or (tokens is not None and not _LONG_MIN <= tokens <= _LONG_MAX)
+                    or (ebs is not None and not _LONG_MIN <= ebs <= _LONG_MAX)):
+                samples, tokens, epoch, ebs = (
+                    self._worker_long(what, v, default) for what, v, default in (
+                        ("samples", samples, 0), ("tokens", tokens, None), ("epoch", epoch, 0),
+                        ("effective_batch_size", ebs, None)))
+            if restarts is not None and not -(2**31) <= restarts < 2**31:  # an Avro int
+                self._worker_bad("worker_restarts", restarts, "published as 0")
+                restarts = None
             bad = 0  # the record's nonfinite_count: its loss, learning rate, gradient norm
             for v in (loss, lr, gn):
                 if v is not None and not math.isfinite(v):
@@ -1131,7 +1246,7 @@ class Run(ExitHooks):
         if et is None:
             self.finish("succeeded")
         else:
-            self.finish("failed", reason=f"{et.__name__}: {ev}"[:1000])
+            self.finish(*ended_by(et, ev))
 
 
 def _after_fork(ref: weakref.ReferenceType[Run]) -> None:
