@@ -41,6 +41,10 @@ ERRORS_KEPT = 8
 """Samples with an XID or uncorrected ECC errors a node keeps besides its recent ones: an
 allocation later than :data:`REPLAY_MAX` samples (40 s at the agent's 5 s) lost the XID
 of its run's GPU with the ordinary samples, and the XID never paged."""
+RELEASES_KEPT = 8
+"""Runs a node released lately (its index no longer names them) kept in memory, with
+the GPUs they held there and when, for their samples that arrive after the release
+(:meth:`NodeRekeyer._released`)."""
 BUNDLE_MAX_BYTES = 256 * 1024  # one node-by-run message at most (Kafka's default limit: 1 MiB)
 NodeIndex = rekey.NodeIndex
 Table = Any  # a faust table of bytes → bytes, or a dict in memory
@@ -135,6 +139,8 @@ class NodeRekeyer:
         self.node_recent: dict[str, deque[tuple[int, tuple[str, ...], bytes]]] = {}
         self.node_errors: dict[str, deque[tuple[int, tuple[str, ...], bytes]]] = {}
         self.procs_seen: set[str] = set()  # nodes whose samples showed GPU processes
+        # node -> runs released from it lately: (run, its GPUs there, released at ms)
+        self.releases: dict[str, list[tuple[str, list[int], int]]] = {}
         self.parsed: dict[str, tuple[bytes, NodeIndex]] = {}  # node -> (table bytes, parsed)
 
     async def batch(self, events: list[Any]) -> None:
@@ -180,6 +186,8 @@ class NodeRekeyer:
                 cache: dict[str, NodeIndex]) -> list[tuple[str, NodeEntry]]:
         node = d["node"]
         index = self._index(node, cache)
+        if node in self.releases:
+            index = self._released(node, index, d["emitted_at_ms"])
         recent = self.node_recent.get(node)
         if recent is None:
             recent = self.node_recent[node] = deque(maxlen=REPLAY_MAX)
@@ -192,6 +200,26 @@ class NodeRekeyer:
         entries = rekey.node_entries(d, index, procs_visible=node in self.procs_seen)
         self._keep(node, recent, (d["emitted_at_ms"], tuple(entries), raw), d)
         return list(entries.items())
+
+    def _released(self, node: str, index: NodeIndex, at: int) -> NodeIndex:
+        """Return the node's index with the runs it released after ``at`` (a copy), if any.
+
+        A release reaches this agent through the runs agent, so samples a node took
+        before it (its agent behind the scheduler hook, a spool drained after a broker
+        hiccup) can arrive after it: they go to the run that held the GPUs then, up to
+        :data:`~runwatch.core.stream.rekey.REPLAY_SPAN_MS` before the release (an XID in
+        its last seconds is its own, and paged the node's next job instead). A node's
+        samples arrive in order, so once one stamped at or after a release has arrived,
+        no earlier one follows: the release is forgotten.
+        """
+        kept = [r for r in self.releases[node] if at < r[2]]
+        if not kept:
+            del self.releases[node]
+            return index
+        self.releases[node] = kept
+        back = {run: gpus for run, gpus, until in kept
+                if run not in index and at >= until - rekey.REPLAY_SPAN_MS}
+        return {**index, **back} if back else index
 
     def _keep(self, node: str, recent: deque[tuple[int, tuple[str, ...], bytes]],
               kept: tuple[int, tuple[str, ...], bytes], d: dict[str, Any]) -> None:
@@ -242,6 +270,14 @@ class NodeRekeyer:
             await self.out.dead(event.message, str(exc), event.value, event.key)
             return []
         index = self._index(change.node, cache)
+        held = index.get(change.run_id)
+        releases = self.releases.get(change.node)
+        if releases and change.op == "add":  # allocated here again: the index routes it
+            releases[:] = [r for r in releases if r[0] != change.run_id]
+        elif change.op == "remove" and held is not None:
+            releases = self.releases.setdefault(change.node, [])
+            releases.append((change.run_id, held, change.at_ms))
+            del releases[:-RELEASES_KEPT]
         if rekey.apply_alloc_change(index, change):
             self.as_current(event)  # the local table writes to this event's partition
             self.node_runs[change.node.encode()] = json.dumps(index).encode()

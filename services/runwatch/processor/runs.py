@@ -298,7 +298,7 @@ class RunFolder:
             state, outputs = join.tick(state, now, self.cfg, horizon)
             if join.retire_due(state, self.cfg, horizon):
                 outputs += join.retire(state, self.cfg, now, horizon)
-                await self._retire(key, state, horizon)
+                await self._retire(key, state)
                 retired += 1
             elif outputs or join.tick_fingerprint(state) != before:
                 self.save(key, state)
@@ -308,15 +308,15 @@ class RunFolder:
                         "(%d retired since start)", partition, retired,
                         self.out.counters["runs_retired"])
 
-    async def _retire(self, key: bytes, state: runstate.RunState, at_ms: int) -> None:
+    async def _retire(self, key: bytes, state: runstate.RunState) -> None:
         """Delete a run's state (a changelog tombstone); drop its datasets and nodes.
 
         A run that never ended still holds its nodes in the nodes agent's index: their
         samples would start a state of it again and again, each dropped after the hold.
         A later event of the run starts a new state, as for a run never seen.
         """
-        for node in state.nodes:
-            change = AllocChange(state.run_id, node, "remove", (), at_ms)
+        for node in state.nodes:  # at 0: long off its GPUs, no late sample is its own
+            change = AllocChange(state.run_id, node, "remove", (), 0)
             await self.out.send(JOB_BY_NODE, node.encode(), change.to_json())
         for uri, ref in state.dataset_keys:
             await self.out.send(MANIFEST_BY_DATASET, uri.encode(),
@@ -331,8 +331,11 @@ class RunFolder:
         """Send the run's allocation changes to the workers owning its nodes' samples."""
         run_id = rec.run_id or ""
         prev = held.get(run_id)
-        if prev is None:
-            prev = self.load(run_id.encode()).nodes
+        if prev is None or rec.state in join.NOT_RUNNING:
+            state = self.load(run_id.encode())
+            if state.nodes and join.stale_job_event(state, rec):  # older than the run's
+                return
+            prev = state.nodes if prev is None else prev
         changes, held[run_id] = rekey.allocation_changes(rec, prev)
         for change in changes:
             await self.out.send(JOB_BY_NODE, change.node.encode(), change.to_json())

@@ -820,6 +820,13 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
     s.known = True
     out: list[Output] = []
     _push(s.states, e.state, 50)
+    if e.state in PLACED:  # its GPUs are its own from then (node readings before are not)
+        s.signals["placed_at"] = min(at, int(s.signals.get("placed_at", at)))
+    if stale_job_event(s, e):
+        _job_facts(s, e, at, stale=True)
+        return out
+    if e.state == "running":
+        s.signals["running_at"] = max(at, int(s.signals.get("running_at", 0)))
     if e.state == "running" and (s.job_state in NOT_RUNNING or s.job_state in ENDED
                                  or e.attempt > s.attempt
                                  or (e.source.kind == "sdk" and at > s.last_step_at_ms > 0)):
@@ -858,18 +865,7 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
         # run's figures must not become its family's healthy baseline
         s.job_state = e.state
     _released(s, e.state, at)
-    s.attempt = max(s.attempt, e.attempt)
-    s.team = e.team or s.team
-    s.family = e.experiment_family or s.family
-    if e.state == "queued" and not s.queued_at_ms:
-        s.queued_at_ms = at
-    if e.deadline_ms:
-        s.deadline_ms = int(e.deadline_ms)
-    if e.allocation is not None:
-        s.nodes = list(e.allocation.nodes)
-        s.gpu_indices = sorted(set(e.allocation.gpu_indices))
-        s.gpu_model = e.allocation.gpu_model or s.gpu_model
-        s.gpu_count = s.gpu_count or len(s.gpu_indices) * max(len(s.nodes), 1)
+    _job_facts(s, e, at)
     if e.state == "running" and s.started_at_ms is None:
         s.started_at_ms = at
         f = rules.queue_deadline(s.queued_at_ms, at, now, s.deadline_ms)
@@ -886,6 +882,40 @@ def _job(s: RunState, e: JobEvent, at: int, now: int, cfg: RunConfig) -> list[Ou
     return out
 
 
+def stale_job_event(s: RunState, e: JobEvent) -> bool:
+    """Return whether a job event is the past: not running, stamped before the latest start.
+
+    A submit host's ``queued`` spooled until after the SDK's ``running`` (or a prolog's
+    ``scheduled`` delivered late) says nothing of the run now. Taken as its state, it held
+    the run queued for the rest of its life: no stall judged, and its node readings dropped
+    as taken off its GPUs; its allocation is older than the one the run has, if any.
+    """
+    return e.state in NOT_RUNNING and int(e.emitted_at_ms) < int(s.signals.get("running_at", 0))
+
+
+def _job_facts(s: RunState, e: JobEvent, at: int, *, stale: bool = False) -> None:
+    """Keep what a job event says of the run besides its state.
+
+    Its attempt, owner, queue time, deadline and its allocation (if ``stale``, stamped
+    before the run's latest start, only when the run has none: an older one otherwise).
+    """
+    s.attempt = max(s.attempt, e.attempt)
+    s.team = e.team or s.team
+    s.family = e.experiment_family or s.family
+    if e.state == "queued" and not s.queued_at_ms:
+        s.queued_at_ms = at
+    if e.deadline_ms:
+        s.deadline_ms = int(e.deadline_ms)
+    if e.allocation is not None and not (stale and s.nodes):
+        s.nodes = list(e.allocation.nodes)
+        s.gpu_indices = sorted(set(e.allocation.gpu_indices))
+        s.gpu_model = e.allocation.gpu_model or s.gpu_model
+        s.gpu_count = s.gpu_count or len(s.gpu_indices) * max(len(s.nodes), 1)
+
+
+PLACED = frozenset({"scheduled", "running"})
+"""Job states of a run given its GPUs: a Slurm prolog's ``scheduled`` names the GPUs the
+scheduler gave the job, while a ``queued`` job's nodes may still run another job."""
 KILLED = frozenset({"failed", "cancelled"})
 """End states a hung job is ended with (by its watchdog, the scheduler or a person)."""
 

@@ -298,12 +298,20 @@ def node_agg(s: RunState, e: NodeAgg, now: int, cfg: RunConfig,
     reaches the nodes agent through the runs agent, so a node's next samples can be
     routed to the run before it is applied, and a preempted run keeps its nodes
     (the scheduler may give them back). Idle GPUs, or the next job's XID, must not
-    page it.
+    page it. Nor must the previous job's: readings stamped before the run was first
+    placed (its first ``scheduled`` or ``running``), or while it waits ``queued`` with an
+    allocation named and was never placed (the node's current job runs there), are not
+    its own either.
     """
     out: list[Output] = []
     gaps = s.off_gpus
+    placed = s.signals.get("placed_at")
+    if placed is None and s.job_state == "queued":
+        return out
     for entry in e.nodes:
         at = entry.at_ms
+        if placed is not None and at < placed:
+            continue
         if gaps and any(a < at and (not b or at < b) for a, b in gaps):
             continue
         out += node_entry(s, entry, at, now, cfg, bl)
