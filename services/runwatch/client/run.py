@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from runwatch.adapters.publisher import Publisher
+from runwatch.adapters.publisher import MAX_RECORD_BYTES, Publisher
 from runwatch.client import lineage
 from runwatch.client.exithooks import ExitHooks, ended_by
 from runwatch.client.files import file_digest, file_size, file_stamp
@@ -596,7 +596,7 @@ class Run(ExitHooks):
         published without them, counted in ``metrics_oversize`` and logged once.
         """
         size = sum(map(len, metrics)) + 10 * len(metrics)  # a name, its length, a double
-        limit = int(getattr(self.publisher, "max_record_bytes", 1_000_000)) - 16_384
+        limit = int(getattr(self.publisher, "max_record_bytes", MAX_RECORD_BYTES)) - 16_384
         if size <= limit // 4:
             return metrics
         size = sum(len(str(k).encode("utf-8", "replace")) + 10 for k in metrics)
